@@ -1,0 +1,45 @@
+# One entry point. `make book` builds (and opens) the book; `make test` runs every check.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+JB := $(VENV)/bin/jupyter-book
+NOTEBOOKS := $(shell find book -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' | sort)
+export MMTOKEN_PROGRESS ?= off
+export PYDEVD_DISABLE_FILE_VALIDATION := 1
+
+.PHONY: setup book build test unit nbval strict sync claims figures clean
+
+setup:
+	bash scripts/setup.sh
+
+build: setup
+	$(JB) build . --builder html
+
+book: build  ## build the book, then open it in a browser when one is available
+	@echo "book: file://$(CURDIR)/_build/html/index.html"
+	@if [ -z "$$CI" ] && { [ -n "$$DISPLAY" ] || [ "$$(uname)" = Darwin ]; }; then \
+	    $(PY) -m webbrowser -t "file://$(CURDIR)/_build/html/index.html" >/dev/null 2>&1 || true; fi
+
+strict: setup  ## -W build: a failing cell, a warning or a broken reference fails
+	$(JB) build . --builder html -W -n --keep-going
+
+unit: setup
+	$(PY) -m pytest tests
+
+nbval: setup
+	$(PY) -m pytest --nbval $(NOTEBOOKS) --nbval-sanitize-with tests/nbval_sanitize.cfg
+
+test: strict  ## everything, ending with the pytest summary
+	$(PY) -m pytest tests $(NOTEBOOKS) --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg
+
+sync: setup  ## pair every chapter .md with its .ipynb and re-execute the references
+	$(VENV)/bin/jupytext --sync $(shell find book -name '*.md' | xargs grep -l '^jupytext:' | sort)
+	for nb in $(NOTEBOOKS); do $(VENV)/bin/jupyter execute --inplace "$$nb" || exit 1; done
+
+claims: setup
+	$(PY) -m mmtoken claims
+
+figures: setup
+	$(PY) -m mmtoken figures --out figures
+
+clean:
+	rm -rf _build figures

@@ -1,0 +1,169 @@
+"""Checks of the package core: the SVM solver, the stable gradient, and the saturation trap.
+
+The quick tour chapter (``book/intro/tour.md``) shows these runs.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import config, geometry, grad, instances, svm, train
+from ..ledger import Measured, claim
+from ..model import AttentionProblem
+from ..plotting import plot_curves, plot_paths
+
+CHAPTER = "tour"
+
+
+# ---------------------------------------------------------------- the solver
+@functools.lru_cache(maxsize=None)
+def svm_checks(count: int = 60, n: int = 3, T: int = 4, m: int = 10, seed: int = 0) -> dict:
+    """Solve ATT-SVM on ``count`` random instances two ways: cvxpy/Clarabel and NNLS (active set).
+
+    With ``n (T - 1) <= m`` the difference vectors are generically independent,
+    so every instance is feasible.
+    """
+    rng = np.random.default_rng(seed)
+    kkt, gap = [], []
+    for _ in range(count):
+        K = rng.normal(size=(n, T, m))
+        alpha = rng.integers(0, T, size=n)
+        sol = svm.att_svm(K, alpha)
+        kkt.append(max(sol.kkt_residuals().values()))
+        gap.append(np.abs(svm.min_norm_nnls(sol.D, sol.b) - sol.x).max())
+    return {"count": count, "kkt_max": float(max(kkt)), "nnls_gap_max": float(max(gap))}
+
+
+@claim("core.att_svm_kkt", chapter=CHAPTER, checks="ATT-SVM solver",
+       statement="On random feasible instances the ATT-SVM solution satisfies KKT and matches an independent NNLS solver.",
+       threshold=">= 50 instances; KKT residual <= 1e-6; |cvxpy - NNLS| <= 1e-5")
+def _claim_svm() -> Measured:
+    r = svm_checks()
+    return Measured(r, r["count"] >= 50 and r["kkt_max"] <= 1e-6 and r["nnls_gap_max"] <= 1e-5)
+
+
+# ---------------------------------------------------------------- the gradient
+@functools.lru_cache(maxsize=None)
+def grad_check(batch: int = 200, n: int = 4, T: int = 5, m: int = 3, seed: int = 0) -> dict:
+    """Largest relative difference between the stable gradient and float64 autograd, per loss."""
+    g = torch.Generator().manual_seed(seed)
+    K = torch.randn(batch, n, T, m, generator=g, dtype=torch.float64)
+    gamma = torch.randn(batch, n, T, generator=g, dtype=torch.float64)
+    p = torch.randn(batch, m, generator=g, dtype=torch.float64)
+    problem = AttentionProblem(K, gamma)
+    out = {}
+    for loss in ("logistic", "exponential", "correlation"):
+        a = grad.grad_p(problem, p, loss).value()
+        b = grad.autograd_grad(problem, p, loss)
+        out[loss] = float(((a - b).norm(dim=-1) / b.norm(dim=-1)).max())
+    return out
+
+
+@claim("core.grad_autograd", chapter=CHAPTER, checks="saturation-safe gradient",
+       statement="The saturation-safe gradient equals float64 autograd on unsaturated random points, for the three losses.",
+       threshold="relative error <= 1e-10")
+def _claim_grad() -> Measured:
+    r = grad_check()
+    return Measured(r, max(r.values()) <= 1e-10)
+
+
+# ---------------------------------------------------------------- the trap
+@dataclass
+class TrapResult:
+    steps: np.ndarray          # recorded steps
+    norm: np.ndarray           # (S, starts) ||p|| of the stable run
+    corr_stable: np.ndarray    # (S, starts) correlation with the GMM
+    corr_float32: np.ndarray   # (S, starts) same, float32 autograd
+    p_stable: np.ndarray       # (S, starts, 2)
+    p_float32: np.ndarray
+    gmm: np.ndarray
+
+
+def _float32_autograd_run(problem: AttentionProblem, p0: torch.Tensor, steps: int, lr: float,
+                          record: set[int], dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+    """Normalized GD the way the public code computes it: autograd through the softmax in ``dtype``
+    (float32 by default, as the public code; ``torch.float64`` gives naive float64)."""
+    p = p0.to(dtype)
+    rows = []
+    for k in range(steps + 1):
+        if k in record:
+            rows.append(p.double().clone())
+        if k == steps:
+            break
+        g = grad.autograd_grad(problem, p, "logistic", dtype=dtype)
+        p = p - lr * g / g.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+    return rows
+
+
+def trap(scale: str | None = None) -> TrapResult:
+    """Fig. 1 (global) for long enough that ``||p|| >= 1000``: stable float64 vs float32 autograd."""
+    return _trap(scale or config.scale())
+
+
+@functools.lru_cache(maxsize=None)
+def _trap(scale: str) -> TrapResult:
+    steps = config.pick(quick=10_500, paper=50_000, which=scale)
+    every = 100
+    inst = instances.fig1("global")
+    problem = inst.problem()
+    gmm = svm.att_svm(inst.K, geometry.optimal_tokens(inst.gamma)).x
+    with torch.inference_mode():
+        h = train.train_p(problem, inst.starts, steps=steps, lr=0.1, record_every=every, record_probs=False)
+    rows = _float32_autograd_run(problem, inst.starts_tensor(), steps, 0.1, set(range(0, steps + 1, every)) | {steps})
+    p32 = torch.stack(rows).numpy()
+    ps = h.p.numpy()
+    return TrapResult(h.steps, h.norm.numpy(), geometry.correlation(ps, gmm), geometry.correlation(p32, gmm), ps, p32, gmm)
+
+
+@claim("core.stable_direction", chapter=CHAPTER, checks="saturation-safe gradient; Fig. 1 (global)",
+       statement="With the stable gradient all six Fig. 1 starts reach the GMM direction at ||p|| >= 1000, "
+                 "while float32 autograd at the same step count does not.",
+       threshold="stable: min correlation >= 0.99999 with min ||p|| >= 1000; float32: min correlation < 0.99")
+def _claim_stable() -> Measured:
+    r = trap()
+    stable, f32, norm = r.corr_stable[-1].min(), r.corr_float32[-1].min(), r.norm[-1].min()
+    return Measured({"stable_min_corr": float(stable), "float32_min_corr": float(f32), "min_norm": float(norm),
+                     "steps": int(r.steps[-1])}, bool(stable >= 0.99999 and norm >= 1000 and f32 < 0.99))
+
+
+def plot_trap(r: TrapResult | None = None):
+    """``1 - correlation`` with the GMM against steps: stable float64 vs float32 autograd."""
+    r = r or trap()
+    fig = plot_curves(r.steps, {"stable float64": 1 - r.corr_stable, "float32 autograd": 1 - r.corr_float32},
+                      xlabel="iteration", ylabel="1 - correlation with GMM", logy=True)
+    return fig
+
+
+# ---------------------------------------------------------------- the tour
+@dataclass
+class TourResult:
+    paths: np.ndarray     # (S, starts, 2)
+    steps: np.ndarray
+    gmm: np.ndarray
+    corr: np.ndarray      # (S, starts)
+    keys: np.ndarray      # (1, 3, 2)
+
+
+@functools.lru_cache(maxsize=None)
+def tour(steps: int = 1000) -> TourResult:
+    """The published Fig. 1 (global) run: normalized GD, step 0.1, 1000 steps, six starts batched."""
+    inst = instances.fig1("global")
+    gmm = svm.att_svm(inst.K, geometry.optimal_tokens(inst.gamma)).x
+    with torch.inference_mode():
+        h = train.train_p(inst.problem(), inst.starts, steps=steps, lr=0.1, record_every=5, record_probs=False)
+    ps = h.p.numpy()
+    return TourResult(ps, h.steps, gmm, geometry.correlation(ps, gmm), inst.K)
+
+
+def plot_tour(r: TourResult | None = None, first: int = 200):
+    """Paths of the first ``first`` iterations against the GMM direction."""
+    r = r or tour()
+    keep = r.steps <= first
+    return plot_paths(r.paths[keep], directions={"GMM direction": r.gmm}, tokens=r.keys,
+                      labels=[f"start {tuple(np.round(s, 1))}" for s in r.paths[0]])
+
+
+FIGURES = {"fig-tour-paths": lambda: plot_tour(), "fig-tour-trap": lambda: plot_trap()}

@@ -1,0 +1,240 @@
+"""Training loops: gradient descent, normalized GD, joint (v, p), regularization paths.
+
+All loops run every start / instance of a batch in one tensor operation
+and record a :class:`History` (a thinned copy of the iterates, norms,
+losses and softmax probabilities).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from .config import progress_enabled
+from .grad import Saturation, grad_p, loss_parts, loss_value, saturation
+from .losses import Loss, get_loss
+from .model import AttentionProblem, as_tensor, scores
+
+METHODS = ("normalized", "gd")
+
+
+@dataclass
+class History:
+    """What a training run recorded, every ``record_every`` steps and at the end.
+
+    Attributes (``S`` recorded steps, batch shape ``...``)
+    ----------
+    steps : ``(S,)`` step indices (0 = the start).
+    p : ``(S, ..., m)`` iterates.
+    norm : ``(S, ...)`` ``||p||``.
+    loss : ``(S, ...)`` training loss.
+    probs : ``(S, ..., n, T)`` softmax probabilities (if recorded).
+    v : ``(S, ..., d)`` head iterates (joint training only).
+    """
+
+    steps: np.ndarray
+    p: torch.Tensor
+    norm: torch.Tensor
+    loss: torch.Tensor
+    probs: torch.Tensor | None = None
+    v: torch.Tensor | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def final_p(self) -> torch.Tensor:
+        return self.p[-1]
+
+
+def _record_steps(steps: int, record_every: int) -> set[int]:
+    if steps < 0 or record_every < 1:
+        raise ValueError(f"steps must be >= 0 and record_every >= 1, got {steps}, {record_every}")
+    return set(range(0, steps + 1, record_every)) | {steps}
+
+
+def _stack(rows: list[torch.Tensor]) -> torch.Tensor:
+    return torch.stack(rows).cpu()
+
+
+def train_p(problem: AttentionProblem, p0, *, steps: int, lr: float = 0.1, method: str = "normalized",
+            loss: str | Loss = "logistic", record_every: int = 1, record_probs: bool = True,
+            progress: bool | None = None) -> History:
+    """Train the tunable token ``p`` with the head fixed.
+
+    Parameters
+    ----------
+    problem : keys and scores, batch shape ``B`` (e.g. instances).
+    p0 : starts, shape broadcastable to ``(..., m)`` against the problem's batch
+        (e.g. ``(starts, m)`` for one instance, or ``(starts, 1, m)`` against ``I`` instances).
+    steps, lr : number of steps and step size.
+    method : ``"normalized"`` (``p -= lr g/||g||``, the published runs) or ``"gd"`` (``p -= lr g``).
+    loss : logistic (default), exponential or correlation.
+    record_every : thinning of the recorded history.
+    record_probs : also keep the softmax probabilities.
+    progress : show a progress bar (default: only for long runs on a terminal).
+
+    Returns
+    -------
+    History
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    loss = get_loss(loss)
+    p = as_tensor(p0, "p0", device=problem.K.device).clone()
+    record = _record_steps(steps, record_every)
+    rows: dict[str, list] = {"step": [], "p": [], "loss": [], "probs": []}
+    bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
+    for k in tqdm(range(steps + 1), disable=not bar, desc=f"{method} GD", leave=False):
+        sat = saturation(problem, p)
+        if k in record:
+            rows["step"].append(k)
+            rows["p"].append(p.clone())
+            rows["loss"].append(loss.value(sat.u).mean(-1))
+            if record_probs:
+                rows["probs"].append(sat.probs)
+        if k == steps:
+            break
+        g = grad_p(problem, p, loss, sat)
+        step = g.direction if method == "normalized" else g.value()
+        p = p - lr * step
+    P = _stack(rows["p"])
+    return History(np.array(rows["step"]), P, P.norm(dim=-1), _stack(rows["loss"]),
+                   _stack(rows["probs"]) if record_probs else None)
+
+
+def _sphere_step(w: torch.Tensor, direction: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+    """Rotate unit vectors ``w`` by angle ``theta`` against the tangent part of ``direction``."""
+    tangent = direction - (direction * w).sum(-1, keepdim=True) * w
+    tn = tangent.norm(dim=-1, keepdim=True)
+    t = torch.where(tn > 0, tangent / tn.clamp_min(1e-300), torch.zeros_like(tangent))
+    new = torch.cos(theta)[..., None] * w - torch.sin(theta)[..., None] * t
+    return new / new.norm(dim=-1, keepdim=True)
+
+
+def _better(problem: AttentionProblem, p_new, p_old, loss) -> torch.Tensor:
+    """Whether ``L(p_new) < L(p_old)``, comparing the tiny excess losses when the selections agree."""
+    b_new, e_new = loss_parts(problem, p_new, loss)
+    b_old, e_old = loss_parts(problem, p_old, loss)
+    return (b_new - b_old) + (e_new - e_old) < 0
+
+
+def regularization_path(problem: AttentionProblem, radii, w0, *, loss: str | Loss = "logistic",
+                        iters: int = 500, theta0: float = 0.3) -> torch.Tensor:
+    """Solutions of ``min L(p) s.t. ||p|| <= R`` for each ``R`` in ``radii``.
+
+    With no finite critical point (Assumption A) the minimiser lies on the
+    sphere ``||p|| = R``; we descend on the sphere from the start directions
+    ``w0`` by rotations whose angle grows on success and halves on failure
+    (a monotone, per-element line search), all radii and starts at once.
+
+    Parameters
+    ----------
+    problem : keys and scores (batch shape ``B``).
+    radii : ``(nR,)`` radii.
+    w0 : ``(starts, m)`` start directions (normalised here).
+    iters : rotations per radius.
+
+    Returns
+    -------
+    ``(nR, starts, ..., m)``: for each radius and start, the point reached;
+    take the best start with :func:`best_of_starts`.
+    """
+    loss = get_loss(loss)
+    dev = problem.K.device
+    radii = as_tensor(radii, "radii", device=dev)
+    if radii.ndim != 1 or not bool((radii > 0).all()):
+        raise ValueError("radii must be a 1-d array of positive numbers")
+    w0 = as_tensor(w0, "w0", device=dev)
+    if w0.ndim != 2:
+        raise ValueError(f"w0 must have shape (starts, m), got {tuple(w0.shape)}")
+    batch = problem.K.shape[:-3]
+    w = (w0 / w0.norm(dim=-1, keepdim=True)).reshape(1, w0.shape[0], *([1] * len(batch)), w0.shape[1])
+    w = w.expand(len(radii), w0.shape[0], *batch, w0.shape[1]).clone()
+    R = radii.reshape(-1, 1, *([1] * len(batch)), 1)
+    theta = torch.full(w.shape[:-1], theta0, dtype=w.dtype, device=dev)
+    for _ in range(iters):
+        g = grad_p(problem, R * w, loss)
+        cand = _sphere_step(w, g.direction, theta)
+        ok = _better(problem, R * cand, R * w, loss)
+        w = torch.where(ok[..., None], cand, w)
+        theta = torch.where(ok, (theta * 1.5).clamp_max(1.0), theta * 0.5)
+    return (R * w).cpu()
+
+
+def best_of_starts(problem: AttentionProblem, points: torch.Tensor, loss: str | Loss = "logistic") -> torch.Tensor:
+    """Among ``points (nR, starts, ..., m)`` keep, per radius, the start of lowest loss: ``(nR, ..., m)``."""
+    points = points.to(problem.K.device)
+    base, excess = loss_parts(problem, points, loss)
+    # order by base first, then by excess (ties in base are exact when selections agree)
+    key = base - base.amin(1, keepdim=True) + excess
+    idx = key.argmin(1)
+    return torch.gather(points, 1, idx[:, None, ..., None].expand(-1, 1, *points.shape[2:])).squeeze(1).cpu()
+
+
+def train_joint(X, Y, v0, p0, *, steps: int, lr: float = 0.1, lr_v: float | None = None, W=None,
+                loss: str | Loss = "logistic", record_every: int = 1, progress: bool | None = None) -> History:
+    """Joint training of the head ``v`` and the token ``p``, each with its own normalized step.
+
+    ``p <- p - lr grad_p L / ||grad_p L||`` and ``v <- v - lr_v grad_v L / ||grad_v L||``,
+    simultaneously (the published Fig. 3 runs).
+
+    Parameters
+    ----------
+    X : ``(n, T, d)`` tokens; Y : ``(n,)`` labels; W : ``(d, m)`` key map (identity if None).
+    v0 : ``(..., d)``; p0 : ``(..., m)`` starts.
+
+    Returns
+    -------
+    History with ``v`` filled and ``extra["output_prob"]`` ``(S, ..., n)``, the
+    logistic output probability ``sigma(Y_i f(X_i))``.
+    """
+    loss = get_loss(loss)
+    lr_v = lr if lr_v is None else lr_v
+    X = as_tensor(X, "X")
+    Y = as_tensor(Y, "Y", device=X.device)
+    K = X if W is None else X @ as_tensor(W, "W", device=X.device)
+    v = as_tensor(v0, "v0", device=X.device).clone()
+    p = as_tensor(p0, "p0", device=X.device).clone()
+    if v.shape[-1] != X.shape[-1] or p.shape[-1] != K.shape[-1]:
+        raise ValueError(f"v0 must end in d={X.shape[-1]} and p0 in m={K.shape[-1]}")
+    record = _record_steps(steps, record_every)
+    rows: dict[str, list] = {k: [] for k in ("step", "p", "v", "loss", "probs", "out")}
+    bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
+    for k in tqdm(range(steps + 1), disable=not bar, desc="joint GD", leave=False):
+        problem = AttentionProblem(K, scores(X, Y, v))
+        sat = saturation(problem, p)
+        if k in record:
+            rows["step"].append(k)
+            rows["p"].append(p.clone())
+            rows["v"].append(v.clone())
+            rows["loss"].append(loss.value(sat.u).mean(-1))
+            rows["probs"].append(sat.probs)
+            rows["out"].append(torch.sigmoid(sat.u))
+        if k == steps:
+            break
+        gp = grad_p(problem, p, loss, sat)
+        gv = grad_v(X, Y, sat, loss)
+        p = p - lr * gp.direction
+        v = v - lr_v * gv
+    P = _stack(rows["p"])
+    return History(np.array(rows["step"]), P, P.norm(dim=-1), _stack(rows["loss"]), _stack(rows["probs"]),
+                   _stack(rows["v"]), {"output_prob": _stack(rows["out"])})
+
+
+def grad_v(X: torch.Tensor, Y: torch.Tensor, sat: Saturation, loss: Loss) -> torch.Tensor:
+    """Unit direction of ``grad_v L = (1/n) sum_i l'(u_i) Y_i sum_t s_it x_it``, ``(..., d)``.
+
+    The weights ``l'(u_i)`` are rescaled by their largest magnitude in log
+    space so the direction survives when they all underflow.
+    """
+    log_w = loss.log_neg_deriv(sat.u)                          # (..., n)
+    M = log_w.max(-1, keepdim=True).values
+    w = -torch.exp(log_w - M) * Y                              # l' < 0
+    attended = (sat.probs.unsqueeze(-1) * X).sum(-2)           # (..., n, d)
+    G = (w.unsqueeze(-1) * attended).sum(-2)
+    norm = G.norm(dim=-1, keepdim=True)
+    return torch.where(norm > 0, G / norm.clamp_min(1e-300), torch.zeros_like(G))
+
+
+__all__ = ["History", "train_p", "train_joint", "regularization_path", "best_of_starts", "grad_v", "loss_value"]
