@@ -6,7 +6,7 @@ NOTEBOOKS := $(shell find book -name '*.ipynb' -not -path '*/.ipynb_checkpoints/
 export MMTOKEN_PROGRESS ?= off
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup book build test unit nbval strict sync claims figures clean
+.PHONY: setup book build test unit nbval strict sync claims figures bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -40,6 +40,9 @@ claims: setup
 
 figures: setup
 	$(PY) -m mmtoken figures --out figures
+
+bench: setup  ## benchmarks (not part of the tests): results in benchmarks/results/
+	$(PY) benchmarks/run_all.py
 
 clean:
 	rm -rf _build figures

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from . import fastpath
 from .config import progress_enabled
 from .grad import Saturation, grad_p, loss_parts, loss_value, saturation
 from .losses import Loss, get_loss
@@ -83,6 +84,13 @@ def train_p(problem: AttentionProblem, p0, *, steps: int, lr: float = 0.1, metho
     loss = get_loss(loss)
     p = as_tensor(p0, "p0", device=problem.K.device).clone()
     record = _record_steps(steps, record_every)
+    if p.shape[-1] != problem.m:
+        raise ValueError(f"p0 has dimension {p.shape[-1]} but the keys have {problem.m}")
+    batch = torch.broadcast_shapes(problem.K.shape[:-3], problem.gamma.shape[:-2], p.shape[:-1],
+                                   problem.mask.shape[:-2] if problem.mask is not None else ())
+    p = p.expand(*batch, problem.m).clone()
+    if problem.K.device.type == "cpu" and fastpath.available() and loss.name in fastpath.LOSS_IDS:
+        return _train_p_compiled(problem, p, steps, lr, method, loss, sorted(record), record_probs)
     rows: dict[str, list] = {"step": [], "p": [], "loss": [], "probs": []}
     bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
     for k in tqdm(range(steps + 1), disable=not bar, desc=f"{method} GD", leave=False):
@@ -101,6 +109,22 @@ def train_p(problem: AttentionProblem, p0, *, steps: int, lr: float = 0.1, metho
     P = _stack(rows["p"])
     return History(np.array(rows["step"]), P, P.norm(dim=-1), _stack(rows["loss"]),
                    _stack(rows["probs"]) if record_probs else None)
+
+
+def _train_p_compiled(problem: AttentionProblem, p: torch.Tensor, steps: int, lr: float, method: str,
+                      loss: Loss, record: list[int], record_probs: bool) -> History:
+    """:func:`train_p` through the compiled CPU kernel; the history is evaluated afterwards in one batch."""
+    K, gamma, mask = problem.K, problem.gamma, problem.mask
+    n, T, m = problem.n, problem.T, problem.m
+    batch = p.shape[:-1]
+    flat = lambda x, tail: x.expand(*batch, *tail).reshape(-1, *tail).numpy()
+    full_mask = torch.ones(gamma.shape, dtype=torch.bool) if mask is None else mask
+    out = fastpath.run(flat(K, (n, T, m)), flat(gamma, (n, T)), flat(full_mask, (n, T)), flat(p, (m,)),
+                       steps, lr, method == "normalized", loss.name, np.array(record))
+    P = torch.from_numpy(out).reshape(len(record), *batch, m)
+    sat = saturation(problem, P)
+    return History(np.array(record), P, P.norm(dim=-1), loss.value(sat.u).mean(-1),
+                   sat.probs if record_probs else None)
 
 
 def _sphere_step(w: torch.Tensor, direction: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
@@ -198,7 +222,11 @@ def train_joint(X, Y, v0, p0, *, steps: int, lr: float = 0.1, lr_v: float | None
     p = as_tensor(p0, "p0", device=X.device).clone()
     if v.shape[-1] != X.shape[-1] or p.shape[-1] != K.shape[-1]:
         raise ValueError(f"v0 must end in d={X.shape[-1]} and p0 in m={K.shape[-1]}")
+    batch = torch.broadcast_shapes(v.shape[:-1], p.shape[:-1])
+    v, p = v.expand(*batch, v.shape[-1]).clone(), p.expand(*batch, p.shape[-1]).clone()
     record = _record_steps(steps, record_every)
+    if X.ndim == 3 and X.device.type == "cpu" and fastpath.available() and loss.name in fastpath.LOSS_IDS:
+        return _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, sorted(record))
     rows: dict[str, list] = {k: [] for k in ("step", "p", "v", "loss", "probs", "out")}
     bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
     for k in tqdm(range(steps + 1), disable=not bar, desc="joint GD", leave=False):
@@ -220,6 +248,20 @@ def train_joint(X, Y, v0, p0, *, steps: int, lr: float = 0.1, lr_v: float | None
     P = _stack(rows["p"])
     return History(np.array(rows["step"]), P, P.norm(dim=-1), _stack(rows["loss"]), _stack(rows["probs"]),
                    _stack(rows["v"]), {"output_prob": _stack(rows["out"])})
+
+
+def _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, record) -> History:
+    """:func:`train_joint` through the compiled kernel; the history is evaluated afterwards in one batch."""
+    batch = p.shape[:-1]
+    p_flat = p.reshape(-1, p.shape[-1]).numpy()
+    v_flat = v.reshape(-1, v.shape[-1]).numpy()
+    out_p, out_v = fastpath.run_joint(X.numpy(), Y.numpy(), K.numpy(), p_flat, v_flat, steps, lr, lr_v,
+                                      loss.name, np.array(record))
+    P = torch.from_numpy(out_p).reshape(len(record), *batch, p.shape[-1])
+    V = torch.from_numpy(out_v).reshape(len(record), *batch, v.shape[-1])
+    sat = saturation(AttentionProblem(K, scores(X, Y, V)), P)
+    return History(np.array(record), P, P.norm(dim=-1), loss.value(sat.u).mean(-1), sat.probs, V,
+                   {"output_prob": torch.sigmoid(sat.u)})
 
 
 def grad_v(X: torch.Tensor, Y: torch.Tensor, sat: Saturation, loss: Loss) -> torch.Tensor:

@@ -22,3 +22,19 @@ else
     echo "$want" > "$stamp"
     echo "setup: installed into $VENV"
 fi
+
+# System packages: Chromium and its driver (browser check of the built book) and the
+# Fashion-MNIST idx files (the offline image data of the ViT chapter).
+apt_missing=()
+{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || apt_missing+=(chromium chromium-driver)
+[ -d /usr/share/datasets/fashion-mnist ] || apt_missing+=(dataset-fashion-mnist)
+if [ ${#apt_missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "setup: installing Debian packages: ${apt_missing[*]}"
+        apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${apt_missing[@]}" >/dev/null
+    else
+        echo "setup: missing Debian packages ${apt_missing[*]} (install them with apt-get as root);" \
+             "the browser check is skipped outside CI and the ViT chapter needs the data" >&2
+    fi
+fi

@@ -63,3 +63,40 @@ def test_joint_training_selects_and_separates():
     assert float(h.extra["output_prob"][-1].min()) > 0.9
     sel = h.probs[-1][np.arange(3), [1, 1, 1]]
     assert float(sel.min()) > 0.9
+
+
+@pytest.mark.parametrize("method", ["normalized", "gd"])
+@pytest.mark.parametrize("loss", ["logistic", "exponential", "correlation"])
+def test_compiled_kernel_matches_torch(method, loss, monkeypatch):
+    """The numba kernel and the torch code are two implementations of the same steps."""
+    from mmtoken import fastpath
+    if not fastpath.available():
+        pytest.skip("numba not installed")
+    g = torch.Generator().manual_seed(3)
+    problem = AttentionProblem(torch.randn(4, 2, 5, 3, generator=g, dtype=torch.float64),
+                               torch.randn(4, 2, 5, generator=g, dtype=torch.float64),
+                               mask=torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool))
+    p0 = torch.randn(3, 1, 3, generator=g, dtype=torch.float64)       # 3 starts x 4 instances
+    fast = train.train_p(problem, p0, steps=400, lr=0.2, method=method, loss=loss, record_every=100)
+    monkeypatch.setenv("MMTOKEN_FASTPATH", "off")
+    slow = train.train_p(problem, p0, steps=400, lr=0.2, method=method, loss=loss, record_every=100)
+    assert fast.p.shape == slow.p.shape == (5, 3, 4, 3)
+    assert torch.allclose(fast.p, slow.p, atol=1e-10, rtol=0)
+    assert torch.allclose(fast.loss, slow.loss, atol=1e-12)
+    assert torch.allclose(fast.probs, slow.probs, atol=1e-10)
+    assert torch.all(fast.probs[..., 3:][:, :, :, 0] == 0)                # padding gets no attention
+
+
+def test_compiled_joint_matches_torch(monkeypatch):
+    from mmtoken import fastpath
+    if not fastpath.available():
+        pytest.skip("numba not installed")
+    inst = instances.fig3("loose")
+    starts = np.array([[0.0, -1.0], [0.5, 0.5]])
+    fast = train.train_joint(inst.X, inst.Y, inst.extra["v0"], starts, steps=300, lr=0.1, record_every=100)
+    monkeypatch.setenv("MMTOKEN_FASTPATH", "off")
+    slow = train.train_joint(inst.X, inst.Y, inst.extra["v0"], starts, steps=300, lr=0.1, record_every=100)
+    assert fast.p.shape == slow.p.shape == (4, 2, 2) and fast.v.shape == slow.v.shape
+    assert torch.allclose(fast.p, slow.p, atol=1e-10) and torch.allclose(fast.v, slow.v, atol=1e-10)
+    assert torch.allclose(fast.extra["output_prob"], slow.extra["output_prob"], atol=1e-10)
+    assert torch.allclose(fast.probs, slow.probs, atol=1e-10)

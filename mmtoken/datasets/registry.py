@@ -64,6 +64,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; caches are ordinary readable files
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -1,0 +1,39 @@
+"""Compute time of the part-1 experiments (chapters 1, 2, saturation appendix) at quick scale.
+
+Not a test: prints a table of wall and CPU seconds per experiment, imports excluded.
+Run with ``OMP_NUM_THREADS=1 python benchmarks/bench_part1.py``.
+"""
+import time
+
+import torch
+
+from mmtoken import config, svm
+from mmtoken.experiments import global_convergence as gc
+from mmtoken.experiments import saturation, w_equals_p
+
+
+def timed(fn):
+    w, c = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - w, time.process_time() - c
+
+
+def main():
+    scale = config.scale()
+    svm.att_svm([[[0.0, 1.0], [1.0, 0.0]]], [0])            # warm up cvxpy outside the timings
+    rows = [
+        ("01 W = p (2 key maps x 6 starts x 500 GD steps)", lambda: w_equals_p._run(scale)),
+        ("02 Fig. 1 global, published 1000 steps (6 starts)", lambda: gc._published()),
+        ("02 continuation to 10k/200k steps (6 starts)", lambda: gc._long(scale)),
+        ("02 regularization path (radii x 12 starts)", lambda: gc._reg(scale)),
+        ("app. saturation trap (3 gradients x 6 starts)", lambda: saturation._run(scale)),
+    ]
+    print(f"scale: {scale}, torch threads: {torch.get_num_threads()}")
+    print(f"{'experiment':52s} {'wall s':>8s} {'cpu s':>8s}")
+    for name, fn in rows:
+        wall, cpu = timed(fn)
+        print(f"{name:52s} {wall:8.2f} {cpu:8.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""Compute time of the chapter 3 (local convergence) and 4 (many inputs) experiments at quick scale.
+
+Not a test: prints a table of wall and CPU seconds per experiment, imports excluded.
+Run with ``OMP_NUM_THREADS=1 python benchmarks/bench_part1_local.py``.
+"""
+import time
+
+import torch
+
+from mmtoken import config, geometry, instances, svm
+from mmtoken.experiments import local_convergence as lc
+from mmtoken.experiments import many_inputs as mi
+
+
+def timed(fn):
+    w, c = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - w, time.process_time() - c
+
+
+def main():
+    scale = config.scale()
+    svm.att_svm([[[0.0, 1.0], [1.0, 0.0]]], [0])            # warm up cvxpy outside the timings
+    inst = instances.fig2()
+    opt = geometry.optimal_tokens(inst.gamma)
+    gmm = svm.att_svm(inst.K, opt).x
+    n_ngd = config.pick(quick=4000, paper=20_000, which=scale)
+    n_gd = config.pick(quick=2000, paper=20_000, which=scale)
+    rows = [
+        ("03 whole chapter: Fig. 1 local (6 starts) + 12 cone runs, batched; "
+         "counterexample (16 starts); 10 SVMs", lambda: lc._run(scale)),
+        (f"04 Fig. 2 normalized GD, {n_ngd} steps (6 starts, every step recorded)",
+         lambda: mi._train(inst, opt, gmm, "normalized", 0.1, n_ngd, 1)),
+        (f"04 Fig. 2 plain GD, {n_gd} steps (6 starts, every step recorded)",
+         lambda: mi._train(inst, opt, gmm, "gd", 1.0, n_gd, 1)),
+    ]
+    print(f"scale: {scale}, torch threads: {torch.get_num_threads()}")
+    print(f"{'experiment':100s} {'wall s':>8s} {'cpu s':>8s}")
+    for name, fn in rows:
+        wall, cpu = timed(fn)
+        print(f"{name:100s} {wall:8.2f} {cpu:8.2f}")
+
+
+if __name__ == "__main__":
+    main()

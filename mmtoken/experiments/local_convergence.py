@@ -1,0 +1,346 @@
+"""Local convergence (paper A, Theorems 3-4, Fig. 1 local case, Appendix E counterexample).
+
+Three computations, all batched and memoised per scale:
+
+* the published Fig. 1 *local* run: six starts, normalized GD, step 0.1;
+  the two lowest starts end at the LMM, the others at the GMM;
+* the selection table: every selection of both Fig. 1 configurations is
+  classified by the definitions (feasible, SVM-neighbours, locally optimal)
+  and then tested dynamically by normalized GD started far out in a narrow
+  cone around its ``p_mm``;
+* an ``n = T = d = 2`` instance on which two starts reach two different
+  max-margin directions (GMM and an LMM), so Theorem 2 cannot extend to
+  ``n >= 2``.
+
+The chapter ``book/part1/03_local.md`` shows these runs.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .. import config, geometry, instances, train
+from ..ledger import Measured, claim
+from ..model import AttentionProblem
+from ..plotting import colors, plot_paths
+
+CHAPTER = "03_local"
+
+CONE_MU = 0.002
+"""Width of the test cones: ``corr(p, p_mm) >= 1 - mu`` (about 3.6 degrees)."""
+CONE_R = 50.0
+"""Norm of the cone starts ("far out")."""
+
+# The counterexample: two inputs, two tokens each, tokens in R^2, W = I.
+CE_X = np.array([[[1.0, 0.0], [0.0, 0.0]],
+                 [[0.0, 1.0], [2.0, 0.0]]])
+CE_Y = np.array([1.0, 1.0])
+CE_V = np.array([1.0, 3.0])
+COUNTER_STARTS = (4, 12)
+"""Indices of the starts ``(0, 1)`` and ``(0, -1)`` among the 16 counterexample starts."""
+
+
+def counterexample_instance() -> instances.Instance:
+    """The ``n = T = d = 2`` instance of this chapter (keys = tokens, ``W = I``).
+
+    Input 1: ``x_11 = (1, 0)`` (score 1), ``x_12 = (0, 0)`` (score 0).
+    Input 2: ``x_21 = (0, 1)`` (score 3), ``x_22 = (2, 0)`` (score 2).
+    ``Y = (1, 1)``, ``v = (1, 3)``. Starts: 16 points on the unit circle.
+    """
+    ang = np.arange(16) * (2 * np.pi / 16)
+    starts = np.stack([np.cos(ang), np.sin(ang)], -1).round(15)
+    return instances.Instance(CE_X.copy(), CE_Y.copy(), CE_V.copy(), np.eye(2), starts, "counterexample")
+
+
+# ---------------------------------------------------------------- results
+@dataclass
+class PathsResult:
+    """Normalized-GD paths with the directions they are compared with."""
+
+    steps: np.ndarray     # (S,)
+    paths: np.ndarray     # (S, starts, 2)
+    keys: np.ndarray      # (n, T, 2)
+    gmm: np.ndarray       # (2,)
+    lmm: np.ndarray       # (2,)
+    corr_gmm: np.ndarray  # (S, starts)
+    corr_lmm: np.ndarray  # (S, starts)
+
+
+@dataclass
+class ConeRun:
+    """GD started in the cone ``C_{mu,R}(p_mm(alpha))`` for each feasible selection."""
+
+    case: list            # configuration of each run
+    alpha: list           # selection of each run
+    side: list            # +1 / -1: which edge of the cone the start sits on
+    steps: np.ndarray
+    paths: np.ndarray     # (S, runs, 2)
+    p_mm: np.ndarray      # (runs, 2)
+    corr: np.ndarray      # (S, runs) correlation with the run's own p_mm
+    locally_optimal: np.ndarray  # (runs,) bool, from the definitions
+
+
+@dataclass
+class LocalResult:
+    fig1: PathsResult
+    reports: dict         # case -> list[SelectionReport]
+    cones: ConeRun
+    counter: PathsResult
+    counter_reports: list
+    steps_fig1: int
+    steps_cone: int
+    steps_counter: int
+
+
+def run(scale: str | None = None) -> LocalResult:
+    """The whole chapter, memoised per scale."""
+    return _run(scale or config.scale())
+
+
+def cone_starts(q, mu: float, R: float) -> np.ndarray:
+    """The two planar points of norm ``R`` on the edges of ``C_{mu,R}(q)``: correlation exactly ``1 - mu/2``.
+
+    ``(2, 2)``; rows rotated by ``+theta`` and ``-theta`` from ``q``.
+    """
+    q = np.asarray(q, float)
+    if q.shape != (2,) or not np.any(q):
+        raise ValueError("cone_starts is planar: q must be a non-zero vector of shape (2,)")
+    u = q / np.linalg.norm(q)
+    th = np.arccos(1 - mu / 2)
+    rot = lambda a: np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
+    return R * np.stack([rot(th) @ u, rot(-th) @ u])
+
+
+def _cone_rows(reports: dict) -> dict:
+    """Starts on both cone edges of every feasible selection of every configuration."""
+    rows = {k: [] for k in ("case", "alpha", "side", "K", "gamma", "p0", "q", "local")}
+    for name, reps in reports.items():
+        inst = instances.fig1(name)
+        for rep in reps:
+            if not rep.feasible:
+                continue
+            for s, p0 in zip((1, -1), cone_starts(rep.p_mm, CONE_MU, CONE_R)):
+                for key, val in zip(rows, (name, rep.alpha, s, inst.K, inst.gamma, p0, rep.p_mm, rep.locally_optimal)):
+                    rows[key].append(val)
+    return rows
+
+
+@functools.lru_cache(maxsize=None)
+def _run(scale: str) -> LocalResult:
+    steps = config.pick(quick=2000, paper=20_000, which=scale)
+    steps_counter = config.pick(quick=1500, paper=10_000, which=scale)
+
+    # Fig. 1, local case (published starts) and the cone runs of both configurations,
+    # batched in one run: row b trains on its own keys K[b] from its own start p0[b]
+    inst = instances.fig1("local")
+    reports = {case: geometry.enumerate_selections(instances.fig1(case).K, instances.fig1(case).gamma)
+               for case in ("local", "global")}
+    gmm = next(r for r in reports["local"] if r.globally_optimal).p_mm
+    lmm = next(r for r in reports["local"] if r.locally_optimal and not r.globally_optimal).p_mm
+    rows = _cone_rows(reports)
+    S = len(inst.starts)
+    K = np.concatenate([np.repeat(inst.K[None], S, 0), np.stack(rows["K"])])
+    G = np.concatenate([np.repeat(inst.gamma[None], S, 0), np.stack(rows["gamma"])])
+    P0 = np.concatenate([inst.starts, np.stack(rows["p0"])])
+    with torch.inference_mode():
+        h = train.train_p(AttentionProblem(K, G), P0, steps=steps, lr=0.1, record_every=5, record_probs=False)
+    ps = h.p.numpy()
+    fig1 = PathsResult(h.steps, ps[:, :S], inst.K, gmm, lmm,
+                       geometry.correlation(ps[:, :S], gmm), geometry.correlation(ps[:, :S], lmm))
+    Q = np.stack(rows["q"])
+    cones = ConeRun(rows["case"], rows["alpha"], rows["side"], h.steps, ps[:, S:], Q,
+                    geometry.correlation(ps[:, S:], Q[None]), np.array(rows["local"]))
+
+    # the n = T = d = 2 counterexample
+    ce = counterexample_instance()
+    ce_reports = geometry.enumerate_selections(ce.K, ce.gamma)
+    ce_gmm = next(r for r in ce_reports if r.globally_optimal).p_mm
+    ce_lmm = next(r for r in ce_reports if r.locally_optimal and not r.globally_optimal).p_mm
+    with torch.inference_mode():
+        hc = train.train_p(ce.problem(), ce.starts, steps=steps_counter, lr=0.1, record_every=5, record_probs=False)
+    pc = hc.p.numpy()
+    counter = PathsResult(hc.steps, pc, ce.K, ce_gmm, ce_lmm,
+                          geometry.correlation(pc, ce_gmm), geometry.correlation(pc, ce_lmm))
+    return LocalResult(fig1, reports, cones, counter, ce_reports, steps, steps, steps_counter)
+
+
+# ---------------------------------------------------------------- tables
+def _fmt_vec(x) -> str:
+    return "-" if x is None else "(" + ", ".join(f"{v:.3f}" for v in np.round(np.asarray(x, float), 3) + 0.0) + ")"
+
+
+def selection_table(r: LocalResult | None = None) -> pd.DataFrame:
+    """One row per selection of the Fig. 1 configurations: classification and the cone test."""
+    r = r or run()
+    c = r.cones
+    rows = []
+    for case, reps in r.reports.items():
+        inst = instances.fig1(case)
+        for rep in reps:
+            t = rep.alpha[0]
+            runs = [j for j in range(len(c.alpha)) if c.case[j] == case and c.alpha[j] == rep.alpha]
+            final = c.corr[-1, runs] if runs else None
+            rows.append({
+                "config": case,
+                "token": t,
+                "key": _fmt_vec(inst.K[0, t]),
+                "score": round(float(inst.gamma[0, t]), 2),
+                "feasible": rep.feasible,
+                "p_mm": _fmt_vec(rep.p_mm),
+                "SVM-neighbours": ", ".join(str(tok) for _, tok in rep.neighbours) or "-",
+                "locally optimal": rep.locally_optimal,
+                "global": rep.globally_optimal,
+                "cone run: min corr": "-" if final is None else f"{final.min():.4f}",
+            })
+    return pd.DataFrame(rows)
+
+
+def counterexample_table(r: LocalResult | None = None) -> pd.DataFrame:
+    """The four selections of the counterexample, classified."""
+    r = r or run()
+    ce = counterexample_instance()
+    return pd.DataFrame([{
+        "selection": rep.alpha,
+        "scores": tuple(round(float(ce.gamma[i, a]), 2) for i, a in enumerate(rep.alpha)),
+        "feasible": rep.feasible,
+        "p_mm": _fmt_vec(rep.p_mm),
+        "SVM-neighbours (input, token)": ", ".join(str(nb) for nb in rep.neighbours) or "-",
+        "locally optimal": rep.locally_optimal,
+        "global": rep.globally_optimal,
+    } for rep in r.counter_reports])
+
+
+# ---------------------------------------------------------------- claims
+@claim("A.local.paths", chapter=CHAPTER, checks="paper A, Thm 3; Fig. 1 (local)",
+       statement="Fig. 1 local: normalized GD from the two lowest published starts converges in direction to the LMM, "
+                 "from the other four to the GMM.",
+       threshold="two lowest starts: correlation >= 0.9999 with the LMM; other four: >= 0.9999 with the GMM")
+def _claim_paths() -> Measured:
+    r = run().fig1
+    low, up = r.corr_lmm[-1, 4:], r.corr_gmm[-1, :4]
+    return Measured({"lmm_corr_min": float(low.min()), "gmm_corr_min": float(up.min()),
+                     "steps": int(r.steps[-1])}, bool(low.min() >= 0.9999 and up.min() >= 0.9999))
+
+
+@claim("A.local.table", chapter=CHAPTER, checks="paper A, Thm 3 (local optimality and cones); Fig. 1 both cases",
+       statement="Every selection of both Fig. 1 configurations is classified by the definitions; stable normalized GD "
+                 "started far out in a narrow cone around each feasible p_mm converges there exactly for the "
+                 "selections classified locally optimal and leaves the cone for the others.",
+       threshold="locally optimal: final correlation >= 0.999 with p_mm; others: final correlation < 1 - mu "
+                 f"(mu = {CONE_MU}, start norm {CONE_R})")
+def _claim_table() -> Measured:
+    r = run()
+    c = r.cones
+    final = c.corr[-1]
+    stays = final >= 0.999
+    left = final < 1 - CONE_MU
+    ok = bool(np.all(np.where(c.locally_optimal, stays, left)))
+    n_sel = sum(len(v) for v in r.reports.values())
+    return Measured({"selections": n_sel, "cone_runs": len(final),
+                     "min_corr_locally_optimal": float(final[c.locally_optimal].min()),
+                     "max_corr_others": float(final[~c.locally_optimal].max())}, ok)
+
+
+@claim("A.local.counterexample", chapter=CHAPTER, checks="paper A, Appendix E counterexample (n = T = d = 2)",
+       statement="On the n = T = d = 2 instance X_1 = [(1,0),(0,0)], X_2 = [(0,1),(2,0)], Y = (1,1), v = (1,3), W = I, "
+                 "normalized GD from p0 = (0,1) converges to the GMM and from p0 = (0,-1) to an LMM.",
+       threshold="correlation >= 0.999 with the GMM and with the LMM respectively; the LMM is classified locally "
+                 "optimal and differs from the GMM")
+def _claim_counter() -> Measured:
+    r = run()
+    c = r.counter
+    up, down = COUNTER_STARTS
+    assert np.allclose(c.paths[0, up], (0, 1)) and np.allclose(c.paths[0, down], (0, -1))
+    to_gmm, to_lmm = float(c.corr_gmm[-1, up]), float(c.corr_lmm[-1, down])
+    distinct = geometry.correlation(c.gmm, c.lmm) < 0.99
+    return Measured({"corr_gmm_from_(0,1)": to_gmm, "corr_lmm_from_(0,-1)": to_lmm,
+                     "corr_gmm_lmm": float(geometry.correlation(c.gmm, c.lmm))},
+                    bool(to_gmm >= 0.999 and to_lmm >= 0.999 and distinct))
+
+
+# ---------------------------------------------------------------- plots
+def plot_fig1_local(r: LocalResult | None = None, first: int = 200, ax=None):
+    """Fig. 1 (local): the first ``first`` iterations with the GMM and LMM rays."""
+    r = (r or run()).fig1
+    keep = r.steps <= first
+    return plot_paths(r.paths[keep], directions={"GMM direction": r.gmm, "LMM direction": r.lmm},
+                      tokens=r.keys, labels=[f"start {tuple(float(x) for x in np.round(s, 1) + 0.0)}" for s in r.paths[0]], ax=ax)
+
+
+def _wedge(ax, q, mu, R, color, alpha=0.15):
+    u = np.asarray(q, float) / np.linalg.norm(q)
+    th = np.arccos(1 - mu)
+    base = np.arctan2(u[1], u[0])
+    a = np.linspace(base - th, base + th, 30)
+    ax.fill(np.r_[R * np.cos(a), 0], np.r_[R * np.sin(a), 0], color=color, alpha=alpha, lw=0)
+
+
+def plot_cones(r: LocalResult | None = None, case: str = "local", upto: int = 400, ax=None):
+    """Cone runs of one configuration: shaded cones around each feasible ``p_mm`` and the paths from their edges."""
+    import matplotlib.pyplot as plt
+
+    r = r or run()
+    c = r.cones
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(5.5, 5.0))
+    fig = ax.figure
+    keep = c.steps <= upto
+    sels = [a for a in dict.fromkeys(a for a, k in zip(c.alpha, c.case) if k == case)]
+    cs = colors(len(sels))
+    lim = np.abs(c.paths[keep][:, [j for j in range(len(c.case)) if c.case[j] == case]]).max() * 1.05
+    for col, a in zip(cs, sels):
+        runs = [j for j in range(len(c.alpha)) if c.case[j] == case and c.alpha[j] == a]
+        lo = bool(c.locally_optimal[runs[0]])
+        _wedge(ax, c.p_mm[runs[0]], CONE_MU, lim, col)
+        for k, j in enumerate(runs):
+            ax.plot(c.paths[keep, j, 0], c.paths[keep, j, 1], color=col, lw=1.5,
+                    ls="-" if lo else "--",
+                    label=f"token {a[0]} ({'locally optimal' if lo else 'not locally optimal'})" if k == 0 else None)
+            ax.plot(c.paths[0, j, 0], c.paths[0, j, 1], "o", color=col, ms=4)
+    ax.set_xlabel("$p_1$")
+    ax.set_ylabel("$p_2$")
+    ax.set_aspect("equal", adjustable="datalim")
+    ax.legend(loc="best", fontsize=8)
+    return fig
+
+
+def plot_counterexample(r: LocalResult | None = None, upto: int = 300, ax=None):
+    """Counterexample: paths from 16 starts on the unit circle, coloured by the direction they reach."""
+    import matplotlib.pyplot as plt
+
+    r = (r or run()).counter
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(5.5, 5.0))
+    fig = ax.figure
+    keep = r.steps <= upto
+    to_gmm = r.corr_gmm[-1] >= r.corr_lmm[-1]
+    cs = colors(3)
+    lim = np.abs(r.paths[keep]).max() * 1.05
+    for j in range(r.paths.shape[1]):
+        col = cs[0] if to_gmm[j] else cs[1]
+        ax.plot(r.paths[keep, j, 0], r.paths[keep, j, 1], color=col, lw=1.2, alpha=0.9)
+        ax.plot(r.paths[0, j, 0], r.paths[0, j, 1], "o", color=col, ms=3)
+    for name, q, col in (("GMM direction", r.gmm, cs[0]), ("LMM direction", r.lmm, cs[1])):
+        u = q / np.linalg.norm(q) * lim
+        ax.plot([0, u[0]], [0, u[1]], ls="--", color=col, lw=1.5, label=name)
+    ax.plot([], [], color=cs[0], label="paths reaching the GMM")
+    ax.plot([], [], color=cs[1], label="paths reaching the LMM")
+    for i, keys in enumerate(r.keys):
+        ax.scatter(keys[:, 0], keys[:, 1], marker="os"[i], s=40, facecolors="none", edgecolors="k", zorder=3)
+    ax.set_xlabel("$p_1$")
+    ax.set_ylabel("$p_2$")
+    ax.set_aspect("equal", adjustable="datalim")
+    ax.legend(loc="best", fontsize=8)
+    return fig
+
+
+FIGURES = {
+    "fig-local-paths": lambda: plot_fig1_local(),
+    "fig-local-cones": lambda: plot_cones(case="local"),
+    "fig-local-cones-global": lambda: plot_cones(case="global"),
+    "fig-local-counterexample": lambda: plot_counterexample(),
+}

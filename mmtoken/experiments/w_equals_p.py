@@ -1,0 +1,181 @@
+"""Chapter 1 (``book/part1/01_model``): the attention model and its two parameterisations (paper A, Lemma 1).
+
+Two *independent* computations of the same dynamics, on the Fig. 1 (global)
+instance from its six published starts:
+
+* the **W-model**: logits ``z = K W pbar`` with a fixed unit vector ``pbar``
+  and a trainable square matrix ``W``; plain GD on ``W`` with the gradient
+  from float64 autograd;
+* the **p-model**: logits ``z = K p``; plain GD on ``p`` with the package's
+  saturation-safe gradient (:func:`mmtoken.grad.grad_p` through
+  :func:`mmtoken.train.train_p`).
+
+Started from ``W(0) pbar = p(0)``, Lemma 1 says ``W(k) pbar = p(k)`` for all
+``k``: the logits coincide, and every ``grad_W L`` is the rank-one matrix
+``grad_p L pbar^T``. Two key maps are run: the planar keys of the published
+figure (``K = X W_plane``, ``W`` is ``2 x 2``) and the literal statement of
+the lemma with the raw tokens as keys (``K = X``, ``W`` is ``3 x 3``).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import config, instances, train
+from ..ledger import Measured, claim
+from ..losses import get_loss
+from ..model import AttentionProblem
+from ..plotting import _ax, colors
+
+CHAPTER = "01_model"
+LR = 1.0
+"""Plain GD step (the step of the plain-GD runs of Fig. 2)."""
+
+
+@dataclass
+class PairRun:
+    """One key map: the W-run and the p-run side by side (``S`` recorded steps, 6 starts)."""
+
+    name: str
+    steps: np.ndarray        # (S,)
+    logits_W: np.ndarray     # (S, starts, T) logits of the W-model, z = K W(k) pbar
+    logits_p: np.ndarray     # (S, starts, T) logits of the p-model, z = K p(k)
+    sv_ratio: np.ndarray     # (S-1, starts) sigma_2 / sigma_1 of grad_W L at every step
+    perp_drift: float        # max ||(W(k) - W(0)) (I - pbar pbar^T)||_F: W never moves off pbar
+    pbar: np.ndarray
+    W0: np.ndarray           # (starts, m, m)
+    W_final: np.ndarray
+    p_final: np.ndarray      # (starts, m)
+
+    @property
+    def max_logit_gap(self) -> float:
+        return float(np.abs(self.logits_W - self.logits_p).max())
+
+    @property
+    def gap_per_step(self) -> np.ndarray:
+        """``max |z_W - z_p|`` over starts and tokens, per recorded step."""
+        return np.abs(self.logits_W - self.logits_p).max(axis=(1, 2))
+
+
+@dataclass
+class WEqualsPResult:
+    runs: dict                # name -> PairRun
+    steps: int
+    lr: float
+
+
+def _w_run(K: torch.Tensor, gamma: torch.Tensor, W0: torch.Tensor, pbar: torch.Tensor, steps: int, lr: float,
+           loss: str = "logistic"):
+    """Plain GD on ``W (starts, m, m)`` by float64 autograd through the plain softmax of ``K W pbar``."""
+    loss = get_loss(loss)
+    W = W0.clone()
+    logits, ratios = [], []
+    for k in range(steps + 1):
+        with torch.enable_grad():
+            Wg = W.detach().clone().requires_grad_(True)
+            q = Wg @ pbar                                          # (starts, m)
+            z = torch.einsum("ntm,sm->snt", K, q)                  # (starts, n, T)
+            s = torch.softmax(z, -1)
+            u = (s * gamma).sum(-1)
+            L = loss.value(u).mean(-1)
+            (G,) = torch.autograd.grad(L.sum(), Wg)
+        logits.append(z.detach()[:, 0].clone())                    # n = 1
+        if k == steps:
+            break
+        sv = torch.linalg.svdvals(G)                               # (starts, m)
+        ratios.append(sv[:, 1] / sv[:, 0])
+        W = W - lr * G
+    return torch.stack(logits), torch.stack(ratios), W
+
+
+def _pair(name: str, inst: instances.Instance, keymap: np.ndarray, steps: int, lr: float, seed: int) -> PairRun:
+    K = torch.as_tensor(inst.X @ keymap, dtype=torch.float64)     # (1, T, m)
+    gamma = torch.as_tensor(inst.gamma, dtype=torch.float64)      # (1, T)
+    m = K.shape[-1]
+    starts = np.zeros((len(inst.starts), m))
+    starts[:, :2] = inst.starts                                    # the published starts, padded with 0
+    g = torch.Generator().manual_seed(seed)
+    pbar = torch.randn(m, generator=g, dtype=torch.float64)
+    pbar = pbar / pbar.norm()
+    R = torch.randn(len(starts), m, m, generator=g, dtype=torch.float64)
+    p0 = torch.as_tensor(starts)
+    W0 = R + torch.einsum("sm,k->smk", p0 - R @ pbar, pbar)       # W(0) pbar = p(0), W(0) otherwise random
+    zW, ratios, W_final = _w_run(K, gamma, W0, pbar, steps, lr)
+    with torch.inference_mode():
+        h = train.train_p(AttentionProblem(K, gamma), p0, steps=steps, lr=lr, method="gd",
+                          record_every=1, record_probs=False)
+    zp = torch.einsum("ntm,ksm->ksnt", K, h.p)[:, :, 0]
+    P = torch.eye(m, dtype=torch.float64) - torch.outer(pbar, pbar)
+    drift = float(((W_final - W0) @ P).flatten(1).norm(dim=-1).max())
+    return PairRun(name, h.steps, zW.numpy(), zp.numpy(), ratios.numpy(), drift, pbar.numpy(), W0.numpy(),
+                   W_final.numpy(), h.p[-1].numpy())
+
+
+def run(scale: str | None = None) -> WEqualsPResult:
+    """Both key maps, six starts each, ``steps`` plain GD steps (500 quick, 5000 paper)."""
+    return _run(scale or config.scale())
+
+
+@functools.lru_cache(maxsize=None)
+def _run(scale: str) -> WEqualsPResult:
+    steps = config.pick(quick=500, paper=5000, which=scale)
+    inst = instances.fig1("global")
+    runs = {
+        "planar keys (W is 2x2)": _pair("planar keys (W is 2x2)", inst, instances.PLANE, steps, LR, seed=1),
+        "raw tokens as keys (W is 3x3)": _pair("raw tokens as keys (W is 3x3)", inst, np.eye(3), steps, LR, seed=2),
+    }
+    return WEqualsPResult(runs, steps, LR)
+
+
+@claim("A.model.w_equals_p", chapter=CHAPTER, checks="Lemma 1 (paper A)",
+       statement="Plain GD on W (logits K W pbar, float64 autograd) and on p (logits K p, stable gradient), "
+                 "started at W(0) pbar = p(0), give the same logits along the whole trajectory, and every "
+                 "gradient in W is rank one.",
+       threshold="over 500 GD steps in float64: max |logits_W - logits_p| <= 1e-9; sigma_2/sigma_1 of grad_W < 1e-12")
+def _claim_w_equals_p() -> Measured:
+    r = run()
+    gap = max(pr.max_logit_gap for pr in r.runs.values())
+    ratio = max(float(pr.sv_ratio.max()) for pr in r.runs.values())
+    return Measured({"steps": r.steps, "max_logit_gap": gap, "max_sv_ratio": ratio},
+                    bool(r.steps >= 500 and gap <= 1e-9 and ratio < 1e-12))
+
+
+def plot_logits(r: WEqualsPResult | None = None, which: str | None = None, ax=None):
+    """Logits of the W-run (lines) and the p-run (dots) against the step, one colour per token, one start."""
+    r = r or run()
+    pr = r.runs[which or next(iter(r.runs))]
+    fig, ax = _ax(ax)
+    j = 2                                                   # the start p0 = (0, 0)
+    cs = colors(pr.logits_W.shape[-1])
+    every = max(1, len(pr.steps) // 25)
+    for t in range(pr.logits_W.shape[-1]):
+        ax.plot(pr.steps, pr.logits_W[:, j, t], color=cs[t], lw=1.6, label=f"token {t}, W-model")
+        ax.plot(pr.steps[::every], pr.logits_p[::every, j, t], "o", color=cs[t], ms=4, mfc="none",
+                label=f"token {t}, p-model")
+    ax.set_xlabel("gd step")
+    ax.set_ylabel("logit $z_t$")
+    ax.legend(loc="best", fontsize=8, ncol=2)
+    return fig
+
+
+def plot_gap(r: WEqualsPResult | None = None, ax=None):
+    """``max |z_W - z_p|`` per step and ``sigma_2 / sigma_1`` of ``grad_W L`` (log scale)."""
+    r = r or run()
+    fig, ax = _ax(ax)
+    cs = colors(2 * len(r.runs))
+    for k, pr in enumerate(r.runs.values()):
+        ax.plot(pr.steps, np.maximum(pr.gap_per_step, 1e-18), color=cs[2 * k], lw=1.4,
+                label=f"logit gap, {pr.name}")
+        ax.plot(pr.steps[1:], np.maximum(pr.sv_ratio.max(1), 1e-18), color=cs[2 * k + 1], lw=1.0, ls="--",
+                label=f"$\\sigma_2/\\sigma_1$ of grad W, {pr.name}")
+    ax.set_yscale("log")
+    ax.set_xlabel("gd step")
+    ax.set_ylabel("size (log scale)")
+    ax.legend(loc="best", fontsize=7)
+    return fig
+
+
+FIGURES = {"fig-model-logits": lambda: plot_logits(), "fig-model-gap": lambda: plot_gap()}

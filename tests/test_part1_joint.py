@@ -1,0 +1,109 @@
+"""Chapters 5-8 of part I: joint training, nonlinear heads, losses, random instances."""
+import numpy as np
+import pytest
+import torch
+
+from mmtoken import geometry, grad, instances, losses, svm, train
+from mmtoken.experiments import joint, loss_shapes, nonlinear_head as nh, random_instances as ri
+from mmtoken.model import AttentionProblem
+
+
+# ---------------------------------------------------------------- joint (chapter 5)
+def test_fig3_svms_closed_forms():
+    r = instances.fig3("loose")
+    alpha = np.ones(3, int)
+    head = svm.head_svm(r.X, r.Y, alpha)
+    assert np.allclose(head.x, [0.0, 1.0], atol=1e-6)
+    assert svm.head_support(head) == [0, 1]                      # x_3 = (0.5, 1.5) has margin 1.5
+    assert np.allclose(svm.att_svm(r.K, alpha).x, [1.25, 0.25], atol=1e-6)
+    assert np.allclose(svm.relaxed_att_svm(r.K, alpha, [0, 1]).x, [1.0, 0.0], atol=1e-6)
+
+
+def test_short_joint_run_separates_the_two_predictions():
+    r = joint.joint_run("loose", steps=300, every=100)
+    assert r.alpha.tolist() == [1, 1, 1]
+    assert r.corr_p_relax[-1] > 0.999 > r.corr_p_mm[-1]
+    assert r.p.shape == (4, 2) and r.probs.shape == (4, 3, 2)
+
+
+# ---------------------------------------------------------------- losses (chapter 7)
+def test_stacked_loss_matches_each_loss():
+    g = torch.Generator().manual_seed(1)
+    K = torch.randn(3, 4, 2, 3, 2, generator=g, dtype=torch.float64)
+    G = torch.randn(3, 4, 2, 3, generator=g, dtype=torch.float64)
+    p = torch.randn(3, 4, 2, generator=g, dtype=torch.float64)
+    pr = AttentionProblem(K, G)
+    stacked = grad.grad_p(pr, p, loss_shapes.stacked_loss(loss_shapes.LOSS_NAMES)).value()
+    for j, name in enumerate(loss_shapes.LOSS_NAMES):
+        one = grad.grad_p(AttentionProblem(K[j], G[j]), p[j], name).value()
+        assert torch.allclose(stacked[j], one, rtol=1e-12, atol=1e-15)
+
+
+def test_stacked_loss_refuses_wrong_batch():
+    with pytest.raises(ValueError, match="first batch dimension"):
+        loss_shapes.stacked_loss(("logistic", "correlation")).value(torch.zeros(3, 2))
+
+
+@pytest.mark.parametrize("loss", loss_shapes.LOSS_NAMES)
+@pytest.mark.parametrize("C", [2.0, 5.0, 100.0])
+def test_predicted_side_equals_stable_gradient_at_zero(loss, C):
+    inst = instances.fig4(C)
+    g = -grad.grad_p(inst.problem(), torch.zeros(2, dtype=torch.float64), loss).value()
+    assert loss_shapes.predicted_side(C, loss) == pytest.approx(float(g[1]), rel=1e-10, abs=1e-15)
+
+
+# ---------------------------------------------------------------- nonlinear head (chapter 6)
+def test_excess_risk_equals_direct_difference():
+    inst = nh.make_instance()
+    risk = nh.ExcessRisk(inst)
+    p = torch.tensor([[0.3, -0.2], [1.0, 0.5], [-2.0, 1.0]], dtype=torch.float64)
+    K = torch.as_tensor(inst.K)
+    s = torch.softmax(torch.einsum("ntm,bm->bnt", K, p), -1).numpy()
+    a = np.einsum("bnt,ntq->bnq", s, inst.X)
+    direct = losses.logistic.value(torch.as_tensor(inst.Y * inst.head(a))).mean(-1)
+    base = losses.logistic.value(torch.as_tensor(inst.Y * inst.head(inst.x_star))).mean(-1)
+    assert torch.allclose(risk(p), direct - base, rtol=1e-9, atol=1e-14)
+    assert bool((risk(p) > 0).all())
+
+
+def test_att_svm_prime_with_singletons_is_att_svm():
+    inst = nh.make_instance()
+    inst.optimal = [(o[0],) for o in inst.optimal]
+    x, table = nh.att_svm_prime(inst)
+    assert len(table) == 1
+    assert np.allclose(x, svm.att_svm(inst.K, [o[0] for o in inst.optimal]).x, atol=1e-7)
+
+
+def test_reg_path_on_sphere_and_bad_radii():
+    risk = nh.ExcessRisk(nh.make_instance())
+    pts = nh.reg_path(risk, [1.0, 3.0], n_starts=4, iters=20)
+    assert pts.shape == (2, 4, 2)
+    assert np.allclose(np.linalg.norm(pts, axis=-1), [[1.0] * 4, [3.0] * 4])
+    with pytest.raises(ValueError, match="positive"):
+        nh.reg_path(risk, [0.0, 1.0])
+
+
+# ---------------------------------------------------------------- random instances (chapter 8)
+def test_padding_does_not_change_training():
+    grid = ri.Grid(n=(1, 3), T=(2, 4), d=(3,), count=3, steps=40, lr=0.2, cross_check=0)
+    b = ri.padded_batch(grid, 3)
+    assert b["K"].shape == (12, 3, 4, 3) and len(b["meta"]) == 12
+    out = ri.train_batch(b["K"], b["gamma"], b["mask"], grid.steps, grid.lr)
+    loop = ri.train_one_by_one(b["K"], b["gamma"], b["mask"], grid.steps, grid.lr)
+    assert np.allclose(out["p"], loop, atol=1e-12)
+    for j, (n, T, d, k) in enumerate(b["meta"]):            # padding: same as training the real instance alone
+        pr = AttentionProblem(b["K"][j, :n, :T], b["gamma"][j, :n, :T])
+        h = train.train_p(pr, np.zeros(3), steps=grid.steps, lr=grid.lr, record_every=grid.steps, record_probs=False)
+        assert np.allclose(h.p[-1].numpy(), out["p"][j], atol=1e-12)
+
+
+def test_analyse_reports_gap_and_infeasible():
+    K = np.array([[[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]])
+    gamma = np.array([[1.0, 2.0, 0.0]])
+    rec = ri.analyse(K, gamma, np.array([0]), np.array([1.0, -1.0]))
+    # p_mm((0)) = (1, 0)... both constraints x1 >= 1 and x1 - x2 >= 1 give (1, 0): neighbours tokens 1 and 2
+    assert rec["feasible"] and not rec["global"]
+    assert rec["gap"] == pytest.approx(-1.0)               # token 1 scores 2 > 1
+    K2 = np.array([[[0.5, 0.5], [1.0, 1.0], [0.0, 0.0]]])   # token 0 is the midpoint: cannot be selected
+    rec2 = ri.analyse(K2, gamma, np.array([0]), np.array([1.0, 0.0]))
+    assert rec2["feasible"] is False and np.isnan(rec2["corr"])
