@@ -31,8 +31,8 @@ nbval: setup
 test: strict  ## everything, ending with the pytest summary
 	$(PY) -m pytest tests $(NOTEBOOKS) --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-sync: setup  ## pair every chapter .md with its .ipynb and re-execute the references
-	$(VENV)/bin/jupytext --sync $(shell find book -name '*.md' | xargs grep -l '^jupytext:' | sort)
+sync: setup  ## update each chapter's .ipynb from its .md (the source), then re-execute the references
+	$(VENV)/bin/jupytext --to ipynb --update $(shell find book -name '*.md' | xargs grep -l '^jupytext:' | sort)
 	for nb in $(NOTEBOOKS); do $(VENV)/bin/jupyter execute --inplace "$$nb" || exit 1; done
 
 claims: setup

@@ -3,19 +3,13 @@
 Not a test: prints a table of wall and CPU seconds per experiment, imports excluded.
 Run with ``OMP_NUM_THREADS=1 python benchmarks/bench_part1.py``.
 """
-import time
 
 import torch
+from common import timed
 
 from mmtoken import config, svm
 from mmtoken.experiments import global_convergence as gc
 from mmtoken.experiments import saturation, w_equals_p
-
-
-def timed(fn):
-    w, c = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - w, time.process_time() - c
 
 
 def main():

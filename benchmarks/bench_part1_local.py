@@ -3,19 +3,13 @@
 Not a test: prints a table of wall and CPU seconds per experiment, imports excluded.
 Run with ``OMP_NUM_THREADS=1 python benchmarks/bench_part1_local.py``.
 """
-import time
 
 import torch
+from common import timed
 
 from mmtoken import config, geometry, instances, svm
 from mmtoken.experiments import local_convergence as lc
 from mmtoken.experiments import many_inputs as mi
-
-
-def timed(fn):
-    w, c = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - w, time.process_time() - c
 
 
 def main():

@@ -65,6 +65,11 @@ def plot_paths(paths, *, directions=None, tokens=None, labels=None, ax=None, arr
     return fig
 
 
+def start_label(start) -> str:
+    """Legend label of a start point, e.g. ``start (0, -1.5)``."""
+    return "start (" + ", ".join(f"{float(x):g}" for x in np.round(np.asarray(start, float), 3) + 0.0) + ")"
+
+
 def plot_curves(x, ys: dict, *, xlabel: str, ylabel: str, ax=None, logx=False, logy=False, styles=None):
     """Several curves against a common x; ``ys`` maps label -> ``(S,)`` or ``(S, k)`` (drawn thin)."""
     fig, ax = _ax(ax)

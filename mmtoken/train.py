@@ -136,11 +136,34 @@ def _sphere_step(w: torch.Tensor, direction: torch.Tensor, theta: torch.Tensor) 
     return new / new.norm(dim=-1, keepdim=True)
 
 
+def _log_excess(problem: AttentionProblem, p: torch.Tensor, loss: Loss) -> tuple[torch.Tensor, torch.Tensor]:
+    """First-order excess loss ``(1/n) sum_i |l'(g_i)| sum_t s_it (g_i - gamma_it)`` as ``log`` of its
+    positive and negative parts, ``(...)`` each: finite where the excess itself underflows."""
+    sat = saturation(problem, p)
+    log_w = loss.log_neg_deriv(sat.gamma_top)[..., None] + sat.log_s + torch.log(sat.dgamma.abs())
+    flat = lambda x: x.flatten(-2)
+    pos = torch.where(flat(sat.dgamma) < 0, flat(log_w), torch.full_like(flat(log_w), float("-inf")))
+    neg = torch.where(flat(sat.dgamma) > 0, flat(log_w), torch.full_like(flat(log_w), float("-inf")))
+    return torch.logsumexp(pos, -1), torch.logsumexp(neg, -1)
+
+
 def _better(problem: AttentionProblem, p_new, p_old, loss) -> torch.Tensor:
-    """Whether ``L(p_new) < L(p_old)``, comparing the tiny excess losses when the selections agree."""
+    """Whether ``L(p_new) < L(p_old)``.
+
+    Compares ``base + excess`` (:func:`~mmtoken.grad.loss_parts`); where the two
+    are equal to the last digit (same selection, excess underflowed at large
+    ``||p||``) it compares the first-order excesses in log space instead.
+    """
     b_new, e_new = loss_parts(problem, p_new, loss)
     b_old, e_old = loss_parts(problem, p_old, loss)
-    return (b_new - b_old) + (e_new - e_old) < 0
+    diff = (b_new - b_old) + (e_new - e_old)
+    tie = (b_new == b_old) & (e_new == e_old)
+    if bool(tie.any()):
+        P_new, N_new = _log_excess(problem, p_new, loss)
+        P_old, N_old = _log_excess(problem, p_old, loss)
+        log_cmp = torch.logaddexp(P_new, N_old) < torch.logaddexp(P_old, N_new)
+        return torch.where(tie, log_cmp, diff < 0)
+    return diff < 0
 
 
 def regularization_path(problem: AttentionProblem, radii, w0, *, loss: str | Loss = "logistic",

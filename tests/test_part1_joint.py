@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import geometry, grad, instances, losses, svm, train
+from mmtoken import grad, instances, losses, svm, train
 from mmtoken.experiments import joint, loss_shapes, nonlinear_head as nh, random_instances as ri
 from mmtoken.model import AttentionProblem
 

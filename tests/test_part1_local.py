@@ -9,7 +9,6 @@ import torch
 from mmtoken import geometry, grad, instances, svm, train
 from mmtoken.experiments import local_convergence as lc
 from mmtoken.experiments import many_inputs as mi
-from mmtoken.model import AttentionProblem
 
 
 # ---------------------------------------------------------------- chapter 3

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import embedding, ledger
+from mmtoken import embedding, ledger, reviews
 from mmtoken.datasets import text
 from mmtoken.experiments import real_reviews as rr
 from mmtoken.tokens import token_stats
@@ -118,7 +118,7 @@ def test_evaluate_selection_ratio():
 
 def test_presence_and_bag_of_words():
     tokens = np.array([[1, 1, 2, 0], [3, 0, 0, 0]])
-    X = rr.presence(tokens, 5).toarray()
+    X = reviews.presence(tokens, 5).toarray()
     assert X.tolist() == [[0, 1, 1, 0, 0], [0, 0, 0, 1, 0]]
     rng = np.random.default_rng(0)
     toks = rng.integers(1, 10, size=(80, 6))

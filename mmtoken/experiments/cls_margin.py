@@ -19,7 +19,7 @@ from .. import config, embedding, geometry, svm, synthetic
 from ..ledger import Measured, claim
 from ..plotting import colors, token_scatter
 from ..tokens import TokenStats, token_stats
-from .one_step import D, ETA, data, head, init
+from .one_step import ETA, data, head, init
 
 CHAPTER = "11_cls_margin"
 SIGMA0 = 0.5       # initialisation scale of E^0 (||E_s^0|| ~ SIGMA0)

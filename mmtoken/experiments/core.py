@@ -13,7 +13,7 @@ import torch
 from .. import config, geometry, grad, instances, svm, train
 from ..ledger import Measured, claim
 from ..model import AttentionProblem
-from ..plotting import plot_curves, plot_paths
+from ..plotting import plot_curves, plot_paths, start_label
 
 CHAPTER = "tour"
 
@@ -163,7 +163,7 @@ def plot_tour(r: TourResult | None = None, first: int = 200):
     r = r or tour()
     keep = r.steps <= first
     return plot_paths(r.paths[keep], directions={"GMM direction": r.gmm}, tokens=r.keys,
-                      labels=[f"start {tuple(np.round(s, 1))}" for s in r.paths[0]])
+                      labels=[start_label(s) for s in r.paths[0]])
 
 
 FIGURES = {"fig-tour-paths": lambda: plot_tour(), "fig-tour-trap": lambda: plot_trap()}

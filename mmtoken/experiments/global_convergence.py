@@ -17,7 +17,7 @@ import torch
 
 from .. import config, geometry, instances, svm, train
 from ..ledger import Measured, claim
-from ..plotting import _ax, colors, plot_curves, plot_paths
+from ..plotting import _ax, colors, plot_curves, plot_paths, start_label
 
 CHAPTER = "02_global"
 LR = 0.1
@@ -170,7 +170,7 @@ def plot_paths_published(r: GlobalResult | None = None, first: int = 200, ax=Non
     r = r or run()
     keep = r.published.steps <= first
     return plot_paths(r.published.p[keep], directions={"GMM direction": r.gmm}, tokens=r.keys,
-                      labels=[f"start {tuple(np.round(s, 1))}" for s in r.starts], ax=ax)
+                      labels=[start_label(s) for s in r.starts], ax=ax)
 
 
 def plot_convergence(r: GlobalResult | None = None, ax=None):

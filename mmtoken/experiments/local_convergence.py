@@ -26,7 +26,7 @@ import torch
 from .. import config, geometry, instances, train
 from ..ledger import Measured, claim
 from ..model import AttentionProblem
-from ..plotting import colors, plot_paths
+from ..plotting import colors, plot_paths, start_label
 
 CHAPTER = "03_local"
 
@@ -268,7 +268,7 @@ def plot_fig1_local(r: LocalResult | None = None, first: int = 200, ax=None):
     r = (r or run()).fig1
     keep = r.steps <= first
     return plot_paths(r.paths[keep], directions={"GMM direction": r.gmm, "LMM direction": r.lmm},
-                      tokens=r.keys, labels=[f"start {tuple(float(x) for x in np.round(s, 1) + 0.0)}" for s in r.paths[0]], ax=ax)
+                      tokens=r.keys, labels=[start_label(s) for s in r.paths[0]], ax=ax)
 
 
 def _wedge(ax, q, mu, R, color, alpha=0.15):

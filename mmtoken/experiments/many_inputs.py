@@ -18,7 +18,7 @@ import torch
 
 from .. import config, geometry, instances, svm, train
 from ..ledger import KNOWN_MISSES, Measured, claim
-from ..plotting import colors, plot_curves, plot_paths
+from ..plotting import colors, plot_curves, plot_paths, start_label
 
 CHAPTER = "04_inputs"
 PROB_LEVEL = 0.99
@@ -193,7 +193,7 @@ def plot_paths_fig2(r: InputsResult | None = None, first: int = 200, ax=None):
     r = r or run()
     keep = r.ngd.steps <= first
     return plot_paths(r.ngd.paths[keep], directions={"GMM direction": r.gmm},
-                      labels=[f"start {tuple(float(x) for x in np.round(s, 1) + 0.0)}" for s in r.ngd.paths[0]], ax=ax)
+                      labels=[start_label(s) for s in r.ngd.paths[0]], ax=ax)
 
 
 def plot_sparsity(r: InputsResult | None = None):
