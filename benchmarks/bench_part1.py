@@ -5,7 +5,7 @@ Run with ``OMP_NUM_THREADS=1 python benchmarks/bench_part1.py``.
 """
 
 import torch
-from common import timed
+from common import print_timings
 
 from mmtoken import config, svm
 from mmtoken.experiments import global_convergence as gc
@@ -22,11 +22,7 @@ def main():
         ("02 regularization path (radii x 12 starts)", lambda: gc._reg(scale)),
         ("app. saturation trap (3 gradients x 6 starts)", lambda: saturation._run(scale)),
     ]
-    print(f"scale: {scale}, torch threads: {torch.get_num_threads()}")
-    print(f"{'experiment':52s} {'wall s':>8s} {'cpu s':>8s}")
-    for name, fn in rows:
-        wall, cpu = timed(fn)
-        print(f"{name:52s} {wall:8.2f} {cpu:8.2f}")
+    print_timings(rows, scale, torch.get_num_threads())
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ Run with ``OMP_NUM_THREADS=1 python benchmarks/bench_part1_local.py``.
 """
 
 import torch
-from common import timed
+from common import print_timings
 
 from mmtoken import config, geometry, instances, svm
 from mmtoken.experiments import local_convergence as lc
@@ -28,11 +28,7 @@ def main():
         (f"04 Fig. 2 plain GD, {n_gd} steps (6 starts, every step recorded)",
          lambda: mi._train(inst, opt, gmm, "gd", 1.0, n_gd, 1)),
     ]
-    print(f"scale: {scale}, torch threads: {torch.get_num_threads()}")
-    print(f"{'experiment':100s} {'wall s':>8s} {'cpu s':>8s}")
-    for name, fn in rows:
-        wall, cpu = timed(fn)
-        print(f"{name:100s} {wall:8.2f} {cpu:8.2f}")
+    print_timings(rows, scale, torch.get_num_threads())
 
 
 if __name__ == "__main__":

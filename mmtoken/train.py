@@ -147,23 +147,24 @@ def _log_excess(problem: AttentionProblem, p: torch.Tensor, loss: Loss) -> tuple
     return torch.logsumexp(pos, -1), torch.logsumexp(neg, -1)
 
 
-def _better(problem: AttentionProblem, p_new, p_old, loss) -> torch.Tensor:
-    """Whether ``L(p_new) < L(p_old)``.
+def _better(problem: AttentionProblem, p_new, p_old, loss, parts_old) -> tuple[torch.Tensor, tuple]:
+    """Whether ``L(p_new) < L(p_old)``, and the loss parts of ``p_new``.
 
-    Compares ``base + excess`` (:func:`~mmtoken.grad.loss_parts`); where the two
-    are equal to the last digit (same selection, excess underflowed at large
-    ``||p||``) it compares the first-order excesses in log space instead.
+    Compares ``base + excess`` (:func:`~mmtoken.grad.loss_parts`; those of
+    ``p_old`` are passed in, not recomputed); where the two are equal to the
+    last digit (same selection, excess underflowed at large ``||p||``) it
+    compares the first-order excesses in log space instead.
     """
-    b_new, e_new = loss_parts(problem, p_new, loss)
-    b_old, e_old = loss_parts(problem, p_old, loss)
+    b_new, e_new = parts_new = loss_parts(problem, p_new, loss)
+    b_old, e_old = parts_old
     diff = (b_new - b_old) + (e_new - e_old)
     tie = (b_new == b_old) & (e_new == e_old)
     if bool(tie.any()):
         P_new, N_new = _log_excess(problem, p_new, loss)
         P_old, N_old = _log_excess(problem, p_old, loss)
         log_cmp = torch.logaddexp(P_new, N_old) < torch.logaddexp(P_old, N_new)
-        return torch.where(tie, log_cmp, diff < 0)
-    return diff < 0
+        return torch.where(tie, log_cmp, diff < 0), parts_new
+    return diff < 0, parts_new
 
 
 def regularization_path(problem: AttentionProblem, radii, w0, *, loss: str | Loss = "logistic",
@@ -200,10 +201,12 @@ def regularization_path(problem: AttentionProblem, radii, w0, *, loss: str | Los
     w = w.expand(len(radii), w0.shape[0], *batch, w0.shape[1]).clone()
     R = radii.reshape(-1, 1, *([1] * len(batch)), 1)
     theta = torch.full(w.shape[:-1], theta0, dtype=w.dtype, device=dev)
+    parts = loss_parts(problem, R * w, loss)
     for _ in range(iters):
         g = grad_p(problem, R * w, loss)
         cand = _sphere_step(w, g.direction, theta)
-        ok = _better(problem, R * cand, R * w, loss)
+        ok, cand_parts = _better(problem, R * cand, R * w, loss, parts)
+        parts = tuple(torch.where(ok, new, old) for new, old in zip(cand_parts, parts))
         w = torch.where(ok[..., None], cand, w)
         theta = torch.where(ok, (theta * 1.5).clamp_max(1.0), theta * 0.5)
     return (R * w).cpu()
@@ -252,8 +255,9 @@ def train_joint(X, Y, v0, p0, *, steps: int, lr: float = 0.1, lr_v: float | None
         return _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, sorted(record))
     rows: dict[str, list] = {k: [] for k in ("step", "p", "v", "loss", "probs", "out")}
     bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
+    problem = AttentionProblem(K, scores(X, Y, v))         # validated once
     for k in tqdm(range(steps + 1), disable=not bar, desc="joint GD", leave=False):
-        problem = AttentionProblem(K, scores(X, Y, v))
+        problem.gamma = scores(X, Y, v)                     # only the scores move with v
         sat = saturation(problem, p)
         if k in record:
             rows["step"].append(k)

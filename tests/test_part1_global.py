@@ -69,7 +69,7 @@ def test_naive_differences_round_to_zero_but_stable_ones_do_not():
 
 def test_autograd_run_dtype_argument():
     inst = instances.fig1("global")
-    rows = core._float32_autograd_run(inst.problem(), inst.starts_tensor(), 3, 0.1, {0, 3}, dtype=torch.float64)
+    rows = core._autograd_run(inst.problem(), inst.starts_tensor(), 3, 0.1, {0, 3}, dtype=torch.float64)
     assert len(rows) == 2 and rows[0].dtype == torch.float64
     step = (rows[1] - rows[0]).norm(dim=-1)
     assert torch.all(step <= 0.3 + 1e-12)

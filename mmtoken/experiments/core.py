@@ -82,7 +82,7 @@ class TrapResult:
     gmm: np.ndarray
 
 
-def _float32_autograd_run(problem: AttentionProblem, p0: torch.Tensor, steps: int, lr: float,
+def _autograd_run(problem: AttentionProblem, p0: torch.Tensor, steps: int, lr: float,
                           record: set[int], dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
     """Normalized GD the way the public code computes it: autograd through the softmax in ``dtype``
     (float32 by default, as the public code; ``torch.float64`` gives naive float64)."""
@@ -112,7 +112,7 @@ def _trap(scale: str) -> TrapResult:
     gmm = svm.att_svm(inst.K, geometry.optimal_tokens(inst.gamma)).x
     with torch.inference_mode():
         h = train.train_p(problem, inst.starts, steps=steps, lr=0.1, record_every=every, record_probs=False)
-    rows = _float32_autograd_run(problem, inst.starts_tensor(), steps, 0.1, set(range(0, steps + 1, every)) | {steps})
+    rows = _autograd_run(problem, inst.starts_tensor(), steps, 0.1, set(range(0, steps + 1, every)) | {steps})
     p32 = torch.stack(rows).numpy()
     ps = h.p.numpy()
     return TrapResult(h.steps, h.norm.numpy(), geometry.correlation(ps, gmm), geometry.correlation(p32, gmm), ps, p32, gmm)

@@ -24,7 +24,7 @@ import torch
 from .. import config, geometry, grad, instances, svm, train
 from ..ledger import Measured, claim
 from ..plotting import _ax, colors, plot_curves
-from .core import _float32_autograd_run
+from .core import _autograd_run
 
 CHAPTER = "saturation"
 LR = 0.1
@@ -89,9 +89,9 @@ def _run(scale: str) -> SaturationResult:
     # autograd cannot run inside inference_mode: the naive runs use plain no_grad outside it
     with torch.no_grad():
         p = {"stable float64": h.p.clone()}
-        p["naive float64"] = torch.stack(_float32_autograd_run(problem, inst.starts_tensor(), steps, LR, record,
+        p["naive float64"] = torch.stack(_autograd_run(problem, inst.starts_tensor(), steps, LR, record,
                                                                dtype=torch.float64))
-        p["float32 autograd"] = torch.stack(_float32_autograd_run(problem, inst.starts_tensor(), steps, LR, record,
+        p["float32 autograd"] = torch.stack(_autograd_run(problem, inst.starts_tensor(), steps, LR, record,
                                                                   dtype=torch.float32))
         # diagnostics along the stable trajectory
         P = h.p.clone()                                             # (S, starts, 2)
