@@ -5,9 +5,19 @@ claims with :func:`claim`; :func:`run_claims` runs them and times them.
 
 A claim function returns a :class:`Measured`: the value it measured and
 whether it meets the threshold that was written down before measuring.
-``kind`` is ``"theorem"`` (what a result guarantees; must pass) or
-``"observation"`` (what a real-data experiment shows; a miss may be listed
-in :data:`KNOWN_MISSES` with its evidence, never by moving the threshold).
+``kind`` is one of
+
+``"theorem"``
+    what a result guarantees under its stated hypotheses, checked with the
+    algorithm the theorem is about; must pass;
+``"observation"``
+    what a (real-data) experiment shows; judged on the worst of held-out
+    seeds; a miss may be listed in :data:`KNOWN_MISSES` with its evidence,
+    never by moving the threshold;
+``"consistency"``
+    an identity the code must satisfy (a closed form against an independent
+    computation of the same quantity); must pass, but is not evidence for a
+    paper's result.
 """
 from __future__ import annotations
 
@@ -16,7 +26,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-KINDS = ("theorem", "observation")
+KINDS = ("theorem", "observation", "consistency")
 
 
 @dataclass

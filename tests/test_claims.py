@@ -29,9 +29,10 @@ def test_ledger_is_well_formed():
         assert ledger.REGISTRY[cid].kind == "observation", f"{cid}: only observations may be known misses"
 
 
-def test_every_theorem_claim_passes(results):
-    failing = [(r.id, r.error or r.measured) for r in results if r.kind == "theorem" and not r.passed]
-    assert not failing, f"theorem claims failing at quick scale: {failing}"
+def test_every_theorem_and_consistency_claim_passes(results):
+    failing = [(r.id, r.error or r.measured) for r in results
+               if r.kind in ("theorem", "consistency") and not r.passed]
+    assert not failing, f"theorem/consistency claims failing at quick scale: {failing}"
 
 
 def test_observations_pass_or_are_known_misses(results):
