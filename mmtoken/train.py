@@ -127,8 +127,15 @@ def _train_p_compiled(problem: AttentionProblem, p: torch.Tensor, steps: int, lr
                    sat.probs if record_probs else None)
 
 
-def _sphere_step(w: torch.Tensor, direction: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
-    """Rotate unit vectors ``w`` by angle ``theta`` against the tangent part of ``direction``."""
+def sphere_step(w: torch.Tensor, direction: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+    """Rotate unit vectors ``w`` by angle ``theta`` against the tangent part of ``direction``.
+
+    The one descent move on a sphere that every regularization path of the
+    package uses: ``w (..., m)`` unit vectors, ``direction (..., m)`` a
+    gradient (only its component tangent to the sphere matters), ``theta (...)``
+    angles. Returns unit vectors ``(..., m)``; where the tangent part vanishes
+    ``w`` is returned unchanged.
+    """
     tangent = direction - (direction * w).sum(-1, keepdim=True) * w
     tn = tangent.norm(dim=-1, keepdim=True)
     t = torch.where(tn > 0, tangent / tn.clamp_min(1e-300), torch.zeros_like(tangent))
@@ -204,7 +211,7 @@ def regularization_path(problem: AttentionProblem, radii, w0, *, loss: str | Los
     parts = loss_parts(problem, R * w, loss)
     for _ in range(iters):
         g = grad_p(problem, R * w, loss)
-        cand = _sphere_step(w, g.direction, theta)
+        cand = sphere_step(w, g.direction, theta)
         ok, cand_parts = _better(problem, R * cand, R * w, loss, parts)
         parts = tuple(torch.where(ok, new, old) for new, old in zip(cand_parts, parts))
         w = torch.where(ok[..., None], cand, w)
@@ -306,4 +313,5 @@ def grad_v(X: torch.Tensor, Y: torch.Tensor, sat: Saturation, loss: Loss) -> tor
     return torch.where(norm > 0, G / norm.clamp_min(1e-300), torch.zeros_like(G))
 
 
-__all__ = ["History", "train_p", "train_joint", "regularization_path", "best_of_starts", "grad_v", "loss_value"]
+__all__ = ["History", "train_p", "train_joint", "regularization_path", "best_of_starts", "sphere_step", "grad_v",
+           "loss_value"]
