@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import grad, instances, train
-from mmtoken.experiments import core, global_convergence, saturation, w_equals_p
+from mmtoken import grad, instances, public_code, train
+from mmtoken.experiments import global_convergence, saturation, w_equals_p
 
 
 def test_w_run_matches_p_run_and_gradient_is_rank_one():
@@ -69,9 +69,9 @@ def test_naive_differences_round_to_zero_but_stable_ones_do_not():
 
 def test_autograd_run_dtype_argument():
     inst = instances.fig1("global")
-    rows = core._autograd_run(inst.problem(), inst.starts_tensor(), 3, 0.1, {0, 3}, dtype=torch.float64)
-    assert len(rows) == 2 and rows[0].dtype == torch.float64
-    step = (rows[1] - rows[0]).norm(dim=-1)
+    h = public_code.run_instance(inst, steps=3, dtype=torch.float64, record_every=3)
+    assert h.p.shape == (2, 6, 2) and h.p.dtype == torch.float64
+    step = (h.p[1] - h.p[0]).norm(dim=-1)
     assert torch.all(step <= 0.3 + 1e-12)
 
 
