@@ -77,22 +77,30 @@ def fig1(case: str = "global") -> Instance:
     return Instance(_planar(xy, s), np.array([1.0]), E3, PLANE, FIG1_STARTS.copy(), f"fig1-{case}")
 
 
-def fig2(seed: int = 0) -> Instance:
-    """Fig. 2: n = 3 inputs of T = 7 tokens.
+FIG2_SHIFTS = np.array([[1.0, 0.0, 0.0], [-1.0, 1.0, 0.0], [-0.5, -0.5, 0.0]])
+"""Fig. 2 centres: token 0, tokens 1-3 and tokens 4-6 (the third coordinate is overwritten by the score)."""
 
-    Keys ``0.2 N(0, I)`` drawn in float32 from a torch generator seeded with
-    ``seed``; token 0 shifted by ``(1, 0)``, tokens 1-3 by ``(-1, 1)``, tokens
-    4-6 by ``(-0.5, -0.5)``; score 1 for token 0 and 0.5 for the rest; ``Y = 1``.
+
+def fig2(seed: int = 0) -> Instance:
+    """Fig. 2: n = 3 inputs of T = 7 tokens, generated as the public code generates them.
+
+    ``X = 0.2 * torch.randn((3, 7, 3), generator=g)`` (float32, ``g`` seeded with
+    ``seed``); token 0 shifted by ``(1, 0, 0)``, tokens 1-3 by ``(-1, 1, 0)``, tokens
+    4-6 by ``(-0.5, -0.5, 0)`` (in float32, as there); then the third coordinate is
+    overwritten by the score, 1 for token 0 and 0.5 for the rest; ``Y = 1``. The keys
+    are the first two coordinates of that draw. Starts ``p0 = (x, 0)`` for
+    ``x in (1, 0.5, 0, -0.5, -1, -1.5)``.
     """
     g = torch.Generator().manual_seed(seed)
-    xy = (0.2 * torch.randn(3, 7, 2, generator=g)).double().numpy()
-    xy[:, 0] += (1.0, 0.0)
-    xy[:, 1:4] += (-1.0, 1.0)
-    xy[:, 4:7] += (-0.5, -0.5)
-    s = np.full((3, 7), 0.5)
-    s[:, 0] = 1.0
+    X = 0.2 * torch.randn((3, 7, 3), generator=g)
+    shift = torch.as_tensor(FIG2_SHIFTS, dtype=X.dtype)
+    X[:, 0] += shift[0]
+    X[:, 1:4] += shift[1]
+    X[:, 4:7] += shift[2]
+    X[:, 0, 2] = 1.0
+    X[:, 1:, 2] = 0.5
     starts = np.array([[x, 0.0] for x in (1.0, 0.5, 0.0, -0.5, -1.0, -1.5)])
-    return Instance(_planar(xy, s), np.ones(3), E3, PLANE, starts, "fig2")
+    return Instance(X.double().numpy(), np.ones(3), E3, PLANE, starts, "fig2", {"seed": seed})
 
 
 def fig3(case: str = "tight") -> Instance:
