@@ -1,11 +1,21 @@
 """Training the head and the attention together (paper A, Theorems 5-6, Fig. 3).
 
 The published Fig. 3 configurations (``n = 3`` inputs of ``T = 2`` tokens,
-``W = I``): ``v`` and ``p`` trained simultaneously by normalized GD (each
-gradient normalized on its own, step 0.1, logistic loss) from ``p0 = (0, -1)``,
-``v0 = (-1, 0)``. In the *tight* case every selected token is a support vector
-of the head SVM and ``p -> p^mm``; in the *loose* case the third input is not,
-and ``p`` goes to the relaxed ATT-SVM instead.
+``W = I``). The selection and the three SVMs are fixed first, from the
+definitions (:func:`mmtoken.joint_path.joint_reference`: the selection with the
+largest head-SVM margin). Then
+
+* the theorems' own object, the joint regularization path
+  ``min L(v, p) s.t. ||v|| <= R_v, ||p|| <= R_p`` (:mod:`mmtoken.joint_path`), on a grid
+  with ``R_v = R_p`` for both cases, and a sweep over ``rho = R_v / R_p`` on the loose
+  case against the predicted limit direction;
+* the published runs, an extension beyond the theorems: ``v`` and ``p`` trained
+  simultaneously by normalized GD (each gradient normalized on its own, step 0.1,
+  logistic loss) from ``p0 = (0, -1)``, ``v0 = (-1, 0)``.
+
+In the *tight* case every selected token is a support vector of the head SVM and
+``p -> p^mm``; in the *loose* case the third input is not, and ``p`` goes to the
+relaxed ATT-SVM instead (for ``rho >= 1``; toward ``p^mm`` as ``rho -> 0``).
 
 The chapter ``book/part1/05_joint.md`` shows these runs.
 """
@@ -17,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import config, geometry, instances, svm, train
+from .. import config, geometry, instances, joint_path, train
 from ..ledger import Measured, claim
 from ..plotting import colors, plot_curves, plot_paths
 
@@ -27,7 +37,7 @@ CASES = ("tight", "loose")
 
 @dataclass
 class JointRun:
-    """One joint run of Fig. 3 and the three SVMs of its final selection."""
+    """One joint normalized-GD run of Fig. 3 and the three SVMs of the selection fixed in advance."""
 
     case: str
     X: np.ndarray            # (n, T, d) tokens (= keys, W = I)
@@ -37,7 +47,8 @@ class JointRun:
     v: np.ndarray            # (S, 2)
     probs: np.ndarray        # (S, n, T) softmax probabilities
     output_prob: np.ndarray  # (S, n) sigma(Y_i f(X_i))
-    alpha: np.ndarray        # (n,) final selection
+    alpha: np.ndarray        # (n,) selection fixed from the definition (largest head-SVM margin)
+    gd_alpha: np.ndarray     # (n,) the selection GD ends with (checked to equal alpha)
     v_mm: np.ndarray
     support: list            # head-SVM support vectors (inputs)
     p_mm: np.ndarray
@@ -67,70 +78,197 @@ class JointRun:
 
 
 @dataclass
+class PathResult:
+    """The joint regularization path of one case on the diagonal ``R_v = R_p = R``."""
+
+    case: str
+    radii: np.ndarray        # (nR,)
+    v: np.ndarray            # (nR, d) best start per radius
+    p: np.ndarray            # (nR, m)
+    alpha: np.ndarray        # (nR, n) selection of each point
+    radial_ok: np.ndarray    # (nR,) both ridge constraints active (growing either norm lowers the loss)
+    ref: joint_path.JointReference
+
+    @property
+    def corr_v(self) -> np.ndarray:
+        return geometry.correlation(self.v, self.ref.v_mm)
+
+    @property
+    def corr_p_mm(self) -> np.ndarray:
+        return geometry.correlation(self.p, self.ref.p_mm)
+
+    @property
+    def corr_p_relax(self) -> np.ndarray:
+        return geometry.correlation(self.p, self.ref.p_relax)
+
+
+@dataclass
+class SweepResult:
+    """The loose case's path at ``R_v = rho R_p`` for a sweep of ``rho``, against the predicted limit."""
+
+    rho: np.ndarray          # (k,)
+    radii_p: np.ndarray      # (r,) the values of R_p
+    p: np.ndarray            # (r, k, m) best start per (R_p, rho)
+    v: np.ndarray            # (r, k, d)
+    limit: np.ndarray        # (k, m) predicted limit direction per rho
+    ref: joint_path.JointReference
+
+    @property
+    def corr_limit(self) -> np.ndarray:
+        """``(r, k)`` correlation of the path with the predicted limit."""
+        return geometry.correlation(self.p, self.limit[None])
+
+
+@dataclass
 class JointResult:
     tight: JointRun
     loose: JointRun
+    paths: dict              # case -> PathResult
+    sweep: SweepResult
 
     def __getitem__(self, case: str) -> JointRun:
         return getattr(self, case)
 
 
 def run(scale: str | None = None) -> JointResult:
-    """Both cases of Fig. 3, memoised per scale."""
+    """Both cases of Fig. 3 (GD and regularization path) and the rho sweep, memoised per scale."""
     return _run(scale or config.scale())
 
 
-def joint_run(case: str, steps: int, every: int = 1) -> JointRun:
-    """Train ``(v, p)`` jointly on ``instances.fig3(case)`` and solve the three SVMs of the final selection."""
+def start_pairs(d: int = 2, k: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """``k * k`` paired start directions ``(a0, b0)`` for ``v`` and ``p``: every pair of ``k`` angles."""
+    if d != 2:
+        raise ValueError("the Fig. 3 instances are planar")
+    ang = 0.3 + np.arange(k) * (2 * np.pi / k)
+    U = np.stack([np.cos(ang), np.sin(ang)], -1)
+    return np.repeat(U, k, 0), np.tile(U, (k, 1))
+
+
+def reg_path(case: str, radii_v, radii_p, iters: int) -> tuple[np.ndarray, np.ndarray]:
+    """Best-of-starts solutions ``(v, p)`` of the joint problem on ``instances.fig3(case)`` for paired radii."""
     inst = instances.fig3(case)
+    a0, b0 = start_pairs()
+    V, P = joint_path.joint_regularization_path(inst.X, inst.Y, radii_v, radii_p, a0, b0, W=inst.W, iters=iters)
+    v, p = joint_path.best_of_starts(inst.X, inst.Y, V, P, W=inst.W)
+    return v, p
+
+
+def _path(case: str, radii: np.ndarray, iters: int) -> PathResult:
+    inst = instances.fig3(case)
+    v, p = reg_path(case, radii, radii, iters)
+    sv, sp = joint_path.radial_slopes(inst.X, inst.Y, v, p, W=inst.W)
+    return PathResult(case, radii, v.numpy(), p.numpy(), geometry.selection(inst.K, p.numpy()),
+                      ((sv < 0) & (sp < 0)).numpy(), reference(case))
+
+
+def rho_sweep(rho, radii_p, iters: int) -> SweepResult:
+    """The loose case at ``R_v = rho R_p`` for every ``rho`` and every ``R_p``, all pairs in one batch."""
+    inst = instances.fig3("loose")
+    ref = reference("loose")
+    rho = np.asarray(rho, dtype=float)
+    Rp = np.asarray(radii_p, dtype=float)
+    v, p = reg_path("loose", np.outer(Rp, rho).ravel(), np.repeat(Rp, len(rho)), iters)
+    limit = np.stack([joint_path.limit_direction(inst.K, ref.alpha, ref.support, ref.excess, r) for r in rho])
+    shape = (len(Rp), len(rho), -1)
+    return SweepResult(rho, Rp, p.numpy().reshape(shape), v.numpy().reshape(shape), limit, ref)
+
+
+@functools.lru_cache(maxsize=None)
+def reference(case: str) -> joint_path.JointReference:
+    """The selection and SVMs of ``instances.fig3(case)``, from the definitions (before any training)."""
+    inst = instances.fig3(case)
+    return joint_path.joint_reference(inst.X, inst.Y, inst.W)
+
+
+def joint_run(case: str, steps: int, every: int = 1) -> JointRun:
+    """Train ``(v, p)`` jointly on ``instances.fig3(case)`` by normalized GD; compare with :func:`reference`."""
+    inst = instances.fig3(case)
+    ref = reference(case)
     with torch.inference_mode():
         h = train.train_joint(inst.X, inst.Y, inst.extra["v0"], inst.starts[0], steps=steps, lr=0.1,
                               record_every=every)
     p, v = h.p.numpy(), h.v.numpy()
-    alpha = geometry.selection(inst.K, p[-1])
-    head = svm.head_svm(inst.X, inst.Y, alpha)
-    support = svm.head_support(head)
-    p_mm = svm.att_svm(inst.K, alpha).x
-    p_relax = svm.relaxed_att_svm(inst.K, alpha, support).x
     return JointRun(case, inst.X, inst.Y, h.steps, p, v, h.probs.numpy(), h.extra["output_prob"].numpy(),
-                    alpha, head.x, support, p_mm, p_relax)
+                    ref.alpha, geometry.selection(inst.K, p[-1]), ref.v_mm, ref.support, ref.p_mm, ref.p_relax)
 
 
 @functools.lru_cache(maxsize=None)
 def _run(scale: str) -> JointResult:
     steps = config.pick(quick=1000, paper=10_000, which=scale)
     every = config.pick(quick=1, paper=10, which=scale)
-    return JointResult(*(joint_run(c, steps, every) for c in CASES))
+    iters = config.pick(quick=600, paper=2000, which=scale)
+    radii = np.geomspace(1.0, config.pick(quick=64.0, paper=256.0, which=scale), config.pick(quick=7, paper=9, which=scale))
+    paths = {c: _path(c, radii, iters) for c in CASES}
+    sweep = rho_sweep(RHOS, SWEEP_RADII, iters)
+    return JointResult(*(joint_run(c, steps, every) for c in CASES), paths, sweep)
+
+
+RHOS = np.geomspace(1 / 16, 4, 13)
+"""The ratios ``R_v / R_p`` of the sweep."""
+SWEEP_RADII = (32.0, 128.0)
+"""``R_p`` of the sweep: with ``R_v <= 512`` the loss (about ``e^{-R_v}``) and its excess (about
+``e^{-R_v - R_p}``) stay inside the float64 range, so every comparison is resolved."""
 
 
 # ---------------------------------------------------------------- claims
 def _final(r: JointRun) -> dict:
     return {"corr_v_vmm": float(r.corr_v[-1]), "corr_p_pmm": float(r.corr_p_mm[-1]),
-            "corr_p_relax": float(r.corr_p_relax[-1]), "steps": int(r.steps[-1])}
+            "corr_p_relax": float(r.corr_p_relax[-1]), "steps": int(r.steps[-1]),
+            "alpha": r.alpha.tolist(), "gd_selects_alpha": bool(np.array_equal(r.gd_alpha, r.alpha))}
 
 
-@claim("A.joint.tight", chapter=CHAPTER, checks="paper A, Theorem 5; Fig. 3 (tight)",
+@claim("A.joint.reg_path", chapter=CHAPTER, checks="paper A, Theorems 5 and 6 (joint regularization path); Fig. 3",
+       statement="The joint regularization path argmin L(v, p) s.t. ||v|| <= R_v, ||p|| <= R_p (logistic loss, "
+                 "selection fixed in advance as the largest head-SVM margin), computed with the saturation-safe "
+                 "comparisons on a grid with R_v = R_p, goes to (v_mm, p_mm) in the tight case (Thm 5) and to "
+                 "(v_mm, p_relax) in the loose case (Thm 6).",
+       threshold="at the largest radii: tight corr(v, v_mm) >= 0.99 and corr(p, p_mm) >= 0.99; loose "
+                 "corr(v, v_mm) >= 0.99 and corr(p, p_relax) >= 0.99 (the points keep the fixed selection "
+                 "and lie on both spheres)")
+def _claim_reg_path() -> Measured:
+    res = run()
+    m, ok = {}, True
+    for case, target in (("tight", "corr_p_pmm"), ("loose", "corr_p_relax")):
+        r = res.paths[case]
+        valid = bool(np.all(r.alpha[-1] == r.ref.alpha) and r.radial_ok[-1])
+        m[case] = {"R": float(r.radii[-1]), "corr_v_vmm": float(r.corr_v[-1]), "corr_p_pmm": float(r.corr_p_mm[-1]),
+                   "corr_p_relax": float(r.corr_p_relax[-1]), "valid": valid}
+        ok &= valid and m[case]["corr_v_vmm"] >= 0.99 and m[case][target] >= 0.99
+    sw = res.sweep
+    m["sweep_min_corr_with_limit_at_largest_Rp"] = float(sw.corr_limit[-1].min())
+    return Measured(m, bool(ok))
+
+
+@claim("A.joint.tight", chapter=CHAPTER,
+       checks="paper A, Fig. 3 (tight): joint normalized GD, an extension beyond Thm 5 (a regularization path)",
        statement="In the tight configuration (every selected token a head support vector) joint normalized GD "
-                 "sends v to the head-SVM direction v_mm and p to the ATT-SVM direction p_mm.",
-       threshold="corr(v, v_mm) >= 0.999 and corr(p, p_mm) >= 0.999")
+                 "selects the tokens fixed in advance and sends v to the head-SVM direction v_mm and p to the "
+                 "ATT-SVM direction p_mm.",
+       threshold="GD's final selection = the selection fixed in advance; corr(v, v_mm) >= 0.999 and "
+                 "corr(p, p_mm) >= 0.999")
 def _claim_tight() -> Measured:
     r = run().tight
     m = _final(r)
-    return Measured(m, m["corr_v_vmm"] >= 0.999 and m["corr_p_pmm"] >= 0.999)
+    return Measured(m, m["gd_selects_alpha"] and m["corr_v_vmm"] >= 0.999 and m["corr_p_pmm"] >= 0.999)
 
 
-@claim("A.joint.loose", chapter=CHAPTER, checks="paper A, Theorem 6; Fig. 3 (loose)",
-       statement="In the loose configuration (third input not a head support vector) p goes to the relaxed "
-                 "ATT-SVM direction p_relax, which differs from p_mm, and v still goes to v_mm.",
-       threshold="corr(p, p_relax) >= 0.999 and corr(p, p_mm) < 0.99")
+@claim("A.joint.loose", chapter=CHAPTER,
+       checks="paper A, Fig. 3 (loose): joint normalized GD, an extension beyond Thm 6 (a regularization path)",
+       statement="In the loose configuration (third input not a head support vector) joint normalized GD selects "
+                 "the tokens fixed in advance, p goes to the relaxed ATT-SVM direction p_relax, which differs "
+                 "from p_mm, and v goes to v_mm.",
+       threshold="GD's final selection = the selection fixed in advance; corr(p, p_relax) >= 0.999 and "
+                 "corr(p, p_mm) < 0.99; corr(v, v_mm) >= 0.999")
 def _claim_loose() -> Measured:
     r = run().loose
     m = _final(r)
     m["support"] = list(r.support)
-    return Measured(m, m["corr_p_relax"] >= 0.999 and m["corr_p_pmm"] < 0.99)
+    return Measured(m, m["gd_selects_alpha"] and m["corr_p_relax"] >= 0.999 and m["corr_p_pmm"] < 0.99
+                    and m["corr_v_vmm"] >= 0.999)
 
 
-@claim("A.joint.probabilities", chapter=CHAPTER, checks="paper A, Fig. 3(c)",
+@claim("A.joint.probabilities", chapter=CHAPTER,
+       checks="paper A, Fig. 3(c): joint normalized GD, an extension beyond Thms 5-6",
        statement="In both configurations the averaged softmax probability of the selected tokens and the "
                  "averaged logistic output probability sigma(Y f(X)) both tend to 1.",
        threshold="both >= 0.99 at the end, in both cases")
@@ -204,5 +342,54 @@ def plot_probabilities(res: JointResult | None = None, first: int = 200):
     return plot_curves(r0.steps[keep], ys, xlabel="iteration", ylabel="probability", styles=styles)
 
 
+def plot_reg_path(res: JointResult | None = None):
+    """Two panels (tight, loose): ``1 - correlation`` of the joint regularization path with ``v_mm``, ``p_mm``
+    and ``p_relax`` against the common radius ``R = R_v = R_p``."""
+    import matplotlib.pyplot as plt
+
+    res = res or run()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    for ax, c in zip(axes, CASES):
+        r = res.paths[c]
+        gap = lambda x: np.clip(1 - x, 1e-16, None)
+        plot_curves(r.radii, {"v vs $v^{mm}$": gap(r.corr_v), "p vs $p^{mm}$": gap(r.corr_p_mm),
+                              "p vs $p^{relax}$": gap(r.corr_p_relax)},
+                    xlabel="radius $R_v = R_p$", ylabel="1 - correlation", logx=True, logy=True, ax=ax,
+                    styles={"p vs $p^{relax}$": "--"})
+        ax.set_title(c)
+    fig.tight_layout()
+    return fig
+
+
+def _angle(q: np.ndarray) -> np.ndarray:
+    """Angle of planar directions in degrees."""
+    return np.degrees(np.arctan2(q[..., 1], q[..., 0]))
+
+
+def plot_sweep(res: JointResult | None = None, fine: int = 60):
+    """The loose case: angle of ``p`` on the path at ``R_v = rho R_p`` against ``rho`` (markers, one per ``R_p``),
+    the predicted limit (line) and the angles of ``p_mm`` and ``p_relax``."""
+    import matplotlib.pyplot as plt
+
+    res = res or run()
+    sw = res.sweep
+    inst = instances.fig3("loose")
+    rho = np.geomspace(sw.rho[0], sw.rho[-1], fine)
+    lim = np.stack([joint_path.limit_direction(inst.K, sw.ref.alpha, sw.ref.support, sw.ref.excess, r) for r in rho])
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    cs = colors(len(sw.radii_p) + 1)
+    ax.plot(rho, _angle(lim), "-", color=cs[-1], lw=1.8, label="predicted limit")
+    for j, Rp in enumerate(sw.radii_p):
+        ax.plot(sw.rho, _angle(sw.p[j]), "os^D"[j % 4], color=cs[j], ms=5, label=f"path, $R_p$ = {Rp:g}")
+    for name, q, ls in (("$p^{mm}$", sw.ref.p_mm, ":"), ("$p^{relax}$", sw.ref.p_relax, "--")):
+        ax.axhline(_angle(q), color="0.4", ls=ls, lw=1.0, label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel(r"$\rho = R_v / R_p$")
+    ax.set_ylabel("angle of $p$ (degrees)")
+    ax.legend(loc="best", fontsize=8)
+    return fig
+
+
 FIGURES = {"fig-joint-paths": lambda: plot_both_paths(), "fig-joint-corr": lambda: plot_correlations(),
-           "fig-joint-probs": lambda: plot_probabilities()}
+           "fig-joint-probs": lambda: plot_probabilities(), "fig-joint-regpath": lambda: plot_reg_path(),
+           "fig-joint-rho": lambda: plot_sweep()}
