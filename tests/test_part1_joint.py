@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import grad, instances, losses, svm, train
+from mmtoken import geometry, grad, instances, joint_path, losses, svm, train
 from mmtoken.experiments import joint, loss_shapes, nonlinear_head as nh, random_instances as ri
 from mmtoken.model import AttentionProblem
 
@@ -21,9 +21,76 @@ def test_fig3_svms_closed_forms():
 
 def test_short_joint_run_separates_the_two_predictions():
     r = joint.joint_run("loose", steps=300, every=100)
-    assert r.alpha.tolist() == [1, 1, 1]
+    assert r.alpha.tolist() == [1, 1, 1] and r.gd_alpha.tolist() == [1, 1, 1]
     assert r.corr_p_relax[-1] > 0.999 > r.corr_p_mm[-1]
     assert r.p.shape == (4, 2) and r.probs.shape == (4, 3, 2)
+
+
+def test_joint_reference_is_fixed_from_the_head_margins():
+    ref = joint_path.joint_reference(instances.fig3("loose").X, instances.fig3("loose").Y)
+    feasible = [a for a, m in ref.margins if m is not None]
+    assert feasible == [(1, 1, 1)]                          # a zero token has label margin 0
+    assert ref.support == [0, 1] and np.allclose(ref.excess, [0.0, 0.0, 0.5])
+    assert np.allclose(ref.p_relax, [1.0, 0.0], atol=1e-6) and np.allclose(ref.p_mm, [1.25, 0.25], atol=1e-6)
+    tight = joint_path.joint_reference(instances.fig3("tight").X, instances.fig3("tight").Y)
+    assert tight.all_support and np.allclose(tight.p_mm, tight.p_relax, atol=1e-6)
+
+
+def test_joint_reference_refuses_a_tie():
+    X = np.array([[[1.0, 0.0], [1.0, 0.0]], [[-1.0, 0.0], [0.0, 3.0]]])   # input 0: two identical tokens
+    with pytest.raises(ValueError, match="more than one selection"):
+        joint_path.joint_reference(X, np.array([1.0, -1.0]))
+
+
+def test_limit_direction_closed_forms():
+    inst = instances.fig3("loose")
+    ref = joint.reference("loose")
+    lim = lambda rho: joint_path.limit_direction(inst.K, ref.alpha, ref.support, ref.excess, rho)
+    for rho in (1.0, 3.0):                                   # rho >= rho* = 1: the relaxed SVM
+        assert geometry.correlation(lim(rho), ref.p_relax) > 1 - 1e-7
+    assert geometry.correlation(lim(0.0), ref.p_mm) > 1 - 1e-7
+    b = lim(0.25)                    # in between: the active pair of p_mm, input 3 credited with rho * Delta_3
+    m = inst.K[:, 1] @ b
+    assert np.isclose(m[1], m[2] + 0.25 * 0.5, atol=1e-6) and m[0] > m[1]
+
+
+def test_joint_path_lies_on_both_spheres_and_reaches_the_predictions():
+    inst = instances.fig3("loose")
+    a0, b0 = joint.start_pairs()
+    V, P = joint_path.joint_regularization_path(inst.X, inst.Y, [2.0, 24.0], [2.0, 24.0], a0, b0, iters=300)
+    assert V.shape == (2, 16, 2) and P.shape == (2, 16, 2)
+    assert torch.allclose(V.norm(dim=-1), torch.tensor([[2.0], [24.0]], dtype=V.dtype).expand(2, 16))
+    assert torch.allclose(P.norm(dim=-1), torch.tensor([[2.0], [24.0]], dtype=P.dtype).expand(2, 16))
+    v, p = joint_path.best_of_starts(inst.X, inst.Y, V, P)
+    ref = joint.reference("loose")
+    assert geometry.correlation(v[-1].numpy(), ref.v_mm) > 0.999
+    assert geometry.correlation(p[-1].numpy(), ref.p_relax) > 0.999
+    sv, sp = joint_path.radial_slopes(inst.X, inst.Y, v, p)
+    assert bool((sv < 0).all() and (sp < 0).all())
+
+
+def test_joint_loss_comparison_resolves_tiny_differences_and_selection_changes():
+    inst = instances.fig3("loose")
+    X, Y = torch.as_tensor(inst.X), torch.as_tensor(inst.Y)
+    loss = losses.get_loss("logistic")
+    v = torch.tensor([0.0, 40.0], dtype=torch.float64)
+    p_a = 40 * torch.tensor([1.0, 0.0], dtype=torch.float64)
+    p_b = 40 * torch.tensor([np.cos(1e-3), np.sin(1e-3)], dtype=torch.float64)   # a tiny rotation toward p_mm
+    la, lb = joint_path.joint_loss(X, Y, X, v, p_a, loss), joint_path.joint_loss(X, Y, X, v, p_b, loss)
+    assert float(la.total) == float(lb.total)               # the direct loss cannot tell them apart ...
+    assert bool(la.lower_than(lb)) != bool(lb.lower_than(la))   # ... the split can, consistently
+    p_c = 40 * torch.tensor([0.0, -1.0], dtype=torch.float64)   # other selection: compared directly
+    lc = joint_path.joint_loss(X, Y, X, v, p_c, loss)
+    assert bool(la.lower_than(lc)) and not bool(lc.lower_than(la))
+
+
+def test_joint_path_rejects_bad_radii():
+    inst = instances.fig3("loose")
+    a0, b0 = joint.start_pairs()
+    with pytest.raises(ValueError, match="radii"):
+        joint_path.joint_regularization_path(inst.X, inst.Y, [1.0, 2.0], [1.0], a0, b0, iters=1)
+    with pytest.raises(ValueError, match="pair up"):
+        joint_path.joint_regularization_path(inst.X, inst.Y, [1.0], [1.0], a0, b0[:3], iters=1)
 
 
 # ---------------------------------------------------------------- losses (chapter 7)
@@ -64,6 +131,39 @@ def test_excess_risk_equals_direct_difference():
     base = losses.logistic.value(torch.as_tensor(inst.Y * inst.head(inst.x_star))).mean(-1)
     assert torch.allclose(risk(p), direct - base, rtol=1e-9, atol=1e-14)
     assert bool((risk(p) > 0).all())
+
+
+def test_first_order_weights_match_finite_differences():
+    inst = nh.make_instance()
+    risk = nh.ExcessRisk(inst)
+    g = nh.first_order_weights(risk)
+    eps = 1e-7
+    for i, t in [(0, 2), (1, 3), (2, 1), (3, 2)]:
+        s = np.zeros(inst.K.shape[:2])
+        for k, o in enumerate(inst.optimal):
+            s[k, o[0]] = 1.0
+        s[i, t], s[i, inst.optimal[i][0]] = eps, 1 - eps
+        fd = float(risk.from_attention(torch.as_tensor(s))) * len(inst.optimal) / eps
+        assert fd == pytest.approx(g[i, t], rel=1e-4)
+    assert np.isnan(g[0, 0]) and np.nanmin(g) > 0
+
+
+def test_assumption_d_check_detects_a_violation():
+    inst = nh.make_instance()
+    d = nh.check_assumption_d(nh.ExcessRisk(inst), pairs=500)
+    assert d.holds and d.c > 0 and all(bad == 0 for _, _, bad in d.tested)
+    bad = nh.make_instance()
+    bad.X[0, 2] = 2.0 * bad.X[0, 0]              # token 2 now carries a *stronger* value: mixing it in helps
+    dd = nh.check_assumption_d(nh.ExcessRisk(bad), pairs=500)
+    assert dd.g[0, 2] < 0 and not dd.holds and dd.tested == []
+
+
+def test_from_attention_matches_the_p_form():
+    inst = nh.make_instance()
+    risk = nh.ExcessRisk(inst)
+    p = torch.tensor([[0.3, -0.2], [1.0, 0.5]], dtype=torch.float64)
+    s = torch.softmax(torch.einsum("ntm,bm->bnt", torch.as_tensor(inst.K), p), -1)
+    assert torch.allclose(risk.from_attention(s), risk(p), rtol=1e-12, atol=1e-15)
 
 
 def test_att_svm_prime_with_singletons_is_att_svm():
