@@ -29,6 +29,7 @@ from __future__ import annotations
 import posixpath
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -416,6 +417,7 @@ def write_reader_notebooks(app, exception) -> None:
     from sphinx.util import logging
 
     log = logging.getLogger(__name__)
+    started = time.perf_counter(), time.process_time()
     pm, meta = project_meta(app)
     macros = (((app.config.mathjax3_config or {}).get("tex") or {}).get("macros")) or {}
     outdir = Path(app.outdir) / OUT
@@ -443,7 +445,8 @@ def write_reader_notebooks(app, exception) -> None:
         nbformat.validate(reader)
         target.write_text(nbformat.writes(reader) + "\n")
         written += 1
-    log.info(f"reader notebooks: {written} written to {outdir}")
+    wall, cpu = time.perf_counter() - started[0], time.process_time() - started[1]
+    log.info(f"reader notebooks: {written} written to {outdir} in {wall:.2f} s ({cpu:.2f} s CPU)")
 
 
 def setup(app):
