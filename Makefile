@@ -6,13 +6,14 @@ NOTEBOOKS := $(shell find book -name '*.ipynb' -not -path '*/.ipynb_checkpoints/
 export MMTOKEN_PROGRESS ?= off
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup book build test unit nbval strict sync claims figures bench clean
+.PHONY: setup book build test unit nbval strict sync claims figures bench clean reader meta
 
 setup:
 	bash scripts/setup.sh
 
-build: setup
+build: setup  ## the HTML book; the build also writes the reader notebooks (_build/html/notebooks)
 	$(JB) build . --builder html
+	$(MAKE) --no-print-directory reader
 
 book: build  ## build the book, then open it in a browser when one is available
 	@echo "book: file://$(CURDIR)/_build/html/index.html"
@@ -40,6 +41,12 @@ claims: setup
 
 figures: setup
 	$(PY) -m mmtoken figures --out figures
+
+reader:  ## the notebooks branch (reader notebooks + binder/) in _build/reader, from the last build
+	$(PY) scripts/reader_branch.py
+
+meta:  ## check that everything naming the address or version agrees with pyproject.toml
+	$(PY) scripts/project_meta.py check
 
 bench: setup  ## benchmarks (not part of the tests): results in benchmarks/results/
 	$(PY) benchmarks/run_all.py
