@@ -217,7 +217,10 @@ class ConePaths:
 
 def neighbour_cone_width(K, alpha, q, resolution: float = 1e-5) -> float:
     """Largest ``mu`` for which, throughout the planar cone ``C_mu(q)``, the smallest margin
-    ``(k_{i alpha_i} - k_it)^T w`` belongs to an SVM-neighbour of ``alpha`` (at ``q``).
+    ``(k_{i alpha_i} - k_it)^T w`` belongs to an SVM-neighbour of ``alpha``.
+
+    ``K (n, T, 2)`` keys; ``alpha (n,)``; ``q (2,)`` must be ``p_mm(alpha)`` itself: its
+    active constraints define the SVM-neighbours.
 
     Beyond it a token that is not a neighbour becomes the nearest one somewhere in the
     cone, and if it scores higher than the selected token the loss is lower there: the
