@@ -3,13 +3,14 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import grad, instances, public_code, train
+from mmtoken import grad, instances, public_code, smoothness, svm, train
 from mmtoken.experiments import global_convergence, saturation, w_equals_p
+from mmtoken.model import AttentionProblem
 
 
 def test_w_run_matches_p_run_and_gradient_is_rank_one():
     inst = instances.fig1("global")
-    pr = w_equals_p._pair("t", inst, instances.PLANE, steps=30, lr=1.0, seed=0)
+    pr = w_equals_p.pair_run("t", inst, instances.PLANE, steps=30, lr=1.0, seed=0)
     assert pr.logits_W.shape == pr.logits_p.shape == (31, 6, 3)
     assert pr.max_logit_gap < 1e-12
     assert pr.sv_ratio.max() < 1e-12
@@ -25,7 +26,7 @@ def test_w_run_detects_a_wrong_start():
     gamma = torch.as_tensor(inst.gamma, dtype=torch.float64)
     pbar = torch.tensor([1.0, 0.0], dtype=torch.float64)
     W0 = torch.zeros(6, 2, 2, dtype=torch.float64)                # W(0) pbar = 0, not the starts
-    zW, _, _ = w_equals_p._w_run(K, gamma, W0, pbar, steps=5, lr=1.0)
+    zW, _, _ = w_equals_p.w_run(K, gamma, W0, pbar, steps=5, lr=1.0)
     h = train.train_p(inst.problem(), inst.starts, steps=5, lr=1.0, method="gd", record_probs=False)
     zp = torch.einsum("ntm,ksm->ksnt", K, h.p)[:, :, 0]
     assert (zW - zp).abs().max() > 0.1
@@ -77,4 +78,156 @@ def test_autograd_run_dtype_argument():
 
 def test_pair_rejects_mismatched_keymap():
     with pytest.raises(ValueError):
-        w_equals_p._pair("bad", instances.fig1("global"), np.eye(2), steps=1, lr=1.0, seed=0)
+        w_equals_p.pair_run("bad", instances.fig1("global"), np.eye(2), steps=1, lr=1.0, seed=0)
+
+
+# ---------------------------------------------------------------- smoothness (step condition)
+def _autograd_loss(K, g):
+    return lambda p: torch.nn.functional.softplus(-(torch.softmax(K @ p, -1) * g).sum(-1)).mean()
+
+
+@pytest.mark.parametrize("case", ["global", "local"])
+def test_closed_form_hessian_matches_autograd(case):
+    inst = instances.fig1(case)
+    K, g = torch.as_tensor(inst.K), torch.as_tensor(inst.gamma)
+    P = torch.randn(6, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 3
+    H_auto = torch.stack([torch.func.hessian(_autograd_loss(K, g))(p) for p in P])
+    H = smoothness.hessian(inst.problem(), P)
+    assert float((H - H_auto).abs().max()) < 1e-13
+
+
+def test_closed_form_hessian_several_inputs():
+    rng = np.random.default_rng(3)
+    K, gamma = rng.normal(size=(3, 4, 2)), rng.normal(size=(3, 4))
+    P = torch.as_tensor(rng.normal(size=(5, 2)) * 2)
+    H_auto = torch.stack([torch.func.hessian(_autograd_loss(torch.as_tensor(K), torch.as_tensor(gamma)))(p) for p in P])
+    H = smoothness.hessian(AttentionProblem(K, gamma), P)
+    assert float((H - H_auto).abs().max()) < 1e-13
+
+
+def test_smoothness_bound_dominates_the_hessian():
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        K, gamma = rng.normal(size=(2, 3, 2)), rng.normal(size=(2, 3))
+        bound = smoothness.smoothness_bound(K, gamma)
+        top, _ = smoothness.hessian_norm_max(AttentionProblem(K, gamma), 6.0, points=61)
+        assert 0 < top <= bound
+
+
+def test_derivative_bounds_closed_forms():
+    d1, d2 = smoothness.derivative_bounds("logistic", -1.0, 2.0)
+    assert d1 == pytest.approx(1 / (1 + np.exp(-1.0)))       # sigma(1) at u = -1
+    assert d2 == pytest.approx(0.25)                          # sigma(0) sigma(0), 0 in the interval
+    d1, d2 = smoothness.derivative_bounds("logistic", 0.9, 1.0)
+    assert d2 == pytest.approx(np.exp(-0.9) / (1 + np.exp(-0.9)) ** 2)
+    assert smoothness.derivative_bounds("correlation", 0.0, 1.0) == (1.0, 0.0)
+    with pytest.raises(ValueError, match="lo <= hi"):
+        smoothness.derivative_bounds("logistic", 1.0, 0.0)
+
+
+def test_plain_gd_step_is_below_one_over_L_for_chapters_2_and_3():
+    for case in ("global", "local"):
+        sm = global_convergence.smoothness_of(instances.fig1(case))
+        assert sm.step_ok and sm.grid_max <= sm.bound
+
+
+# ---------------------------------------------------------------- plain GD
+def test_compiled_plain_gd_is_plain_gd():
+    """train_p(method="gd") through the kernel against p <- p - eta grad L by float64 autograd."""
+    inst = instances.fig1("global")
+    pr = inst.problem()
+    h = train.train_p(pr, inst.starts, steps=200, lr=1.0, method="gd", record_every=200, record_probs=False)
+    p = torch.as_tensor(inst.starts)
+    for _ in range(200):
+        p = p - 1.0 * grad.autograd_grad(pr, p)
+    assert float((h.p[-1] - p).abs().max()) < 1e-12
+
+
+def test_plain_gd_restarts_at_decades_reproduce_one_run():
+    inst = instances.fig1("local")
+    r = global_convergence.plain_gd(inst.problem(), inst.starts, steps=2000)
+    h = train.train_p(inst.problem(), inst.starts, steps=2000, lr=global_convergence.PLAIN_LR, method="gd",
+                      record_every=1000, record_probs=False)
+    np.testing.assert_allclose(r.p[-1], h.p[-1].numpy(), rtol=0, atol=1e-13)
+    assert r.steps[0] == 0 and r.steps[-1] == 2000 and np.all(np.diff(r.steps) > 0)
+    for k in (10, 100, 1000):
+        assert r.steps[r.at(k)] == k
+    with pytest.raises(ValueError, match="not recorded"):
+        r.at(1999)
+
+
+def test_decade_summary_on_known_curves():
+    steps = np.array([0, 10, 100, 1000])
+    ref = np.array([0.0, 1.0])
+    # a path along ref with ||p|| = log10(k): equal increases per decade; correlation 1
+    p = np.stack([np.zeros(4), np.log10(np.maximum(steps, 1.0))], -1)[:, None]
+    p[0, 0] = (1.0, 0.0)
+    s = global_convergence.decade_summary(global_convergence.PlainRun(steps, p, np.linalg.norm(p, axis=-1), 1.0), ref)
+    assert s["log_growth"] and not s["rising"]                # correlation already 1: not rising
+    p2 = p.copy()
+    p2[-1, 0, 0] = 5.0                                        # last decade turns away: falls, grows too fast
+    s2 = global_convergence.decade_summary(global_convergence.PlainRun(steps, p2, np.linalg.norm(p2, axis=-1), 1.0),
+                                           ref)
+    assert not s2["rising"] and not s2["log_growth"]
+
+
+def test_equal_scores_make_p_mm_a_descent_direction():
+    """Theorem 2's argument: <grad L(p), p_mm> <= l'(u)(g0 - g')s0(1 - s0) < 0 at every p."""
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        K = rng.normal(size=(1, 4, 2))
+        K[0, 0] = 3 * K[0, 0] / np.linalg.norm(K[0, 0]) + 3.0      # token 0 away from the others: feasible
+        gamma = np.array([[1.0, 0.3, 0.3, 0.3]])
+        q = svm.att_svm(K, [0]).x
+        pr = AttentionProblem(K, gamma)
+        P = torch.as_tensor(rng.normal(size=(50, 2)) * 3)
+        g = grad.grad_p(pr, P).value().numpy()
+        sat = grad.saturation(pr, P)
+        s0 = sat.probs.numpy()[:, 0, 0]
+        lprime = -1 / (1 + np.exp(sat.u.numpy()[:, 0]))
+        assert np.all(g @ q <= lprime * 0.7 * s0 * (1 - s0) + 1e-15)
+        assert np.all(g @ q < 0)
+
+
+def test_stationary_counterexample_against_closed_form():
+    """L' = l'(u) u' with l' < 0: p* is the root of u'(p) for u = (e^-p + 0.9 e^p)/(e^-p + 1 + e^p)."""
+    from scipy.optimize import brentq
+
+    def du(p):
+        a, b, c = np.exp(-p), 1.0, np.exp(p)
+        Z = a + b + c
+        u = (a + 0.9 * c) / Z
+        return (-a + 0.9 * c) / Z - u * (c - a) / Z
+
+    c = global_convergence.stationary_counterexample()
+    assert c.p_star == pytest.approx(brentq(du, -1, 1, xtol=1e-15), abs=1e-12)
+    assert c.curvature < 0                                    # a maximum of L
+    assert [r.feasible for r in c.reports] == [True, False, True]   # the middle key cannot be separated
+    assert c.selected == [0, 2]
+
+
+# ---------------------------------------------------------------- W direction
+def test_w_svm_is_att_svm_times_pbar():
+    inst = instances.fig1("global")
+    pbar = w_equals_p.W_PBAR
+    W = svm.w_svm(inst.X, [0], pbar).x
+    q = svm.att_svm(inst.X, [0]).x
+    np.testing.assert_allclose(W, np.outer(q, pbar), atol=1e-6)
+
+
+def test_normalized_gd_on_w_is_normalized_gd_on_q():
+    inst = instances.fig1("global")
+    pr = AttentionProblem(inst.X, inst.gamma)
+    pbar = w_equals_p.W_PBAR
+    st, Ws = w_equals_p.normalized_gd_on_w(pr, pbar, np.zeros((3, 3)), steps=300, lr=0.1, record_every=100)
+    h = train.train_p(pr, np.zeros((1, 3)), steps=300, lr=0.1, record_every=100, record_probs=False)
+    np.testing.assert_allclose(Ws @ pbar, h.p.numpy()[:, 0], atol=1e-12)
+    np.testing.assert_allclose(Ws, np.einsum("sd,m->sdm", Ws @ pbar, pbar), atol=1e-12)   # rank one along pbar
+    assert list(st) == [0, 100, 200, 300]
+
+
+def test_frobenius_correlation():
+    A = np.arange(6.0).reshape(2, 3)
+    assert w_equals_p.frobenius_correlation(A, 2 * A) == pytest.approx(1.0)
+    assert w_equals_p.frobenius_correlation(A, -A) == pytest.approx(-1.0)
+    assert np.isnan(w_equals_p.frobenius_correlation(np.zeros((2, 3)), A))

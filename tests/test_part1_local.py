@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import geometry, grad, instances, svm, train
+from mmtoken import cone_path, geometry, grad, instances, svm, train
+from mmtoken.model import AttentionProblem
 from mmtoken.experiments import local_convergence as lc
 from mmtoken.experiments import many_inputs as mi
 
@@ -80,6 +81,76 @@ def test_stable_gradient_in_cone_points_back_for_lmm():
     step = -g.direction.numpy()
     assert (step[:, 0] > 0).all()                     # along k_1 - k_2 = (1, 0)
     assert np.allclose(np.linalg.norm(step, axis=-1), 1.0)
+
+
+def test_project_to_cone():
+    q = torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64)
+    w = torch.nn.functional.normalize(torch.randn(200, 3, generator=torch.Generator().manual_seed(1),
+                                                  dtype=torch.float64), dim=-1)
+    out = cone_path.project_to_cone(w, q, 0.1)
+    c_in, c_out = (w * q).sum(-1), (out * q).sum(-1)
+    assert torch.allclose(out.norm(dim=-1), torch.ones(200, dtype=torch.float64))
+    inside = c_in >= 0.9
+    assert torch.equal(out[inside], w[inside])                           # inside: unchanged
+    assert torch.allclose(c_out[~inside], torch.full_like(c_out[~inside], 0.9))   # outside: on the boundary
+    # the boundary point lies in the plane of q and w, on w's side
+    perp_w, perp_o = w[~inside, 1:], out[~inside, 1:]
+    assert torch.allclose(torch.nn.functional.normalize(perp_w, dim=-1), torch.nn.functional.normalize(perp_o, dim=-1))
+
+
+def test_cone_path_stays_on_sphere_and_in_cone():
+    inst = instances.fig1("local")
+    q = np.array([[-1.0, -1.1]])                                        # p_mm of the origin token (not locally optimal)
+    radii = np.array([3.0, 20.0])
+    pts = cone_path.cone_regularization_path(AttentionProblem(inst.K[None], inst.gamma[None]), radii, q, 0.01,
+                                             iters=80).numpy()
+    assert pts.shape == (2, 1, 1, 2)
+    np.testing.assert_allclose(np.linalg.norm(pts, axis=-1)[:, 0, 0], radii, rtol=1e-12)
+    c = geometry.correlation(pts[:, 0, 0], q[0])
+    np.testing.assert_allclose(c, 0.99, atol=1e-9)                      # pushed to the boundary
+
+
+def test_cone_path_with_a_wide_cone_is_the_regularization_path():
+    """With mu near 2 the cone is (almost) the whole sphere: the two sphere descents must agree."""
+    inst = instances.fig1("global")
+    pr = inst.problem()
+    radii = np.array([2.0, 8.0])
+    gmm = svm.att_svm(inst.K, [0]).x
+    a = cone_path.cone_regularization_path(pr, radii, gmm, 0.999, iters=300).numpy()[:, 0]
+    b = train.best_of_starts(pr, train.regularization_path(pr, radii, np.array([gmm]), iters=300)).numpy()
+    np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_cone_path_rejects_bad_arguments():
+    pr = instances.fig1("local").problem()
+    with pytest.raises(ValueError, match="mu"):
+        cone_path.cone_regularization_path(pr, [1.0], [1.0, 0.0], 0.0)
+    with pytest.raises(ValueError, match="dimension"):
+        cone_path.cone_regularization_path(pr, [1.0], [1.0, 0.0, 0.0], 0.1)
+    with pytest.raises(ValueError, match="radii"):
+        cone_path.cone_regularization_path(pr, [-1.0], [1.0, 0.0], 0.1)
+    with pytest.raises(ValueError, match="w0"):
+        cone_path.cone_regularization_path(pr, [1.0], [1.0, 0.0], 0.1, np.ones((2, 1, 2)))
+
+
+def test_best_over_radii_keeps_the_least_loss():
+    inst = instances.fig1("local")
+    pr = inst.problem()
+    # the origin token's direction: the loss grows with the radius, so the inner radius wins
+    pts = torch.as_tensor(np.array([[[-1.0, -1.1]]]) * np.array([1.0, 2.0, 4.0])[:, None, None])
+    best = cone_path.best_over_radii(pr, pts).numpy()
+    np.testing.assert_allclose(best, pts.numpy()[[0, 0, 0]])
+    # the LMM direction: the loss falls with the radius
+    pts = torch.as_tensor(np.array([[[1.0, 0.0]]]) * np.array([1.0, 2.0, 4.0])[:, None, None])
+    np.testing.assert_allclose(cone_path.best_over_radii(pr, pts).numpy(), pts.numpy())
+
+
+def test_neighbour_cone_width_closed_form():
+    """LMM of Fig. 1 (local): token 0 overtakes the neighbour when 0.1 cos(th) = sin(th), tan(th) = 0.1."""
+    inst = instances.fig1("local")
+    mu0 = lc.neighbour_cone_width(inst.K, [1], [1.0, 0.0])
+    assert mu0 == pytest.approx(1 - 1 / np.sqrt(1.01), abs=1e-6)
+    assert lc.REG_MU < mu0 and lc.CONE_MU < mu0
 
 
 # ---------------------------------------------------------------- chapter 4

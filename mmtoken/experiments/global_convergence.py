@@ -1,27 +1,53 @@
 """Chapter 2 (``book/part1/02_global``): global convergence (paper A, Theorems 1-2, Fig. 1 global).
 
 * the ATT-SVM of the Fig. 1 (global) instance, solved (the GMM);
-* normalized GD (step 0.1, logistic loss) from the six published starts,
-  all batched: the published 1000 steps, then continued far beyond them
-  (10 000 steps quick, 200 000 paper) with the saturation-safe gradient;
+* plain GD ``p <- p - eta grad L`` with ``eta = 1`` below ``1/L_p`` (the
+  algorithm of Theorem 2; :mod:`mmtoken.smoothness` bounds ``L_p``), six
+  starts, 10^6 steps through the compiled kernel, recorded ~90 times per decade;
+* normalized GD (step 0.1, the published algorithm, an extension beyond the
+  theorem) from the six published starts, all batched: the published 1000
+  steps, then continued far beyond them (10 000 steps quick, 200 000 paper)
+  with the saturation-safe gradient;
 * the regularization path ``pbar(R) = argmin_{||p|| <= R} L(p)`` on a grid
-  of radii, solved on the sphere by :func:`mmtoken.train.regularization_path`.
+  of radii, solved on the sphere by :func:`mmtoken.train.regularization_path`;
+* the stationary counterexample: keys ``(-1, 0, 1)``, scores ``(1, 0, 0.9)``
+  (unequal non-optimal scores, outside Theorem 2), whose loss has a finite
+  stationary point from which plain GD goes to either end.
 """
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
 
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from .. import config, geometry, instances, svm, train
+from scipy.optimize import brentq
+
+from .. import config, geometry, grad, instances, smoothness, svm, train
 from ..ledger import Measured, claim
-from ..plotting import _ax, colors, plot_curves, plot_paths, start_label
+from ..model import AttentionProblem
+from ..plotting import colors, plot_curves, plot_paths, start_label
 
 CHAPTER = "02_global"
 LR = 0.1
 PUBLISHED_STEPS = 1000
+PLAIN_LR = 1.0
+"""Plain GD step: below ``1/L_p`` for every instance of chapters 2-3 (see :mod:`mmtoken.smoothness`)."""
+PLAIN_STEPS = 1_000_000
+"""Plain GD steps of ``A.global.plain_gd`` / ``A.local.plain_gd`` (at both scales: the claims name 10^6)."""
+
+# the stationary counterexample: one input, keys on a line, unequal non-optimal scores
+SC_KEYS = np.array([[[-1.0], [0.0], [1.0]]])
+SC_GAMMA = np.array([[1.0, 0.0, 0.9]])
+SC_GAMMA_EQUAL = np.array([[1.0, 0.9, 0.9]])
+"""The same keys with equal non-optimal scores (Theorem 2's hypothesis): no stationary point."""
+SC_OFFSET = 1e-6
+"""Starts ``p* -/+ SC_OFFSET``: "just left" and "just right" of the stationary point."""
+SC_STEPS = 100_000
+SELECTED = 0.99
+"""A run "ends selecting token t" when its final softmax puts at least this probability on ``t``."""
 
 
 @dataclass
@@ -132,6 +158,145 @@ def _reg(scale: str) -> RegPath:
     return RegPath(radii, best, geometry.correlation(best, gmm), np.abs(np.linalg.norm(best, axis=-1) - radii))
 
 
+# ---------------------------------------------------------------- plain GD (Theorem 2's algorithm)
+@dataclass
+class PlainRun:
+    """Plain GD ``p <- p - eta grad L(p)`` from a batch of starts, recorded ~90 times per decade of steps."""
+
+    steps: np.ndarray     # (S,) recorded steps, 0 .. total
+    p: np.ndarray         # (S, starts, m)
+    norm: np.ndarray      # (S, starts)
+    lr: float
+
+    def at(self, k: int) -> int:
+        """Row of step ``k`` in the record."""
+        hit = np.flatnonzero(self.steps == k)
+        if not len(hit):
+            raise ValueError(f"step {k} was not recorded")
+        return int(hit[0])
+
+
+def plain_gd(problem: AttentionProblem, starts, steps: int = PLAIN_STEPS, lr: float = PLAIN_LR) -> PlainRun:
+    """Plain GD with the saturation-safe gradient (compiled kernel through :func:`mmtoken.train.train_p`).
+
+    The run is cut at the powers of ten (GD is memoryless, so restarting from
+    the last iterate continues the same trajectory); each decade is recorded
+    about 90 times, so the history stays small for 10^6 steps.
+    """
+    edges = [0] + [10 ** j for j in range(2, 19) if 10 ** j < steps] + [steps]
+    p = np.asarray(starts, float)
+    rows_s, rows_p = [], []
+    with torch.inference_mode():
+        for a, b in zip(edges[:-1], edges[1:]):
+            every = max(1, a // 10) if a else 1
+            h = train.train_p(problem, p, steps=b - a, lr=lr, method="gd", record_every=every, record_probs=False)
+            keep = slice(0 if a == 0 else 1, None)               # the first row repeats the last of the decade before
+            rows_s.append(h.steps[keep] + a)
+            rows_p.append(h.p.numpy()[keep])
+            p = h.p.numpy()[-1]
+    P = np.concatenate(rows_p)
+    return PlainRun(np.concatenate(rows_s), P, np.linalg.norm(P, axis=-1), lr)
+
+
+def decade_summary(r: PlainRun, ref) -> dict:
+    """Correlation with ``ref`` at the last three powers of ten and the growth of ``||p||`` per decade.
+
+    ``rising``: the correlation of every start increased over the last decade;
+    ``log_growth``: for every start the increase of ``||p||`` over the last decade is
+    within 25% of its increase over the decade before (``||p||`` grows like ``log k``).
+    """
+    k = int(r.steps[-1])
+    i3, i2, i1 = r.at(k), r.at(k // 10), r.at(k // 100)
+    corr = geometry.correlation(r.p, ref)
+    inc_last = r.norm[i3] - r.norm[i2]
+    inc_prev = r.norm[i2] - r.norm[i1]
+    return {"steps": k, "corr": corr[i3], "corr_decade_before": corr[i2],
+            "rising": bool(np.all(corr[i3] > corr[i2])), "inc_last": inc_last, "inc_prev": inc_prev,
+            "log_growth": bool(np.all(np.abs(inc_last - inc_prev) <= 0.25 * inc_prev))}
+
+
+@dataclass
+class Smoothness:
+    """The step condition ``eta <= 1/L_p`` for one instance."""
+
+    bound: float           # analytic bound on sup ||hess L|| (mmtoken.smoothness)
+    grid_max: float        # largest ||hess L|| met on the grid [-box, box]^2
+    grid_argmax: np.ndarray
+    box: float
+    lr: float
+
+    @property
+    def step_ok(self) -> bool:
+        return self.lr <= 1.0 / self.bound
+
+
+def smoothness_of(inst: instances.Instance, lr: float = PLAIN_LR, box: float = 15.0) -> Smoothness:
+    """Bound ``L_p`` for an instance and measure the Hessian norm on a planar grid."""
+    bound = smoothness.smoothness_bound(inst.K, inst.gamma)
+    gmax, where = smoothness.hessian_norm_max(inst.problem(), box)
+    return Smoothness(bound, gmax, where, box, lr)
+
+
+@functools.lru_cache(maxsize=None)
+def plain_run() -> PlainRun:
+    """Plain GD (step 1) from the six Fig. 1 (global) starts, 10^6 steps."""
+    inst = instances.fig1("global")
+    return plain_gd(inst.problem(), inst.starts)
+
+
+# ---------------------------------------------------------------- the stationary counterexample
+@dataclass
+class StationaryCounterexample:
+    """Keys ``(-1, 0, 1)``, scores ``(1, 0, 0.9)``: a finite stationary point and two limits."""
+
+    keys: np.ndarray          # (1, 3, 1)
+    gamma: np.ndarray         # (1, 3)
+    p_star: float             # root of L'(p)
+    grad_star: float          # L'(p_star)
+    curvature: float          # L''(p_star) (< 0: a maximum)
+    bound: float              # smoothness bound of L (step condition)
+    reports: list             # geometry.classify of each token
+    run: PlainRun             # plain GD from p_star - offset, p_star + offset
+    final_probs: np.ndarray   # (2, 3) softmax at the last step
+    grid: np.ndarray          # (G,) values of p for the plot
+    loss: np.ndarray          # (G,) L(p), unequal scores
+    loss_equal: np.ndarray    # (G,) L(p), equal non-optimal scores
+
+    @property
+    def selected(self) -> list:
+        """Token selected at the end by each run (``None`` if no token reaches probability ``SELECTED``)."""
+        return [int(np.argmax(s)) if s.max() >= SELECTED else None for s in self.final_probs]
+
+
+def _derivative(problem: AttentionProblem, p: float) -> float:
+    """``L'(p)`` for a one-dimensional ``p`` (saturation-safe gradient)."""
+    return float(grad.grad_p(problem, torch.tensor([p], dtype=torch.float64)).value()[0])
+
+
+@functools.lru_cache(maxsize=None)
+def stationary_counterexample() -> StationaryCounterexample:
+    """Root-find the stationary point, classify the tokens, run plain GD from both sides of it."""
+    problem = AttentionProblem(SC_KEYS, SC_GAMMA)
+    grid = np.linspace(-6.0, 6.0, 241)
+    dL = np.array([_derivative(problem, x) for x in grid])
+    flips = np.flatnonzero(np.sign(dL[:-1]) != np.sign(dL[1:]))
+    if len(flips) != 1:
+        raise RuntimeError(f"expected one sign change of L' on [-6, 6], found {len(flips)}")
+    a, b = grid[flips[0]], grid[flips[0] + 1]
+    p_star = brentq(lambda x: _derivative(problem, x), a, b, xtol=1e-15, rtol=1e-15)
+    curv = float(smoothness.hessian(problem, np.array([p_star]))[0, 0])
+    bound = smoothness.smoothness_bound(SC_KEYS, SC_GAMMA)
+    reports = [geometry.classify(SC_KEYS, SC_GAMMA, [t]) for t in range(3)]
+    starts = np.array([[p_star - SC_OFFSET], [p_star + SC_OFFSET]])
+    r = plain_gd(problem, starts, steps=SC_STEPS)
+    probs = grad.saturation(problem, torch.as_tensor(r.p[-1])).probs.numpy()[:, 0]
+    P = torch.as_tensor(grid[:, None])
+    loss = grad.loss_value(problem, P).numpy()
+    loss_eq = grad.loss_value(AttentionProblem(SC_KEYS, SC_GAMMA_EQUAL), P).numpy()
+    return StationaryCounterexample(SC_KEYS, SC_GAMMA, float(p_star), _derivative(problem, p_star), curv, bound,
+                                    reports, r, probs, grid, loss, loss_eq)
+
+
 def run(scale: str | None = None) -> GlobalResult:
     """The whole chapter: SVM, published run, long run, regularization path."""
     scale = scale or config.scale()
@@ -141,9 +306,11 @@ def run(scale: str | None = None) -> GlobalResult:
 
 
 # ---------------------------------------------------------------- claims
-@claim("A.global.gd", chapter=CHAPTER, checks="Theorem 2 (paper A); Fig. 1 (global)",
-       statement="Normalized GD (step 0.1, logistic loss) from all six published Fig. 1 (global) starts "
-                 "converges in direction to the GMM.",
+@claim("A.global.gd", chapter=CHAPTER,
+       checks="Theorem 2 (paper A) extended to normalized GD, the published algorithm (the theorem is about plain GD: "
+              "A.global.plain_gd); Fig. 1 (global)",
+       statement="Normalized GD (step 0.1, logistic loss), the published algorithm, from all six published Fig. 1 "
+                 "(global) starts converges in direction to the GMM.",
        threshold="all six starts reach correlation >= 0.99999 with the GMM")
 def _claim_gd() -> Measured:
     r = long_run()
@@ -164,6 +331,44 @@ def _claim_reg() -> Measured:
                     bool(inc and r.corr[-1] >= 0.999))
 
 
+@claim("A.global.plain_gd", chapter=CHAPTER, checks="Theorem 2 (paper A): plain GD with step eta <= 1/L_p; Fig. 1 (global)",
+       statement="Plain GD p <- p - eta grad L(p) (saturation-safe gradient, eta = 1 below 1/L_p for this instance) "
+                 "from the six Fig. 1 (global) starts, 10^6 steps, converges in direction to the GMM while ||p|| "
+                 "grows logarithmically.",
+       threshold="min correlation with the GMM >= 0.97 at 10^6 steps and rising over the last decade of steps (every "
+                 "start); ||p|| increase over the last decade within 25% of the increase over the decade before")
+def _claim_plain_gd() -> Measured:
+    inst = instances.fig1("global")
+    sm = smoothness_of(inst)
+    r = plain_run()
+    d = decade_summary(r, gmm_of(inst).x)
+    ok = sm.step_ok and d["corr"].min() >= 0.97 and d["rising"] and d["log_growth"]
+    return Measured({"steps": d["steps"], "lr": r.lr, "L_bound": sm.bound, "min_corr": float(d["corr"].min()),
+                     "min_corr_decade_before": float(d["corr_decade_before"].min()), "rising": d["rising"],
+                     "inc_last": [float(x) for x in d["inc_last"]], "inc_prev": [float(x) for x in d["inc_prev"]],
+                     "log_growth": d["log_growth"]}, bool(ok))
+
+
+@claim("A.global.stationary_counterexample", chapter=CHAPTER,
+       checks="the equal-score hypothesis of Theorem 2 (paper A) is needed: a counterexample without it",
+       statement="For one input with keys (-1, 0, 1) and scores (1, 0, 0.9) the loss has a finite stationary point p*; "
+                 "plain GD started just right of it ends selecting token 2 (classified locally optimal), just left "
+                 "of it selecting token 0.",
+       threshold=f"root-finder: |L'(p*)| <= 1e-12 and |p*| <= 10; plain GD (eta = {PLAIN_LR}, {SC_STEPS} steps) from "
+                 f"p* + {SC_OFFSET:g} ends with softmax >= {SELECTED} on token 2, which geometry.classify calls locally "
+                 f"optimal; from p* - {SC_OFFSET:g} with softmax >= {SELECTED} on token 0")
+def _claim_stationary() -> Measured:
+    c = stationary_counterexample()
+    left, right = c.selected
+    ok = (abs(c.grad_star) <= 1e-12 and abs(c.p_star) <= 10 and c.run.lr <= 1.0 / c.bound
+          and right == 2 and c.reports[2].locally_optimal and left == 0)
+    return Measured({"p_star": c.p_star, "grad_at_p_star": c.grad_star, "curvature": c.curvature,
+                     "selected_from_right": right, "selected_from_left": left,
+                     "token2_locally_optimal": c.reports[2].locally_optimal,
+                     "final_probs_right": c.final_probs[1].round(6).tolist(),
+                     "final_probs_left": c.final_probs[0].round(6).tolist()}, bool(ok))
+
+
 # ---------------------------------------------------------------- plots
 def plot_paths_published(r: GlobalResult | None = None, first: int = 200, ax=None):
     """Paths of the first ``first`` steps with the GMM ray and the keys."""
@@ -176,7 +381,7 @@ def plot_paths_published(r: GlobalResult | None = None, first: int = 200, ax=Non
 def plot_convergence(r: GlobalResult | None = None, ax=None):
     """``1 - corr`` with the GMM against ``||p||``: GD iterates (six starts) and the regularization path."""
     r = r or run()
-    fig, ax = _ax(ax)
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots()
     cs = colors(3)
     norm = np.concatenate([r.published.norm[1:], r.long.norm[1:]])
     corr = np.concatenate([r.published.corr[1:], r.long.corr[1:]])
@@ -202,7 +407,64 @@ def plot_norm(r: GlobalResult | None = None, ax=None):
     return fig
 
 
+def plot_plain(r: PlainRun | None = None, ref=None, axes=None, labels=None):
+    """Plain GD: ``1 - corr`` with ``ref`` (left) and ``||p||`` (right) against the step, log scales."""
+    if r is None:
+        r, ref = plain_run(), gmm_of(instances.fig1("global")).x
+    if axes is None:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig = axes[0].figure
+    keep = r.steps > 0
+    corr = geometry.correlation(r.p, ref)
+    cs = colors(r.p.shape[1])
+    for j in range(r.p.shape[1]):
+        lab = None if labels is None else labels[j]
+        axes[0].plot(r.steps[keep], np.maximum(1 - corr[keep, j], 1e-16), color=cs[j], lw=1.4, label=lab)
+        axes[1].plot(r.steps[keep], r.norm[keep, j], color=cs[j], lw=1.4, label=lab)
+    axes[0].set_xscale("log")
+    axes[0].set_yscale("log")
+    axes[0].set_xlabel("iteration k")
+    axes[0].set_ylabel("1 - correlation with the limit")
+    axes[1].set_xscale("log")
+    axes[1].set_xlabel("iteration k")
+    axes[1].set_ylabel(r"$\|p(k)\|$")
+    axes[0].set_title("direction")
+    axes[1].set_title("norm")
+    if labels is not None:
+        axes[1].legend(loc="best", fontsize=8)
+    return fig
+
+
+def plot_stationary(c: StationaryCounterexample | None = None, axes=None):
+    """The counterexample: ``L(p)`` with its stationary point (left), plain GD from both sides of it (right)."""
+    c = c or stationary_counterexample()
+    if axes is None:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig = axes[0].figure
+    cs = colors(3)
+    axes[0].plot(c.grid, c.loss, color=cs[0], lw=1.8, label="scores (1, 0, 0.9)")
+    axes[0].plot(c.grid, c.loss_equal, color=cs[1], lw=1.8, ls="--", label="scores (1, 0.9, 0.9)")
+    L_star = float(np.interp(c.p_star, c.grid, c.loss))
+    axes[0].plot([c.p_star], [L_star], "o", color="k", ms=5, label=f"stationary point p* = {c.p_star:.3f}")
+    axes[0].set_xlabel("p")
+    axes[0].set_ylabel("loss L(p)")
+    axes[0].set_title("loss")
+    axes[0].legend(loc="best", fontsize=8)
+    keep = c.run.steps > 0
+    for j, (name, col) in enumerate((("start p* - 1e-6", cs[2]), ("start p* + 1e-6", cs[0]))):
+        axes[1].plot(c.run.steps[keep], c.run.p[keep, j, 0], color=col, lw=1.8, label=name)
+    axes[1].axhline(c.p_star, color="0.5", lw=1, ls=":")
+    axes[1].set_xscale("log")
+    axes[1].set_xlabel("iteration k")
+    axes[1].set_ylabel("p(k)")
+    axes[1].set_title("plain gd")
+    axes[1].legend(loc="best", fontsize=8)
+    return fig
+
+
 FIGURES = {
+    "fig-global-plain": lambda: plot_plain(),
+    "fig-global-stationary": lambda: plot_stationary(),
     "fig-global-paths": lambda: plot_paths_published(),
     "fig-global-convergence": lambda: plot_convergence(),
     "fig-global-norm": lambda: plot_norm(),

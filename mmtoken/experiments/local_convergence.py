@@ -10,7 +10,12 @@ Three computations, all batched and memoised per scale:
   cone around its ``p_mm``;
 * an ``n = T = d = 2`` instance on which two starts reach two different
   max-margin directions (GMM and an LMM), so Theorem 2 cannot extend to
-  ``n >= 2``.
+  ``n >= 2``;
+* plain GD (Theorem 3's algorithm, step 1 below ``1/L_p``) from the six
+  published Fig. 1 (local) starts, 10^6 steps;
+* regularization paths restricted to cones (Theorem 4's local paths,
+  :mod:`mmtoken.cone_path`) around each feasible ``p_mm(alpha)`` of Fig. 1
+  (local), and around a grid of directions.
 
 The chapter ``book/part1/03_local.md`` shows these runs.
 """
@@ -23,10 +28,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .. import config, geometry, instances, train
+from .. import config, cone_path, geometry, instances, train
 from ..ledger import Measured, claim
 from ..model import AttentionProblem
 from ..plotting import colors, plot_paths, start_label
+from . import global_convergence
 
 CHAPTER = "03_local"
 
@@ -40,6 +46,9 @@ CE_X = np.array([[[1.0, 0.0], [0.0, 0.0]],
                  [[0.0, 1.0], [2.0, 0.0]]])
 CE_Y = np.array([1.0, 1.0])
 CE_V = np.array([1.0, 3.0])
+REG_MU = CONE_MU
+"""Width of the cones of the local regularization paths (the test cones' width): it must stay below
+:func:`neighbour_cone_width` of every locally optimal selection (0.005 for both of Fig. 1 (local))."""
 COUNTER_STARTS = (4, 12)
 """Indices of the starts ``(0, 1)`` and ``(0, -1)`` among the 16 counterexample starts."""
 
@@ -168,6 +177,145 @@ def _run(scale: str) -> LocalResult:
     return LocalResult(fig1, reports, cones, counter, ce_reports, steps, steps, steps_counter)
 
 
+# ---------------------------------------------------------------- plain GD and local regularization paths
+@functools.lru_cache(maxsize=None)
+def plain_run() -> global_convergence.PlainRun:
+    """Plain GD (step 1, below ``1/L_p``) from the six Fig. 1 (local) starts, 10^6 steps."""
+    inst = instances.fig1("local")
+    return global_convergence.plain_gd(inst.problem(), inst.starts)
+
+
+def fig1_local_directions() -> tuple[np.ndarray, np.ndarray]:
+    """GMM and LMM of Fig. 1 (local), from the definitions (``geometry.enumerate_selections``)."""
+    inst = instances.fig1("local")
+    reports = geometry.enumerate_selections(inst.K, inst.gamma)
+    gmm = next(r for r in reports if r.globally_optimal).p_mm
+    lmm = next(r for r in reports if r.locally_optimal and not r.globally_optimal).p_mm
+    return gmm, lmm
+
+
+def plain_limits() -> np.ndarray:
+    """The limit each published start is expected to reach: GMM for the four upper, LMM for the two lowest, ``(6, 2)``."""
+    gmm, lmm = fig1_local_directions()
+    return np.array([gmm] * 4 + [lmm] * 2)
+
+
+@dataclass
+class ConePaths:
+    """Local regularization paths of Fig. 1 (local), one cone per feasible selection."""
+
+    alpha: list               # the feasible selections
+    locally_optimal: np.ndarray  # (k,) from geometry.classify, fixed before running
+    q: np.ndarray             # (k, 2) cone axes p_mm(alpha)
+    mu: float
+    radii: np.ndarray         # (nR,)
+    sphere: np.ndarray        # (nR, k, 2) argmin of L on {||p|| = R} within the cone
+    ball: np.ndarray          # (nR, k, 2) argmin over the truncated cone {R0 <= ||p|| <= R}
+    corr_sphere: np.ndarray   # (nR, k) correlation with q
+    corr_ball: np.ndarray     # (nR, k)
+
+
+def neighbour_cone_width(K, alpha, q, resolution: float = 1e-5) -> float:
+    """Largest ``mu`` for which, throughout the planar cone ``C_mu(q)``, the smallest margin
+    ``(k_{i alpha_i} - k_it)^T w`` belongs to an SVM-neighbour of ``alpha``.
+
+    ``K (n, T, 2)`` keys; ``alpha (n,)``; ``q (2,)`` must be ``p_mm(alpha)`` itself: its
+    active constraints define the SVM-neighbours.
+
+    Beyond it a token that is not a neighbour becomes the nearest one somewhere in the
+    cone, and if it scores higher than the selected token the loss is lower there: the
+    "small enough ``mu``" of Theorems 3-4. Scans the angle on both sides of ``q`` in steps
+    of ``resolution`` radians; returns ``1 - cos(angle)`` of the first crossing (``2.0``
+    if there is none).
+    """
+    K, q = np.asarray(K, float), np.asarray(q, float)
+    if K.shape[-1] != 2 or q.shape != (2,):
+        raise ValueError("neighbour_cone_width is planar: keys and q must have dimension 2")
+    alpha = np.asarray(alpha, int)
+    nb = set(geometry.svm_neighbours(K, alpha, q))
+    D = K[np.arange(len(alpha)), alpha][:, None] - K                    # (n, T, 2) k_{i alpha_i} - k_it
+    rows = [(i, t) for i in range(K.shape[0]) for t in range(K.shape[1]) if t != alpha[i]]
+    D = np.stack([D[i, t] for i, t in rows])                               # (rows, 2)
+    th = np.arange(resolution, np.pi, resolution)
+    base = np.arctan2(q[1], q[0])
+    first = np.pi
+    for sign in (1.0, -1.0):
+        w = np.stack([np.cos(base + sign * th), np.sin(base + sign * th)], -1)
+        nearest = (w @ D.T).argmin(-1)                                     # row of the smallest margin
+        bad = np.flatnonzero([rows[j] not in nb for j in nearest])
+        if len(bad):
+            first = min(first, th[bad[0]])
+    return float(1 - np.cos(first))
+
+
+def _cone_starts_batch(Q: np.ndarray, mu: float) -> np.ndarray:
+    """Three starts per axis: the axis and the two boundary points, ``(3, k, 2)``."""
+    edges = np.stack([cone_starts(q, 2 * mu, 1.0) for q in Q], 1)           # correlation exactly 1 - mu
+    return np.concatenate([(Q / np.linalg.norm(Q, axis=-1, keepdims=True))[None], edges])
+
+
+def _solve_cones(K: np.ndarray, gamma: np.ndarray, Q: np.ndarray, radii: np.ndarray, mu: float, iters: int):
+    """Cone paths for axes ``Q (k, 2)`` on one instance: best of three starts per radius, ``(nR, k, 2)``."""
+    k = len(Q)
+    problem = AttentionProblem(np.repeat(K[None], k, 0), np.repeat(gamma[None], k, 0))
+    with torch.inference_mode():
+        pts = cone_path.cone_regularization_path(problem, radii, Q, mu, _cone_starts_batch(Q, mu), iters=iters)
+        best = train.best_of_starts(problem, pts)
+    return problem, best
+
+
+def cone_paths(scale: str | None = None) -> ConePaths:
+    """Cone paths around every feasible ``p_mm(alpha)`` of Fig. 1 (local), radii ``10^0.5 .. 10^2``."""
+    return _cone_paths(scale or config.scale())
+
+
+@functools.lru_cache(maxsize=None)
+def _cone_paths(scale: str) -> ConePaths:
+    inst = instances.fig1("local")
+    reports = [r for r in geometry.enumerate_selections(inst.K, inst.gamma) if r.feasible]
+    Q = np.stack([r.p_mm for r in reports])
+    radii = np.logspace(0.5, 2.0, config.pick(quick=7, paper=13, which=scale))
+    problem, best = _solve_cones(inst.K, inst.gamma, Q, radii, REG_MU, config.pick(quick=300, paper=1000, which=scale))
+    ball = cone_path.best_over_radii(problem, best)
+    return ConePaths([r.alpha for r in reports], np.array([r.locally_optimal for r in reports]), Q, REG_MU, radii,
+                     best.numpy(), ball.numpy(), geometry.correlation(best.numpy(), Q[None]),
+                     geometry.correlation(ball.numpy(), Q[None]))
+
+
+@dataclass
+class DirectionSweep:
+    """Cone paths at one large radius around a grid of directions of the plane."""
+
+    angles: np.ndarray        # (A,) angle of each axis q (radians)
+    end_angles: np.ndarray    # (A,) angle of the path's point
+    corr: np.ndarray          # (A,) correlation of the point with its axis
+    radius: float
+    mu: float
+    lmm_angles: dict          # name -> angle of the GMM / LMM
+
+
+def direction_sweep(scale: str | None = None) -> DirectionSweep:
+    """144 axes (every 2.5 degrees), radius 100, cone width ``REG_MU``: which directions persist."""
+    return _direction_sweep(scale or config.scale())
+
+
+@functools.lru_cache(maxsize=None)
+def _direction_sweep(scale: str) -> DirectionSweep:
+    inst = instances.fig1("local")
+    ang = np.arange(144) * (2 * np.pi / 144)
+    Q = np.stack([np.cos(ang), np.sin(ang)], -1)
+    iters = config.pick(quick=200, paper=1000, which=scale)
+    _, best = _solve_cones(inst.K, inst.gamma, Q, np.array([100.0]), REG_MU, iters)
+    end = best.numpy()[0]
+    gmm, lmm = fig1_local_directions()
+    def angle(x):                          # in [0, 2 pi), a hair below 0 kept at ~0 (the LMM lies on the axis)
+        a = np.arctan2(x[..., 1], x[..., 0])
+        return np.where(a < -1e-5, a + 2 * np.pi, a)
+
+    return DirectionSweep(ang, angle(end), geometry.correlation(end, Q), 100.0, REG_MU,
+                          {"GMM": float(angle(gmm)), "LMM": float(angle(lmm))})
+
+
 # ---------------------------------------------------------------- tables
 def _fmt_vec(x) -> str:
     return "-" if x is None else "(" + ", ".join(f"{v:.3f}" for v in np.round(np.asarray(x, float), 3) + 0.0) + ")"
@@ -214,8 +362,28 @@ def counterexample_table(r: LocalResult | None = None) -> pd.DataFrame:
     } for rep in r.counter_reports])
 
 
+def cone_paths_table(c: ConePaths | None = None) -> pd.DataFrame:
+    """One row per feasible selection: classification and where its local regularization path ends."""
+    c = c or cone_paths()
+    edge = 1 - c.mu
+    rows = []
+    for j, a in enumerate(c.alpha):
+        end = c.corr_sphere[-1, j]
+        rows.append({
+            "token": a[0],
+            "locally optimal": bool(c.locally_optimal[j]),
+            f"corr at R = {c.radii[0]:.2f}": round(float(c.corr_sphere[0, j]), 6),
+            f"corr at R = {c.radii[-1]:.0f}": round(float(end), 6),
+            "ends": "on the boundary" if abs(end - edge) <= 1e-6 else "inside",
+            "truncated cone: ||p|| at the end": round(float(np.linalg.norm(c.ball[-1, j])), 2),
+        })
+    return pd.DataFrame(rows)
+
+
 # ---------------------------------------------------------------- claims
-@claim("A.local.paths", chapter=CHAPTER, checks="paper A, Thm 3; Fig. 1 (local)",
+@claim("A.local.paths", chapter=CHAPTER,
+       checks="paper A, Thm 3 extended to normalized GD, the published algorithm (plain GD: A.local.plain_gd); "
+              "Fig. 1 (local)",
        statement="Fig. 1 local: normalized GD from the two lowest published starts converges in direction to the LMM, "
                  "from the other four to the GMM.",
        threshold="two lowest starts: correlation >= 0.9999 with the LMM; other four: >= 0.9999 with the GMM")
@@ -226,7 +394,9 @@ def _claim_paths() -> Measured:
                      "steps": int(r.steps[-1])}, bool(low.min() >= 0.9999 and up.min() >= 0.9999))
 
 
-@claim("A.local.table", chapter=CHAPTER, checks="paper A, Thm 3 (local optimality and cones); Fig. 1 both cases",
+@claim("A.local.table", chapter=CHAPTER,
+       checks="paper A, Thm 3 (local optimality and cones) with normalized GD, an extension beyond the theorem's "
+              "plain GD (which barely moves at norm 50); Fig. 1 both cases",
        statement="Every selection of both Fig. 1 configurations is classified by the definitions; stable normalized GD "
                  "started far out in a narrow cone around each feasible p_mm converges there exactly for the "
                  "selections classified locally optimal and leaves the cone for the others.",
@@ -260,6 +430,47 @@ def _claim_counter() -> Measured:
     return Measured({"corr_gmm_from_(0,1)": to_gmm, "corr_lmm_from_(0,-1)": to_lmm,
                      "corr_gmm_lmm": float(geometry.correlation(c.gmm, c.lmm))},
                     bool(to_gmm >= 0.999 and to_lmm >= 0.999 and distinct))
+
+
+@claim("A.local.plain_gd", chapter=CHAPTER,
+       checks="paper A, Thm 3 (plain GD with step eta <= 1/L_p); Fig. 1 (local)",
+       statement="Plain GD p <- p - eta grad L(p) (saturation-safe gradient, eta = 1 below 1/L_p for this instance) "
+                 "from the six Fig. 1 (local) starts, 10^6 steps: the two lowest starts converge in direction to the "
+                 "LMM, the other four to the GMM.",
+       threshold="at 10^6 steps: two lowest starts correlation >= 0.99 with the LMM; other four >= 0.99 with the GMM")
+def _claim_plain_gd() -> Measured:
+    inst = instances.fig1("local")
+    sm = global_convergence.smoothness_of(inst)
+    r = plain_run()
+    gmm, lmm = fig1_local_directions()
+    dg, dl = global_convergence.decade_summary(r, gmm), global_convergence.decade_summary(r, lmm)
+    up, low = dg["corr"][:4], dl["corr"][4:]
+    rising = np.r_[dg["corr"][:4] > dg["corr_decade_before"][:4], dl["corr"][4:] > dl["corr_decade_before"][4:]]
+    ok = sm.step_ok and up.min() >= 0.99 and low.min() >= 0.99
+    return Measured({"steps": dg["steps"], "lr": r.lr, "L_bound": sm.bound, "gmm_corr_min": float(up.min()),
+                     "lmm_corr_min": float(low.min()), "corr_rising_last_decade": rising.tolist(),
+                     "log_growth": dg["log_growth"]}, bool(ok))
+
+
+@claim("A.local.reg_paths", chapter=CHAPTER, checks="paper A, Thm 4 (local regularization paths); Fig. 1 (local)",
+       statement="On Fig. 1 (local), the regularization path restricted to a cone around each feasible p_mm(alpha) "
+                 "ends inside the cone, at p_mm(alpha)'s direction, exactly for the selections classified locally "
+                 "optimal, and on the cone's boundary for the others.",
+       threshold=f"cone width mu = {REG_MU}, largest radius 100: locally optimal (geometry.classify, fixed before "
+                 "running): correlation >= 0.999 with p_mm(alpha), on the sphere and on the truncated cone; others: "
+                 "on the boundary (|corr - (1 - mu)| <= 1e-6, or the inner radius for the truncated cone)")
+def _claim_reg_paths() -> Measured:
+    c = cone_paths()
+    lateral = lambda corr: np.abs(corr - (1 - c.mu)) <= 1e-6
+    inner = np.abs(np.linalg.norm(c.ball[-1], axis=-1) - c.radii[0]) <= 1e-9
+    lo = c.locally_optimal
+    ok_sphere = np.where(lo, c.corr_sphere[-1] >= 0.999, lateral(c.corr_sphere[-1]))
+    ok_ball = np.where(lo, c.corr_ball[-1] >= 0.999, lateral(c.corr_ball[-1]) | inner)
+    return Measured({"selections": [list(a) for a in c.alpha], "locally_optimal": lo.tolist(),
+                     "corr_sphere_at_R_max": c.corr_sphere[-1].tolist(), "corr_ball_at_R_max": c.corr_ball[-1].tolist(),
+                     "ball_norm_at_R_max": np.linalg.norm(c.ball[-1], axis=-1).tolist(),
+                     "R": [float(c.radii[0]), float(c.radii[-1])]},
+                    bool(len(lo) and lo.any() and (~lo).any() and ok_sphere.all() and ok_ball.all()))
 
 
 # ---------------------------------------------------------------- plots
@@ -338,7 +549,31 @@ def plot_counterexample(r: LocalResult | None = None, upto: int = 300, ax=None):
     return fig
 
 
+def plot_direction_sweep(d: DirectionSweep | None = None, ax=None):
+    """Angle of the local path's end point against the angle of its cone's axis (radius 100)."""
+    import matplotlib.pyplot as plt
+
+    d = d or direction_sweep()
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.0, 4.5))
+    fig = ax.figure
+    cs = colors(3)
+    inside = d.corr > 1 - d.mu + 1e-6
+    deg = np.degrees
+    ax.plot(deg(d.angles[~inside]), deg(d.end_angles[~inside]), ".", color=cs[0], ms=4,
+            label="ends on the cone's boundary")
+    ax.plot(deg(d.angles[inside]), deg(d.end_angles[inside]), "o", color=cs[1], ms=6, label="ends inside the cone")
+    for k, (name, a) in enumerate(d.lmm_angles.items()):
+        ax.axhline(deg(a), color="0.3" if k == 0 else "0.6", ls="--", lw=1, label=f"{name} direction")
+    ax.set_xlabel("angle of the cone's axis q (degrees)")
+    ax.set_ylabel("angle of the path's end point (degrees)")
+    ax.legend(loc="best", fontsize=8)
+    return fig
+
+
 FIGURES = {
+    "fig-local-plain": lambda: global_convergence.plot_plain(plain_run(), plain_limits()),
+    "fig-local-sweep": lambda: plot_direction_sweep(),
     "fig-local-paths": lambda: plot_fig1_local(),
     "fig-local-cones": lambda: plot_cones(case="local"),
     "fig-local-cones-global": lambda: plot_cones(case="global"),
