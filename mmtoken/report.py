@@ -171,7 +171,8 @@ def _number(v: Any) -> str:
     if isinstance(v, bool) or v is None:
         return str(v)
     if isinstance(v, float):
-        return f"{v:.6g}"
+        text = f"{v:.6g}"
+        return text + ".0" if text.lstrip("-").isdigit() else text      # 1.0, not 1: a float
     if isinstance(v, dict):
         return "{" + ", ".join(f"{k}: {_number(x)}" for k, x in v.items()) + "}"
     if isinstance(v, (list, tuple)):
@@ -198,7 +199,7 @@ def ledger_payload(results: Iterable[Result]) -> str:
     """
     keep = ("id", "statement", "checks", "kind", "chapter", "threshold", "measured", "passed",
             "details", "known_miss", "error")
-    return json.dumps({"rows": [{k: _row(r).get(k) for k in keep} for r in results]}, sort_keys=True)
+    return json.dumps({"rows": [{k: _row(r).get(k) for k in keep} for r in results]})   # keys in their order
 
 
 def rows_from_payload(text: str) -> list[dict]:
@@ -243,7 +244,9 @@ def ledger_groups(results: Iterable[Result | dict], root: Path = ROOT) -> list[G
 
 
 def _code(text: str) -> str:
-    return f'<code class="docutils literal notranslate">{html.escape(text)}</code>'
+    """Code span that may wrap after a dot or an underscore (``A.global.`` / ``reg_`` / ``path``)."""
+    body = re.sub(r"([._])", r"\1<wbr>", html.escape(text))
+    return f'<code class="docutils literal notranslate">{body}</code>'
 
 
 def row_html(d: dict, back: str | None, chapter_url: str | None) -> str:
@@ -359,18 +362,16 @@ def benchmark_tables(results_dir: Path, root: Path = ROOT) -> dict[str, tuple[st
     f = results_dir / "random.json"
     if f.is_file():
         data = json.loads(f.read_text())
-        rows = []
-        for name, r in data.items():
-            if not isinstance(r, dict) or "batched_inst_per_s" not in r:
-                continue
-            rows.append({"trainer": name,
-                         "batched (instances/s)": f"{r['batched_inst_per_s']:,.0f}",
-                         "one at a time (instances/s)": f"{r['loop_inst_per_s']:,.0f}",
-                         "speed-up": f"{r['speedup']:.1f}x",
-                         "max |difference|": f"{r['max_abs_diff']:.1e}",
-                         "sweep: instances": r["sweep_instances"],
-                         "sweep wall (s)": r["sweep_wall_s"],
-                         "sweep CPU (s)": r["sweep_cpu_s"]})
+        measures = {"batched (instances/s)": lambda r: f"{r['batched_inst_per_s']:,.0f}",
+                    "one at a time (instances/s)": lambda r: f"{r['loop_inst_per_s']:,.0f}",
+                    "speed-up": lambda r: f"{r['speedup']:.1f}x",
+                    "max |difference| of the iterates": lambda r: f"{r['max_abs_diff']:.1e}",
+                    "sweep: instances": lambda r: f"{r['sweep_instances']}",
+                    "sweep: wall time (s)": lambda r: f"{r['sweep_wall_s']:.1f}",
+                    "sweep: CPU time (s)": lambda r: f"{r['sweep_cpu_s']:.1f}"}
+        trainers = {name: r for name, r in data.items() if isinstance(r, dict) and "batched_inst_per_s" in r}
+        # one column per trainer (two), one row per measure: fits the column
+        rows = [{"measure": m, **{name: f(r) for name, r in trainers.items()}} for m, f in measures.items()]
         cfg = f"scale {data.get('scale')}, d = {data.get('d')}, {data.get('steps')} steps"
         out["random"] = (_meta_line(data.get("meta"), "machine not recorded") + f"; {cfg}", pd.DataFrame(rows))
     f = results_dir / "book.json"
