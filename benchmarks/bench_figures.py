@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from common import machine_meta  # benchmarks/ is on sys.path (run directly or from run_all)
 from mmtoken import instances, train
 from mmtoken.model import AttentionProblem
 
@@ -104,8 +104,7 @@ def main() -> None:
         print(f"{name:34s} compiled {t_b:7.3f} s  torch {t_t:7.3f} s  per-start public-style {t_l:7.3f} s"
               f"  x{t_l / t_b:7.1f} (torch x{t_l / t_t:5.1f})")
     OUT.mkdir(exist_ok=True)
-    meta = {"steps": STEPS, "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "machine": platform.machine(), "python": platform.python_version()}
+    meta = {**machine_meta(), "steps": STEPS}
     (OUT / "figures.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
 
 

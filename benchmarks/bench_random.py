@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from common import machine_meta  # benchmarks/ is on sys.path (run directly or from run_all)
 from mmtoken import config, fastpath
 from mmtoken.experiments import random_instances as ri
 
@@ -55,7 +56,8 @@ def main(loop_instances: int = 20, steps: int = 300, d: int = 8):
     paths = [("torch code (MMTOKEN_FASTPATH=off)", "off")]
     if config.device().type == "cpu" and fastpath.njit is not None:
         paths.append(("compiled CPU kernel", "on"))
-    report = {"scale": scale, "d": d, "steps": steps, "torch_threads": torch.get_num_threads()}
+    report = {"meta": machine_meta(), "scale": scale, "d": d, "steps": steps,
+              "torch_threads": torch.get_num_threads()}
     for name, flag in paths:
         os.environ["MMTOKEN_FASTPATH"] = flag
         print(f"{name}; d = {d}, {steps} steps:")

@@ -16,6 +16,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))  # the scripts share benchmarks/common.py
+from common import machine_meta  # noqa: E402
 
 
 def _load(path: Path):
@@ -39,7 +40,8 @@ def time_book() -> dict:
     total = round(sum(rows.values()), 1)
     print(f"{total:8.1f} s  whole book at quick scale")
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "book.json").write_text(json.dumps({"chapters": rows, "total_s": total}, indent=2))
+    (HERE / "results" / "book.json").write_text(json.dumps({"meta": machine_meta(), "chapters": rows, "total_s": total},
+                                                                   indent=2))
     return rows
 
 

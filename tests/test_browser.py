@@ -1,22 +1,40 @@
-"""The built book in a real browser: every chapter page loads, every figure decodes, every internal link resolves.
+"""The built book as a reader sees it, in headless Chromium: nothing clipped, sharp figures, no console error.
 
-Runs after the build (``make test`` builds first). Needs Debian's ``chromium``
-and ``chromium-driver`` (installed by ``scripts/setup.sh``) and selenium. In CI
-a missing browser or build is a failure, elsewhere a skip.
+Runs after the build (``make test`` builds first), one browser session for every page
+(``tests/bookcheck.py`` holds the checks; ``tests/test_bookcheck.py`` shows each one
+failing on a broken page and passing on a fixed one). Needs Debian's ``chromium`` and
+``chromium-driver`` (installed by ``scripts/setup.sh``) and selenium. In CI a missing
+browser or build is a failure, elsewhere a skip.
+
+On every page of ``_toc.yml``:
+
+- at 1280 px no display equation, printed output or table needs sideways scrolling;
+- at 390 px no page is wider than the screen (scrolling inside an equation's or a
+  table's own box is fine there);
+- no equation number overlaps its equation;
+- every figure image has a natural width of at least twice its displayed width;
+- no console error;
+- every claim id a chapter mentions links to its anchor on the ledger page, and each
+  ledger row links back to where a chapter states it;
+- one numbering: no figure, table, equation or theorem number is used on two pages,
+  and appendices number theirs with their letter.
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
-from html.parser import HTMLParser
+from collections import defaultdict
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
-import yaml
+
+import bookcheck
+from mmtoken import report
 
 ROOT = Path(__file__).resolve().parent.parent
-HTML_DIR = ROOT / "_build" / "html"
+HTML_DIR = Path(os.environ.get("MMTOKEN_BOOK_HTML", ROOT / "_build" / "html"))  # another build: set this
 IN_CI = bool(os.environ.get("CI"))
 
 
@@ -27,49 +45,23 @@ def _need(condition: bool, why: str) -> None:
         pytest.skip(why)
 
 
-def toc_pages() -> list[Path]:
-    """HTML pages of every file in ``_toc.yml``."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files = [toc["root"]]
-
-    def walk(entries):
-        for e in entries or []:
-            if "file" in e:
-                files.append(e["file"])
-            walk(e.get("sections"))
-            walk(e.get("chapters"))
-
-    for part in toc.get("parts", []):
-        walk(part.get("chapters"))
-    walk(toc.get("chapters"))
-    return [HTML_DIR / f"{f}.html" for f in files]
-
-
-class _Links(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.hrefs, self.ids, self.imgs = [], set(), []
-
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        if "id" in a:
-            self.ids.add(a["id"])
-        if tag == "a" and a.get("href"):
-            self.hrefs.append(a["href"])
-        if tag == "img" and a.get("src"):
-            self.imgs.append(a["src"])
-
-
-def _parse(path: Path) -> _Links:
-    p = _Links()
-    p.feed(path.read_text(encoding="utf-8"))
-    return p
-
-
 @pytest.fixture(scope="module")
 def pages() -> list[Path]:
     _need(HTML_DIR.is_dir(), f"no built book at {HTML_DIR}: run `make build` first")
-    return toc_pages()
+    return bookcheck.toc_pages(HTML_DIR)
+
+
+@pytest.fixture(scope="module")
+def seen(pages) -> list[bookcheck.PageReport]:
+    """Every page, visited once at 1280 px and once at 390 px, in one browser session."""
+    _need(shutil.which("chromium") is not None and shutil.which("chromedriver") is not None,
+          "chromium / chromedriver not installed (scripts/setup.sh installs them)")
+    pytest.importorskip("selenium") if not IN_CI else __import__("selenium")
+    return bookcheck.check_pages(pages, HTML_DIR)
+
+
+def _by_page(reports, field: str) -> list[str]:
+    return [f"{r.page}: {x}" for r in reports for x in getattr(r, field)]
 
 
 def test_every_chapter_was_built(pages):
@@ -79,61 +71,88 @@ def test_every_chapter_was_built(pages):
 
 def test_internal_links_resolve(pages):
     broken = []
-    cache: dict[Path, _Links] = {}
+    cache: dict[Path, set] = {}
     for page in (p for p in pages if p.is_file()):   # missing pages fail the test above
-        for href in _parse(page).hrefs:
-            url = urlparse(href)
-            if url.scheme or href.startswith(("mailto:", "//")):
+        for link in (x["href"] for x in bookcheck.parse_html(page).links):
+            url = urlparse(link)
+            if url.scheme or link.startswith(("mailto:", "//")):
                 continue
             target = page if not url.path else (page.parent / unquote(url.path)).resolve()
             if target.is_dir():
                 target = target / "index.html"
             if not target.is_file():
-                broken.append(f"{page.relative_to(HTML_DIR)} -> {href}")
+                broken.append(f"{page.relative_to(HTML_DIR)} -> {link}")
                 continue
             if url.fragment and target.suffix == ".html":
-                ids = cache.setdefault(target, _parse(target)).ids
+                ids = cache.setdefault(target, bookcheck.parse_html(target).ids)
                 if unquote(url.fragment) not in ids:
-                    broken.append(f"{page.relative_to(HTML_DIR)} -> {href} (no such anchor)")
+                    broken.append(f"{page.relative_to(HTML_DIR)} -> {link} (no such anchor)")
     assert not broken, "broken internal links:\n" + "\n".join(sorted(set(broken)))
 
 
-def _driver():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--no-first-run", "--disable-quic", "--allow-file-access-from-files"):
-        options.add_argument(arg)
-    return webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"),
-                            options=options)
-
-
-def test_pages_load_and_figures_decode(pages):
-    _need(shutil.which("chromium") is not None and shutil.which("chromedriver") is not None,
-          "chromium / chromedriver not installed (scripts/setup.sh installs them)")
-    pytest.importorskip("selenium") if not IN_CI else __import__("selenium")
-    driver = _driver()
-    problems, figures = [], 0
-    try:
-        driver.set_page_load_timeout(60)
-        for page in (p for p in pages if p.is_file()):
-            driver.get(page.as_uri())
-            state = driver.execute_script("return document.readyState")
-            title = driver.title
-            if state != "complete" or not title:
-                problems.append(f"{page.name}: did not load (state={state!r}, title={title!r})")
-            imgs = driver.execute_script(
-                "return Array.from(document.querySelectorAll('main img, article img'))"
-                ".map(i => [i.getAttribute('src'), i.complete, i.naturalWidth, i.naturalHeight]);")
-            for src, complete, w, h in imgs:
-                figures += 1
-                if not complete or w == 0 or h == 0:
-                    problems.append(f"{page.name}: image {src} did not decode ({w}x{h})")
-    finally:
-        driver.quit()
+def test_pages_load_and_figures_decode(seen):
+    problems = [f"{r.page}: {r.load}" for r in seen if r.load] + _by_page(seen, "broken_images")
     assert not problems, "\n".join(problems)
-    assert figures > 0, "no figure found in the built book"
+    assert sum(r.figures for r in seen) > 0, "no figure found in the built book"
+
+
+def test_nothing_needs_sideways_scrolling_at_1280(seen):
+    problems = _by_page(seen, "sideways")
+    assert not problems, (f"{len(problems)} equations, outputs or tables need sideways scrolling at "
+                          f"{bookcheck.WIDE} px (break the equation, format the output to fit, reshape "
+                          "the table):\n" + "\n".join(problems))
+
+
+def test_no_page_wider_than_a_phone(seen):
+    problems = _by_page(seen, "page_too_wide")
+    assert not problems, f"pages wider than a {bookcheck.NARROW} px screen:\n" + "\n".join(problems)
+
+
+def test_equation_numbers_clear_of_their_equations(seen):
+    problems = _by_page(seen, "eqno_overlap")
+    assert not problems, "\n".join(problems)
+
+
+def test_figures_sharp_on_high_density_screens(seen):
+    problems = _by_page(seen, "soft_figures")
+    assert not problems, (f"{len(problems)} figures with a natural width under twice their displayed width "
+                          "(plotting.set_theme() renders retina PNGs):\n" + "\n".join(problems))
+
+
+def test_no_console_errors(seen):
+    problems = _by_page(seen, "console")
+    assert not problems, f"{len(problems)} console errors:\n" + "\n".join(problems)
+
+
+def test_claim_ids_link_to_the_ledger_and_back(pages):
+    problems = bookcheck.claim_link_problems(HTML_DIR, pages)
+    lines = [f"{page}: {p}" for page, ps in problems.items() for p in ps]
+    assert not lines, ("claim ids must link to the ledger and back (mark them with {claim}`id`, "
+                       "see CONTRIBUTING.md):\n" + "\n".join(lines))
+
+
+NUMBER = re.compile(r'<span class="caption-number">\s*([^<]*?)\s*</span>|<span class="eqno">\s*(\([^<]*?\))')
+SECNUM = re.compile(r'<h1><span class="section-number">\s*([^<]*?)\.?\s*</span>')
+
+
+def test_one_numbering(pages):
+    """No number is used on two pages; each appendix numbers with its letter, as the ledger titles it."""
+    where: dict[str, set] = defaultdict(set)
+    problems = []
+    labels = {f"{p.doc}.html": p.label for p in report.book_order(ROOT)}
+    for page in (p for p in pages if p.is_file()):
+        name = str(page.relative_to(HTML_DIR))
+        text = page.read_text(encoding="utf-8")
+        found = [a or b for a, b in NUMBER.findall(text)]
+        for label in found:
+            where[label].add(name)
+        h1 = SECNUM.search(text)
+        letter = labels.get(name)
+        if letter and letter.isalpha():
+            if not h1 or h1.group(1) != letter:
+                problems.append(f"{name}: title not numbered {letter} (as mmtoken.report.book_order letters it)")
+            stray = [x for x in found if not re.search(rf"\b{letter}\.\d", x)]
+            if stray:
+                problems.append(f"{name}: numbers without the letter {letter}: {stray}")
+    problems += [f"{label} is used on {sorted(names)}" for label, names in sorted(where.items()) if len(names) > 1]
+    assert not problems, "\n".join(problems)
