@@ -191,6 +191,29 @@ def _in_jupyter() -> bool:
     return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
 
 
+def progress_bar(iterable=None, *, total: int | None = None, desc: str | None = None, enabled: bool = True):
+    """A ``tqdm`` progress bar: ``tqdm.auto`` when ``enabled`` (a widget in a Jupyter kernel,
+    text on a terminal), a silent one otherwise.
+
+    ``tqdm.auto`` is imported only when a bar is shown: in a kernel without
+    ``ipywidgets`` it warns and falls back to a text bar, and that warning must
+    not reach the stored outputs of notebooks that show no bar.
+    """
+    if not enabled:
+        from tqdm.std import tqdm as silent
+
+        return silent(iterable, total=total, desc=desc, disable=True)
+    import warnings
+
+    from tqdm.std import TqdmWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TqdmWarning)  # no ipywidgets: a text bar instead of a widget
+        from tqdm.auto import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, leave=False)
+
+
 def set_progress(mode: str) -> None:
     """Force progress bars ``"on"``, ``"off"`` or back to ``"auto"``."""
     global _progress

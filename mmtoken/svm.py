@@ -16,15 +16,18 @@ Right at every scale
 The solution of ``min ||x|| s.t. D x >= b`` scales as ``1/c`` when ``D``
 scales as ``c``, but an interior-point solver works to absolute tolerances:
 on keys of size ``1e5`` or ``1e-5`` it returns wrong points or wrong
-statuses. So every problem is solved in a normalised form (each row ``D_j``
-divided by its norm, the right-hand sides rescaled so the largest is 1), the
-solution is mapped back, and it is *accepted only after an independent check
-at the problem's own scale*: every constraint met, at least one active, and
-the KKT conditions satisfied to :data:`KKT_TOL` relative to the scale (see
-:meth:`SVMSolution.kkt_relative`). Candidates are tried in order: the
-Clarabel point polished on its active set (an exact least-norm solve), the
-raw Clarabel point, then the least-distance solution by NNLS
-(:func:`min_norm_nnls`).
+statuses. So the answer is an *exact point accepted only after an
+independent check at the problem's own scale*: every constraint met, at
+least one active, and the KKT conditions satisfied to :data:`KKT_TOL`
+relative to the scale (see :meth:`SVMSolution.kkt_relative`). The exact
+point is Clarabel's solution (of the problem as given, or, where that fails,
+of a normalised form: each row ``D_j`` divided by its norm, the right-hand
+sides rescaled so the largest is 1) polished on its active set by an exact
+least-norm solve; failing that, the least-distance solution of the
+normalised form by NNLS (:func:`min_norm_nnls`). Where Clarabel's own point
+lies within :data:`ACCURACY` (relative) of the verified one it is returned
+instead, with its multipliers: those are the answers the book has always
+printed for well-scaled data (``check["method"]`` says which).
 
 Two errors, never confused:
 
@@ -42,6 +45,7 @@ Two errors, never confused:
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import cvxpy as cp
@@ -51,10 +55,18 @@ from scipy.optimize import nnls
 from . import validate
 
 SOLVER = "CLARABEL"
-KKT_TOL = 1e-7
-"""Relative tolerance of the acceptance check (primal, active, dual, stationarity, complementarity)."""
+KKT_TOL = 1e-9
+"""Relative tolerance of the acceptance check (primal, active, dual, stationarity, complementarity)
+of the verified point; an exact point (polished or NNLS) meets it at the level of rounding."""
+ACCURACY = 1e-7
+"""Clarabel's own point is returned when it lies within this relative distance of the verified one."""
+SCALE_RANGE = (np.log(1e-305), np.log(1e305))
+"""Natural-log range of the solution's scale ``max b_j / ||D_j||`` that float64 holds with full precision."""
 CERTIFICATE_TOL = 1e-9
 """An infeasibility certificate must bound the normalised margin below this to be reported."""
+
+
+KKT_MEASURES = ("primal", "active", "dual", "stationarity", "complementarity")
 
 
 class InfeasibleSVM(ValueError):
@@ -78,8 +90,9 @@ class SVMSolution:
         ``1/c^2`` with the data and may underflow to 0 at extreme scales; :attr:`check` holds
         the scale-free verification).
     rows : list of ``(i, t)`` naming the input and token of each row.
-    check : the relative KKT measures of the accepted point (:meth:`kkt_relative`) and the
-        ``method`` that produced it.
+    check : the relative KKT measures of the verified exact point (:meth:`kkt_relative`), the
+        ``method`` that produced the returned one and, when Clarabel's own point is returned,
+        its relative ``distance_to_verified`` (at most :data:`ACCURACY`).
     """
 
     x: np.ndarray
@@ -109,7 +122,7 @@ class SVMSolution:
         }
 
     def kkt_relative(self) -> dict[str, float]:
-        """The scale-free KKT measures the solution was accepted on (each ``<= KKT_TOL``).
+        """The scale-free KKT measures of the verified exact point (each ``<= KKT_TOL``).
 
         With unit rows ``a_j = D_j/||D_j||``, ``x̂ = x/||x||``, relative slacks
         ``tau_j = (D_j x - b_j) / (||D_j|| ||x||)`` and multipliers of the unit rows
@@ -117,7 +130,7 @@ class SVMSolution:
         ``active = min over b_j > 0 of (D_j x - b_j)/b_j``, ``dual = max(0, -min nu)``,
         ``stationarity = ||x̂ - sum nu_j a_j||``, ``complementarity = sum nu_j |tau_j|``.
         """
-        return {k: v for k, v in self.check.items() if k != "method"}
+        return {k: v for k, v in self.check.items() if k in KKT_MEASURES}
 
 
 # ---------------------------------------------------------------------------
@@ -194,7 +207,9 @@ def _clarabel(G: np.ndarray, h: np.ndarray):
     constraint = G @ y >= h
     problem = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(y)), [constraint])
     try:
-        problem.solve(solver=SOLVER)
+        with warnings.catch_warnings():  # an inaccurate solution is caught by the check, not by a warning
+            warnings.simplefilter("ignore", UserWarning)
+            problem.solve(solver=SOLVER)
     except cp.error.SolverError as exc:
         return None, None, f"solver error ({exc})"
     if problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) or y.value is None:
@@ -224,54 +239,99 @@ def _polish(G: np.ndarray, h: np.ndarray, y: np.ndarray, mu: np.ndarray):
     return y_star, out
 
 
-def _solve_min_norm(D: np.ndarray, b: np.ndarray, rows: list, what: str) -> SVMSolution:
-    """``min 1/2||x||^2 s.t. D x >= b``, right at every scale; see the module docstring."""
+def _representable(D: np.ndarray, b: np.ndarray, r: np.ndarray, keep: np.ndarray, data: str) -> float:
+    """The scale ``c = max b_j / ||D_j||`` of the solution, refusing data whose solution float64 cannot hold."""
+    if not np.isfinite(D).all():
+        raise ValueError(f"{data}: the constraint rows overflow float64 (differences of huge entries); rescale {data}")
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):
+        log_c = np.max(np.log(b[keep & (b > 0)]) - np.log(r[keep & (b > 0)]))
+    if not SCALE_RANGE[0] < log_c < SCALE_RANGE[1]:
+        raise ValueError(f"{data}: the solution would have norm about 1e{log_c / np.log(10):.0f}, outside the range "
+                         f"float64 holds with full precision; rescale {data}")
+    return float(np.exp(log_c))
+
+
+def _unit_rhs(b: np.ndarray, r: np.ndarray, c: float) -> np.ndarray:
+    """``b_j / (||D_j|| c)`` (at most 1); right-hand sides below ``-1e300`` are clipped there: any
+    point float64 can hold meets them, so they cannot bind."""
+    with np.errstate(over="ignore", under="ignore"):
+        return np.maximum((b / r) / c, -1e300)
+
+
+def _solve_min_norm(D: np.ndarray, b: np.ndarray, rows: list, what: str, data: str = "K") -> SVMSolution:
+    """``min 1/2||x||^2 s.t. D x >= b``, right at every scale; see the module docstring.
+
+    ``data`` names the argument(s) the rows come from, for the errors.
+    """
     r = _row_norms(D)
     zero = r == 0
     if (zero & (b > 0)).any():
         bad = sorted({rows[j] for j in np.flatnonzero(zero & (b > 0))})
         raise InfeasibleSVM(f"{what}: no solution. Constraint rows {bad} (input, token) are zero: "
                             "the token equals the selected one, so no direction can separate them.")
-    keep = ~zero & np.isfinite(r)
+    keep = ~zero
     if not (b[keep] > 0).any():
         raise ValueError(f"{what}: every right-hand side is 0, so x = 0 is the solution and there is no margin")
+    c = _representable(D, b, r, keep, data)
+    # the normalised problem: unit rows, largest right-hand side 1 (x = c y)
     G = D[keep] / r[keep, None]
-    h_unit = b[keep] / r[keep]
-    c = h_unit.max()
-    h = h_unit / c
+    h = _unit_rhs(b[keep], r[keep], c)
 
-    def accept(y, mu, method):
-        x = c * y
-        nu = np.zeros(len(b))
-        nu[keep] = c * mu
-        measures = _relative_kkt(D[keep], b[keep], r[keep], x, nu[keep])
-        if not _passes(measures):
-            return None
-        with np.errstate(under="ignore", over="ignore"):
-            dual = np.where(keep, nu / np.where(keep, r, 1.0), 0.0)
-        return SVMSolution(x, D, b, dual, rows, dict(measures, method=method))
+    def verified(y, mu):
+        """The measures of ``x = c y`` (unit-row multipliers ``c mu``) at the problem's scale, if it passes."""
+        m = _relative_kkt(D[keep], b[keep], r[keep], c * y, c * mu)
+        return m if _passes(m) else None
 
-    y, mu, status = _clarabel(G, h)
-    if y is not None:
+    # 1. Clarabel on the problem as given (the book's stored answers), as a starting point
+    with np.errstate(all="ignore"):
+        x0, lam0, status0 = _clarabel(D[keep], b[keep])
+        starts = []
+        if x0 is not None and np.isfinite(x0).all() and np.isfinite(lam0 * r[keep]).all():
+            starts.append((x0 / c, lam0 * r[keep] / c))
+    # 2. Clarabel on the normalised problem where that failed
+    status = status0
+    if not starts:
+        y1, mu1, status = _clarabel(G, h)
+        if y1 is not None:
+            starts.append((y1, mu1))
+    # an exact point: the start polished on its active set, else the NNLS least-distance solution
+    exact = None
+    for y, mu in starts:
         y_p, mu_p = _polish(G, h, y, mu)
-        for cand, dual, method in ((y_p, mu_p, "clarabel+polish"), (y, mu, "clarabel")):
-            if cand is not None and (sol := accept(cand, dual, method)) is not None:
-                return sol
-    kind, out, extra = _ldp(G, h)
-    if kind == "feasible":
-        sol = accept(out, extra, "nnls")
-        if sol is not None:
-            return sol
-        raise SolverFailed(f"{what}: neither Clarabel (status {status}) nor the NNLS route produced a point "
-                           f"that passes the KKT check at relative tolerance {KKT_TOL}; the rows are too "
-                           "ill-conditioned to decide (row norms from "
-                           f"{r[keep].min():.3g} to {r[keep].max():.3g}).")
-    if extra <= CERTIFICATE_TOL:
-        raise InfeasibleSVM(f"{what}: no solution (Clarabel: {status}; certified by NNLS Farkas multipliers, "
-                            f"margin bound {extra:.1e}). " + _blame(G, h, [rows[j] for j in np.flatnonzero(keep)]))
-    raise SolverFailed(f"{what}: Clarabel reports {status} and the NNLS certificate only bounds the "
-                       f"normalised margin by {extra:.1e} (> {CERTIFICATE_TOL}): feasibility cannot be decided "
-                       "at float64 precision.")
+        if y_p is not None and (m := verified(y_p, mu_p)) is not None:
+            exact = (y_p, mu_p, m, "clarabel+polish")
+    if exact is None:
+        kind, out, extra = _ldp(G, h)
+        if kind == "feasible":
+            if (m := verified(out, extra)) is not None:
+                exact = (out, extra, m, "nnls")
+        elif extra <= CERTIFICATE_TOL:
+            raise InfeasibleSVM(f"{what}: no solution (Clarabel: {status}; certified by NNLS Farkas multipliers, "
+                                f"margin bound {extra:.1e}). "
+                                + _blame(G, h, [rows[j] for j in np.flatnonzero(keep)]))
+        else:
+            raise SolverFailed(f"{what}: Clarabel reports {status} and the NNLS certificate only bounds the "
+                               f"normalised margin by {extra:.1e} (> {CERTIFICATE_TOL}): feasibility cannot be "
+                               "decided at float64 precision.")
+    if exact is None:
+        raise SolverFailed(f"{what}: neither Clarabel (status {status}) nor the NNLS route produced a point that "
+                           f"passes the KKT check at relative tolerance {KKT_TOL}; the rows are too ill-conditioned "
+                           f"to decide (row norms from {r[keep].min():.3g} to {r[keep].max():.3g}).")
+    y, mu, measures, method = exact
+    x = c * y
+    nu = np.zeros(len(b))
+    nu[keep] = c * mu
+    with np.errstate(under="ignore", over="ignore"):
+        dual = np.where(keep, nu / np.where(keep, r, 1.0), 0.0)
+    check = dict(measures, method=method)
+    if x0 is not None and _norm(x0 - x) <= ACCURACY * _norm(x):
+        # Clarabel's own point agrees with the verified one: keep it (and its multipliers), so that
+        # well-scaled problems give the answers the book has always printed
+        full = np.zeros(len(b))
+        full[keep] = lam0
+        check.update(method="clarabel, verified", distance_to_verified=_norm(x0 - x) / _norm(x))
+        return SVMSolution(np.asarray(x0, dtype=float), D, b, full, rows, check)
+    return SVMSolution(x, D, b, dual, rows, check)
 
 
 def _feasible(G: np.ndarray, h: np.ndarray) -> bool:
@@ -381,7 +441,7 @@ def head_svm(X, Y, alpha) -> SVMSolution:
         raise ValueError(f"Y must be ({X.shape[0]},) labels in {{+1, -1}}, got shape {Y.shape}")
     D = Y[:, None] * X[np.arange(X.shape[0]), alpha]
     rows = [(i, int(alpha[i])) for i in range(X.shape[0])]
-    return _solve_min_norm(D, np.ones(len(rows)), rows, f"head SVM for selection alpha={alpha.tolist()}")
+    return _solve_min_norm(D, np.ones(len(rows)), rows, f"head SVM for selection alpha={alpha.tolist()}", "X")
 
 
 def head_support(solution: SVMSolution, tol: float = 1e-6) -> list[int]:
@@ -408,7 +468,7 @@ def w_svm(X, alpha, p) -> SVMSolution:
         raise ValueError("p must be a non-zero vector")
     Dx, rows = _difference_rows(X, alpha)
     D = np.einsum("jd,m->jdm", Dx, p).reshape(len(rows), -1)
-    sol = _solve_min_norm(D, np.ones(len(rows)), rows, f"W-SVM for selection alpha={alpha.tolist()}")
+    sol = _solve_min_norm(D, np.ones(len(rows)), rows, f"W-SVM for selection alpha={alpha.tolist()}", "X and p")
     sol.x = sol.x.reshape(X.shape[2], p.shape[0])
     return sol
 
@@ -447,10 +507,9 @@ def min_norm_nnls(D, b) -> np.ndarray:
     keep = ~zero
     if not (b[keep] > 0).any():
         return np.zeros(D.shape[1])  # x = 0 meets every constraint (also when there is none)
+    c = _representable(D, b, r, keep, "D and b")
     G = D[keep] / r[keep, None]
-    h_unit = b[keep] / r[keep]
-    c = h_unit.max()
-    kind, y, bound = _ldp(G, h_unit / c)
+    kind, y, bound = _ldp(G, _unit_rhs(b[keep], r[keep], c))
     if kind == "infeasible":
         raise InfeasibleSVM(f"least-distance problem is infeasible (certificate bounds the margin by {bound:.1e})")
     return c * y

@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from . import fastpath, validate
-from .config import progress_enabled
+from .config import progress_bar, progress_enabled
 from .grad import Saturation, grad_p, loss_parts, loss_value, saturation
 from .losses import Loss, get_loss
 from .model import AttentionProblem, as_tensor, scores
@@ -25,7 +24,9 @@ MAX_RECORDS = 10_000
 """With ``record_every=None`` (the default) a run records every step up to this many steps,
 and beyond that every ``ceil(steps / MAX_RECORDS)``-th step: the history stays bounded."""
 HISTORY_WARN_BYTES = 1 << 30
-"""A history estimated above this size (an explicit ``record_every`` on a long run) warns."""
+"""A history estimated above this size (an explicit ``record_every`` on a long run) warns;
+above 32 times this size it is refused (``ValueError`` naming ``record_every``) before any
+memory is taken."""
 
 
 @dataclass
@@ -55,21 +56,24 @@ class History:
         return self.p[-1]
 
 
-def _record_steps(steps: int, record_every: int | None) -> set[int]:
+def _record_steps(steps: int, record_every: int | None, floats_per_record: int = 0) -> set[int]:
     steps = validate.count(steps, "steps")
     if record_every is None:
         record_every = max(1, math.ceil(steps / MAX_RECORDS))
     record_every = validate.count(record_every, "record_every", minimum=1)
+    _warn_history(steps // record_every + 1 + (steps % record_every != 0), floats_per_record)
     return set(range(0, steps + 1, record_every)) | {steps}
 
 
 def _warn_history(n_records: int, floats_per_record: int) -> None:
-    """Warn when a history would hold more than :data:`HISTORY_WARN_BYTES`."""
+    """Warn when a history would hold more than :data:`HISTORY_WARN_BYTES`; refuse far beyond."""
     size = 8 * n_records * floats_per_record
+    msg = (f"the recorded history would take about {size / 2**30:.1f} GiB ({n_records} records); "
+           "pass a larger record_every (or leave it at None, which bounds the history)")
+    if size > 32 * HISTORY_WARN_BYTES:
+        raise ValueError(msg.replace("would take", "would take more memory than is sensible:"))
     if size > HISTORY_WARN_BYTES:
-        warnings.warn(f"the recorded history will take about {size / 2**30:.1f} GiB ({n_records} records); "
-                      "pass a larger record_every (or leave it at None, which bounds the history)",
-                      UserWarning, stacklevel=3)
+        warnings.warn(msg, UserWarning, stacklevel=4)
 
 
 def _progress_flag(progress, name: str = "progress"):
@@ -120,7 +124,6 @@ def train_p(problem: AttentionProblem, p0, *, steps: int, lr: float = 0.1, metho
     lr = validate.positive(lr, "lr")
     progress = _progress_flag(progress)
     p = as_tensor(p0, "p0", device=problem.K.device).clone()
-    record = _record_steps(steps, record_every)
     steps = validate.count(steps, "steps")
     if p.ndim == 0 or p.shape[-1] != problem.m:
         raise ValueError(f"p0 must end in the key dimension m = {problem.m}, got shape {tuple(p.shape)}")
@@ -132,13 +135,14 @@ def train_p(problem: AttentionProblem, p0, *, steps: int, lr: float = 0.1, metho
                          f"{tuple(problem.K.shape[:-3])}") from None
     if math.prod(batch) == 0:
         raise ValueError(f"p0 holds no start (batch shape {tuple(batch)})")
-    _warn_history(len(record), math.prod(batch) * (problem.m + 2 + (problem.n * problem.T if record_probs else 0)))
+    record = _record_steps(steps, record_every,
+                           math.prod(batch) * (problem.m + 2 + (problem.n * problem.T if record_probs else 0)))
     p = p.expand(*batch, problem.m).clone()
     if problem.K.device.type == "cpu" and fastpath.available() and loss.name in fastpath.LOSS_IDS:
         return _train_p_compiled(problem, p, steps, lr, method, loss, sorted(record), record_probs, progress)
     rows: dict[str, list] = {"step": [], "p": [], "loss": [], "probs": []}
     bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
-    for k in tqdm(range(steps + 1), disable=not bar, desc=f"{method} GD", leave=False):
+    for k in progress_bar(range(steps + 1), enabled=bar, desc=f"{method} GD"):
         sat = saturation(problem, p)
         if k in record:
             rows["step"].append(k)
@@ -166,7 +170,7 @@ def _train_p_compiled(problem: AttentionProblem, p: torch.Tensor, steps: int, lr
     flat = lambda x, tail: x.expand(*batch, *tail).reshape(-1, *tail).numpy()
     full_mask = torch.ones(gamma.shape, dtype=torch.bool) if mask is None else mask
     bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
-    with tqdm(total=steps, disable=not bar, desc=f"{method} GD", leave=False) as pbar:
+    with progress_bar(total=steps, enabled=bar, desc=f"{method} GD") as pbar:
         out = fastpath.run(flat(K, (n, T, m)), flat(gamma, (n, T)), flat(full_mask, (n, T)), flat(p, (m,)),
                            steps, lr, method == "normalized", loss.name, np.array(record),
                            callback=lambda done: pbar.update(done - pbar.n))
@@ -349,16 +353,15 @@ def train_joint(X, Y, v0, p0, *, steps: int, lr: float = 0.1, lr_v: float | None
     if math.prod(batch) == 0:
         raise ValueError("v0 and p0 hold no start")
     v, p = v.expand(*batch, v.shape[-1]).clone(), p.expand(*batch, p.shape[-1]).clone()
-    record = _record_steps(steps, record_every)
     steps = validate.count(steps, "steps")
     n, T = X.shape[-3], X.shape[-2]
-    _warn_history(len(record), math.prod(batch) * (p.shape[-1] + v.shape[-1] + 2 + n * T + n))
+    record = _record_steps(steps, record_every, math.prod(batch) * (p.shape[-1] + v.shape[-1] + 2 + n * T + n))
     if X.ndim == 3 and X.device.type == "cpu" and fastpath.available() and loss.name in fastpath.LOSS_IDS:
         return _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, sorted(record), progress)
     rows: dict[str, list] = {k: [] for k in ("step", "p", "v", "loss", "probs", "out")}
     bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
     problem = AttentionProblem(K, scores(X, Y, v))         # validated once
-    for k in tqdm(range(steps + 1), disable=not bar, desc="joint GD", leave=False):
+    for k in progress_bar(range(steps + 1), enabled=bar, desc="joint GD"):
         problem.gamma = scores(X, Y, v)                     # only the scores move with v
         sat = saturation(problem, p)
         if k in record:
@@ -385,7 +388,7 @@ def _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, record, progress
     p_flat = p.reshape(-1, p.shape[-1]).numpy()
     v_flat = v.reshape(-1, v.shape[-1]).numpy()
     bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
-    with tqdm(total=steps, disable=not bar, desc="joint GD", leave=False) as pbar:
+    with progress_bar(total=steps, enabled=bar, desc="joint GD") as pbar:
         out_p, out_v = fastpath.run_joint(X.numpy(), Y.numpy(), K.numpy(), p_flat, v_flat, steps, lr, lr_v,
                                           loss.name, np.array(record), callback=lambda done: pbar.update(done - pbar.n))
     P = torch.from_numpy(out_p).reshape(len(record), *batch, p.shape[-1])

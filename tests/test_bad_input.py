@@ -73,7 +73,7 @@ def add(name: str, fn: Callable, expect) -> None:
     CASES.append((name, fn, expect))
 
 
-def _close(a, b, rtol=1e-8):
+def _close(a, b, rtol=2e-7):
     return np.allclose(a, b, rtol=rtol, atol=rtol * np.linalg.norm(b))
 
 
@@ -229,6 +229,8 @@ for steps in (-1, 2.5, "10", np.nan, None, True):
 for every in (0, -1, 1.5, np.nan, "2"):
     add(f"train_p record_every={every!r}", lambda ctx, e=every: train.train_p(PROBLEM, STARTS, steps=3, record_every=e),
         Err("record_every must be"))
+add("train_p 1e9 steps, every step recorded", lambda ctx: train.train_p(PROBLEM, STARTS, steps=10**9, record_every=1),
+    Err("record_every"))
 add("train_p p0 empty", lambda ctx: train.train_p(PROBLEM, np.zeros((0, 2)), steps=3), Err("p0 holds no start"))
 add("train_p p0 dim", lambda ctx: train.train_p(PROBLEM, np.zeros((2, 3)), steps=3), Err("p0 must end"))
 add("train_p p0 nan", lambda ctx: train.train_p(PROBLEM, [[np.nan, 0.0]], steps=3), Err("p0 contains NaN"))

@@ -186,6 +186,9 @@ def test_huge_explicit_history_warns(monkeypatch):
     monkeypatch.setattr(train, "HISTORY_WARN_BYTES", 10_000)
     with pytest.warns(UserWarning, match="record_every"):
         train.train_p(inst.problem(), inst.starts, steps=200, record_every=1)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="record_every"):       # refused before any memory is taken
+        train.train_p(inst.problem(), inst.starts, steps=10**9, record_every=1)
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 64, None])
@@ -235,8 +238,11 @@ def test_compiled_run_honours_ctrl_c_and_reports_progress():
 def test_progress_bar_is_tqdm_auto_and_off_in_tests(monkeypatch):
     import tqdm.auto
 
-    assert train.tqdm is tqdm.auto.tqdm
     from mmtoken import config
+    bar = config.progress_bar(total=3, enabled=True)
+    assert isinstance(bar, tqdm.auto.tqdm)                 # a widget in Jupyter, text on a terminal
+    bar.close()
+    assert config.progress_bar(total=3, enabled=False).disable
     monkeypatch.setenv("MMTOKEN_PROGRESS", "off")
     assert not config.progress_enabled(10**12)
     monkeypatch.setenv("MMTOKEN_PROGRESS", "sometimes")

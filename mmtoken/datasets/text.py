@@ -59,8 +59,8 @@ from typing import Iterable
 import numpy as np
 
 from ..config import ConfigError
-from .registry import (DataFolderError, DatasetError, DatasetMissing, atomic_write_bytes, cache_dir, download_file,
-                       sha256_file, sweep_partial, verify_sha256)
+from .registry import (DatasetError, DatasetMissing, atomic_write_bytes, cache_dir, download_file, sha256_file,
+                       sweep_partial, verify_sha256)
 
 CACHE_FORMAT = 1
 NAMES = ("imdb", "rt", "yelp")
