@@ -248,3 +248,20 @@ def test_progress_bar_is_tqdm_auto_and_off_in_tests(monkeypatch):
     monkeypatch.setenv("MMTOKEN_PROGRESS", "sometimes")
     with pytest.raises(ValueError, match="MMTOKEN_PROGRESS"):
         config.progress_enabled(1)
+
+
+def test_auto_progress_shows_in_a_jupyter_kernel_for_long_runs(monkeypatch):
+    import sys
+    import types
+
+    from mmtoken import config
+
+    class ZMQInteractiveShell:  # what a Jupyter kernel's get_ipython() returns
+        pass
+
+    monkeypatch.setenv("MMTOKEN_PROGRESS", "auto")
+    monkeypatch.setattr(config, "_on_terminal", lambda: False)
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: ZMQInteractiveShell()))
+    assert config.progress_enabled(10**7) and not config.progress_enabled(10)
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))
+    assert not config.progress_enabled(10**7)                # a plain script without a terminal stays silent
