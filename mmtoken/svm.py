@@ -178,7 +178,7 @@ def _passes(measures: dict) -> bool:
 
 
 # ---------------------------------------------------------------------------
-# the two solvers, on normalised data (unit rows, largest right-hand side 1)
+# the solvers (Clarabel, NNLS) and the exact polish
 # ---------------------------------------------------------------------------
 
 def _ldp(G: np.ndarray, h: np.ndarray):
@@ -202,7 +202,7 @@ def _ldp(G: np.ndarray, h: np.ndarray):
 
 
 def _clarabel(G: np.ndarray, h: np.ndarray):
-    """Clarabel on the normalised problem: ``(y, mu, status)`` (``y`` None unless solved)."""
+    """Clarabel on ``min 1/2||y||^2 s.t. G y >= h``: ``(y, mu, status)`` (``y`` None unless solved)."""
     y = cp.Variable(G.shape[1])
     constraint = G @ y >= h
     problem = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(y)), [constraint])
