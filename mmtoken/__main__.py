@@ -1,12 +1,45 @@
-"""Command line: ``python -m mmtoken claims`` and ``python -m mmtoken figures``."""
+"""Command line: ``python -m mmtoken claims`` and ``python -m mmtoken figures``.
+
+Exit status: 0 success, 1 a claim failed, 2 bad usage or environment (the
+message names the argument or variable: an unknown claim or figure, an
+unusable ``MMTOKEN_DEVICE``, ``MMTOKEN_DATA`` or ``MMTOKEN_SCALE``, an
+output folder that cannot be written).
+"""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 from . import config, ledger
+
+
+class UsageError(ValueError):
+    """Bad command-line arguments or environment: reported in one line, exit status 2."""
+
+
+def _check_environment() -> None:
+    """Fail early, in one line, on environment variables no claim or figure could run with."""
+    config.scale()
+    config.device()
+    config.progress_enabled(0)
+    if os.environ.get("MMTOKEN_DATA"):
+        config.data_dir()
+
+
+def _writable_folder(path: Path) -> Path:
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--out {path} is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--out {path} cannot be written ({exc.strerror or exc})") from None
+    return path
 
 
 def _claims(args) -> int:
@@ -31,10 +64,9 @@ def _figures(args) -> int:
     from .experiments import load_all
     from .plotting import save, set_theme, use_headless
 
+    out = _writable_folder(Path(args.out))  # before any figure is computed
     use_headless()
     set_theme()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     written = 0
     for name, module in load_all().items():
         for fig_name, make in getattr(module, "FIGURES", {}).items():
@@ -66,19 +98,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", choices=config.SCALES, help="size of the runs (default: MMTOKEN_SCALE or quick)")
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("claims", help="run the claims ledger")
-    c.add_argument("--only", nargs="*", help="claim id prefixes, e.g. core A.global")
+    c.add_argument("--only", nargs="+", metavar="PREFIX", help="claim id prefixes, e.g. core A.global")
     c.add_argument("--json", action="store_true", help="print a JSON list")
     c.set_defaults(func=_claims)
     f = sub.add_parser("figures", help="write every figure of the book as PNG and PDF")
-    f.add_argument("--only", nargs="*", help="figure names or experiment modules")
+    f.add_argument("--only", nargs="+", metavar="NAME", help="figure names or experiment modules")
     f.add_argument("--out", default="figures", help="output folder (default: figures)")
     f.add_argument("--scale", choices=config.SCALES, dest="sub_scale")
     f.set_defaults(func=_figures)
     args = parser.parse_args(argv)
     scale = getattr(args, "sub_scale", None) or args.scale
-    if scale:
-        config.set_scale(scale)
-    return args.func(args)
+    try:
+        if scale:
+            config.set_scale(scale)
+        _check_environment()
+        return args.func(args)
+    except (UsageError, config.ConfigError) as exc:
+        print(f"mmtoken {args.command}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -25,11 +25,18 @@ from typing import Iterator, TypeVar
 import numpy as np
 import torch
 
+from . import validate
+
 SCALES = ("quick", "paper")
 DTYPE = torch.float64
 """Default dtype of the theory chapters: the softmax saturates by design."""
 
 T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """An environment variable or setting the package cannot run with; the message names it."""
+
 
 _scale: str | None = None
 _progress: str | None = None
@@ -39,7 +46,7 @@ def scale() -> str:
     """The current size, ``"quick"`` (default) or ``"paper"``."""
     value = _scale or os.environ.get("MMTOKEN_SCALE", "quick")
     if value not in SCALES:
-        raise ValueError(
+        raise ConfigError(
             f"MMTOKEN_SCALE={value!r} is not a known scale; choose one of {SCALES}"
         )
     return value
@@ -49,7 +56,7 @@ def set_scale(value: str) -> None:
     """Set the size for this process (overrides ``MMTOKEN_SCALE``)."""
     global _scale
     if value not in SCALES:
-        raise ValueError(f"scale {value!r} is not one of {SCALES}")
+        raise ConfigError(f"scale {value!r} is not one of {SCALES}")
     _scale = value
 
 
@@ -71,15 +78,50 @@ def pick(quick: T, paper: T, which: str | None = None) -> T:
 
 
 def device() -> torch.device:
-    """The compute device: CUDA when present (override with ``MMTOKEN_DEVICE``)."""
-    name = os.environ.get("MMTOKEN_DEVICE")
+    """The compute device: CUDA when present (override with ``MMTOKEN_DEVICE``).
+
+    ``MMTOKEN_DEVICE`` must name a device torch knows (``cpu``, ``cuda``,
+    ``cuda:1``, ``mps``) that is usable here; otherwise a :class:`ConfigError`
+    says so (no silent fallback: a run asked for on a GPU should not quietly
+    take hours on the CPU).
+    """
+    name = os.environ.get("MMTOKEN_DEVICE", "").strip()
     if name:
-        return torch.device(name)
+        return _checked_device(name)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+_checked: dict[str, torch.device] = {}
+
+
+def _checked_device(name: str) -> torch.device:
+    if name in _checked:
+        return _checked[name]
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError, TypeError):
+        raise ConfigError(f"MMTOKEN_DEVICE={name!r} is not a device torch knows; use cpu, cuda, cuda:<index> "
+                         "or mps, or unset it") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"MMTOKEN_DEVICE={name!r} but CUDA is not available here "
+                             "(torch.cuda.is_available() is False); unset it or set MMTOKEN_DEVICE=cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ConfigError(f"MMTOKEN_DEVICE={name!r} but only {torch.cuda.device_count()} CUDA device(s) exist")
+    elif dev.type == "mps":
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise ConfigError(f"MMTOKEN_DEVICE={name!r} but MPS is not available here; unset it or use cpu")
+    elif dev.type != "cpu":
+        raise ConfigError(f"MMTOKEN_DEVICE={name!r}: the package runs on cpu, cuda or mps")
+    _checked[name] = dev
+    return dev
 
 
 def seed_everything(seed: int) -> torch.Generator:
     """Seed Python, NumPy and torch; return a CPU torch generator seeded with ``seed``."""
+    seed = validate.count(seed, "seed")
+    if seed >= 2**32:
+        raise ValueError(f"seed must be below 2**32 (NumPy's legacy seeding), got {seed}")
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -94,33 +136,87 @@ def data_dir() -> Path:
     """
     env = os.environ.get("MMTOKEN_DATA")
     if env:
-        path = Path(env)
+        path = Path(env).expanduser()
+        what = f"MMTOKEN_DATA={env!r}"
     else:
         repo = Path(__file__).resolve().parent.parent
         path = repo / "data" if (repo / "pyproject.toml").exists() else Path.home() / ".cache" / "mmtoken"
-    path.mkdir(parents=True, exist_ok=True)
+        what = f"the data folder {path}"
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{what} is a file, not a folder; point MMTOKEN_DATA at a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{what} cannot be created ({exc.strerror or exc}); point MMTOKEN_DATA at a "
+                         "writable folder") from None
     return path
+
+
+PROGRESS_MODES = ("on", "off", "auto")
 
 
 def progress_enabled(total_work: int, threshold: int = 200_000) -> bool:
     """Whether a loop of ``total_work`` elementary updates should show a progress bar.
 
     ``MMTOKEN_PROGRESS`` = ``on`` / ``off`` / ``auto`` (default). In ``auto``
-    mode a bar is shown only for long runs and only on an interactive
-    terminal, so notebooks (whose stored outputs nbval compares), tests and
-    logs stay silent.
+    mode a bar is shown only for long runs and only where someone watches: an
+    interactive terminal, or a Jupyter kernel (the loops use ``tqdm.auto``, so
+    there it is a widget). Builds and tests set ``MMTOKEN_PROGRESS=off`` so
+    the stored notebook outputs (which nbval compares) and logs stay clean.
     """
-    mode = _progress or os.environ.get("MMTOKEN_PROGRESS", "auto")
+    mode = _progress or os.environ.get("MMTOKEN_PROGRESS", "auto").strip().lower()
+    if mode not in PROGRESS_MODES:
+        raise ConfigError(f"MMTOKEN_PROGRESS={mode!r} is not one of {PROGRESS_MODES}")
     if mode == "on":
         return True
     if mode == "off":
         return False
-    return total_work >= threshold and sys.stderr.isatty()
+    return total_work >= threshold and (_on_terminal() or _in_jupyter())
+
+
+def _on_terminal() -> bool:
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stderr
+        return False
+
+
+def _in_jupyter() -> bool:
+    """Whether this process is a Jupyter kernel (where ``tqdm.auto`` draws a widget)."""
+    shell = sys.modules.get("IPython")
+    try:
+        ip = shell.get_ipython() if shell is not None else None
+    except Exception:  # noqa: BLE001 - any IPython oddity means: not a kernel we can draw in
+        return False
+    return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
+
+
+def progress_bar(iterable=None, *, total: int | None = None, desc: str | None = None, enabled: bool = True):
+    """A ``tqdm`` progress bar: ``tqdm.auto`` when ``enabled`` (a widget in a Jupyter kernel,
+    text on a terminal), a silent one otherwise.
+
+    ``tqdm.auto`` is imported only when a bar is shown: in a kernel without
+    ``ipywidgets`` it warns and falls back to a text bar, and that warning must
+    not reach the stored outputs of notebooks that show no bar.
+    """
+    if not enabled:
+        from tqdm.std import tqdm as silent
+
+        return silent(iterable, total=total, desc=desc, disable=True)
+    import warnings
+
+    from tqdm.std import TqdmWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TqdmWarning)  # no ipywidgets: a text bar instead of a widget
+        from tqdm.auto import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, leave=False)
 
 
 def set_progress(mode: str) -> None:
     """Force progress bars ``"on"``, ``"off"`` or back to ``"auto"``."""
     global _progress
-    if mode not in ("on", "off", "auto"):
-        raise ValueError(f"progress mode {mode!r} is not one of on/off/auto")
+    if mode not in PROGRESS_MODES:
+        raise ConfigError(f"progress mode {mode!r} is not one of on/off/auto")
     _progress = mode

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import geometry, plotting
+from . import geometry, plotting, validate
+from .losses import get_loss
 from .model import AttentionProblem
 from .train import History, train_p
 
@@ -41,7 +42,7 @@ class Analysis:
     def plot(self, ax=None, first: int | None = None):
         """Paths in the plane (keys of dimension 2) or correlation curves (any dimension)."""
         P = self.history.p.numpy()
-        keep = slice(None) if first is None else self.history.steps <= first
+        keep = slice(None) if first is None else self.history.steps <= validate.count(first, "first")
         directions = {}
         for r in self.reports:
             if r.feasible:
@@ -66,13 +67,27 @@ def analyze(X, Y, v, W=None, *, starts=None, n_starts: int = 6, steps: int = 200
     ----------
     X : ``(n, T, d)`` tokens; Y : ``(n,)`` labels in ``{+1, -1}``; v : ``(d,)`` head.
     W : ``(d, m)`` key map (identity if None).
-    starts : ``(S, m)`` starts; default ``n_starts`` random unit vectors (seeded).
-    steps, lr, loss : normalized GD with the saturation-safe gradient.
+    starts : ``(S, m)`` starts, ``S >= 1``; default ``n_starts >= 1`` random unit vectors (seeded by ``seed``).
+    steps, lr, loss : normalized GD with the saturation-safe gradient (``steps`` a whole
+        number >= 0, ``lr`` positive and finite).
+    record_every : thinning of the recorded history (whole number >= 1).
 
     Returns
     -------
     Analysis
+
+    Raises
+    ------
+    ValueError naming the argument for malformed input (shapes, labels, NaN, complex
+    numbers, counts, step sizes); :class:`mmtoken.svm.SolverFailed` if the ATT-SVM of a
+    selection cannot be decided at float64 precision (never reported as infeasible).
     """
+    n_starts = validate.count(n_starts, "n_starts", minimum=1)
+    steps = validate.count(steps, "steps")
+    lr = validate.positive(lr, "lr")
+    seed = validate.count(seed, "seed")
+    record_every = validate.count(record_every, "record_every", minimum=1)
+    get_loss(loss)
     problem = AttentionProblem.from_data(X, Y, v, W)
     if problem.K.ndim != 3:
         raise ValueError(f"analyze takes one dataset: X must have shape (n, T, d), got {tuple(problem.K.shape)}")
@@ -81,9 +96,9 @@ def analyze(X, Y, v, W=None, *, starts=None, n_starts: int = 6, steps: int = 200
         rng = np.random.default_rng(seed)
         starts = rng.normal(size=(n_starts, m))
         starts /= np.linalg.norm(starts, axis=1, keepdims=True)
-    starts = np.atleast_2d(np.asarray(starts, dtype=float))
-    if starts.shape[1] != m:
-        raise ValueError(f"starts must have shape (S, {m}), got {starts.shape}")
+    starts = np.atleast_2d(validate.real_array(starts, "starts"))
+    if starts.ndim != 2 or starts.shape[1] != m or starts.shape[0] == 0:
+        raise ValueError(f"starts must have shape (S, {m}) with S >= 1, got {starts.shape}")
     with torch.inference_mode():
         history = train_p(problem, starts, steps=steps, lr=lr, loss=loss, record_every=record_every)
     K = problem.K.cpu().numpy()

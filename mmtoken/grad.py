@@ -25,7 +25,18 @@ import numpy as np
 import torch
 
 from .losses import Loss, get_loss
-from .model import AttentionProblem
+from .model import AttentionProblem, as_tensor
+
+
+def _problem_and_point(problem, p) -> torch.Tensor:
+    """Check the arguments of the public functions; return ``p`` as a tensor on the problem's device."""
+    if not isinstance(problem, AttentionProblem):
+        raise ValueError(f"problem must be an AttentionProblem, got {type(problem).__name__}")
+    if not isinstance(p, torch.Tensor) or p.dtype != problem.K.dtype or p.device != problem.K.device:
+        p = as_tensor(p, "p", dtype=problem.K.dtype, device=problem.K.device)
+    if p.ndim < 1:
+        raise ValueError("p must have shape (..., m), got a scalar")
+    return p
 
 
 @dataclass
@@ -55,9 +66,16 @@ class Saturation:
 
 def saturation(problem: AttentionProblem, p: torch.Tensor) -> Saturation:
     """Softmax quantities of ``problem`` at ``p (..., m)``, formed without cancellation."""
+    p = _problem_and_point(problem, p)
     K, gamma, mask = problem.K, problem.gamma, problem.mask
     if p.shape[-1] != K.shape[-1]:
         raise ValueError(f"p has dimension {p.shape[-1]} but the keys have {K.shape[-1]}")
+    try:
+        np.broadcast_shapes(tuple(K.shape[:-3]), tuple(gamma.shape[:-2]), tuple(p.shape[:-1]),
+                            tuple(mask.shape[:-2]) if mask is not None else ())
+    except ValueError:
+        raise ValueError(f"p {tuple(p.shape)} does not broadcast against the problem's batch "
+                         f"(K {tuple(K.shape)}, gamma {tuple(gamma.shape)})") from None
     z = (K @ p.unsqueeze(-2).unsqueeze(-1)).squeeze(-1)
     if mask is not None:
         z = z.masked_fill(~mask, float("-inf"))
@@ -130,6 +148,7 @@ def grad_p(problem: AttentionProblem, p: torch.Tensor, loss: str | Loss = "logis
     StableGrad with ``direction (..., m)`` and ``log_norm (...)``.
     """
     loss = get_loss(loss)
+    p = _problem_and_point(problem, p)
     sat = sat or saturation(problem, p)
     gap = sat.dgamma - sat.u_minus_top[..., None]              # gamma_t - u, accurate
     log_w = loss.log_neg_deriv(sat.u)[..., None] + sat.log_s + torch.log(gap.abs())
@@ -171,6 +190,7 @@ def autograd_grad(problem: AttentionProblem, p: torch.Tensor, loss: str | Loss =
     softmax is not saturated, noise once it is.
     """
     loss = get_loss(loss)
+    p = _problem_and_point(problem, p)
     with torch.enable_grad():
         K, gamma = problem.K.to(dtype), problem.gamma.to(dtype)
         q = p.detach().clone().to(dtype).requires_grad_(True)

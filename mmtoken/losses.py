@@ -57,6 +57,8 @@ def get_loss(loss: str | Loss) -> Loss:
     """Look a loss up by name (``"logistic"``, ``"exponential"``, ``"correlation"``)."""
     if isinstance(loss, Loss):
         return loss
+    if not isinstance(loss, str):
+        raise ValueError(f"loss must be a name in {sorted(LOSSES)} or a Loss, got {type(loss).__name__}")
     try:
         return LOSSES[loss]
     except KeyError:

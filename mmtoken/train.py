@@ -6,19 +6,27 @@ losses and softmax probabilities).
 """
 from __future__ import annotations
 
+import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
-from . import fastpath
-from .config import progress_enabled
+from . import fastpath, validate
+from .config import progress_bar, progress_enabled
 from .grad import Saturation, grad_p, loss_parts, loss_value, saturation
 from .losses import Loss, get_loss
 from .model import AttentionProblem, as_tensor, scores
 
 METHODS = ("normalized", "gd")
+MAX_RECORDS = 10_000
+"""With ``record_every=None`` (the default) a run records every step up to this many steps,
+and beyond that every ``ceil(steps / MAX_RECORDS)``-th step: the history stays bounded."""
+HISTORY_WARN_BYTES = 1 << 30
+"""A history estimated above this size (an explicit ``record_every`` on a long run) warns;
+above 32 times this size it is refused (``ValueError`` naming ``record_every``) before any
+memory is taken."""
 
 
 @dataclass
@@ -48,10 +56,30 @@ class History:
         return self.p[-1]
 
 
-def _record_steps(steps: int, record_every: int) -> set[int]:
-    if steps < 0 or record_every < 1:
-        raise ValueError(f"steps must be >= 0 and record_every >= 1, got {steps}, {record_every}")
+def _record_steps(steps: int, record_every: int | None, floats_per_record: int = 0) -> set[int]:
+    steps = validate.count(steps, "steps")
+    if record_every is None:
+        record_every = max(1, math.ceil(steps / MAX_RECORDS))
+    record_every = validate.count(record_every, "record_every", minimum=1)
+    _warn_history(steps // record_every + 1 + (steps % record_every != 0), floats_per_record)
     return set(range(0, steps + 1, record_every)) | {steps}
+
+
+def _warn_history(n_records: int, floats_per_record: int) -> None:
+    """Warn when a history would hold more than :data:`HISTORY_WARN_BYTES`; refuse far beyond."""
+    size = 8 * n_records * floats_per_record
+    msg = (f"the recorded history would take about {size / 2**30:.1f} GiB ({n_records} records); "
+           "pass a larger record_every (or leave it at None, which bounds the history)")
+    if size > 32 * HISTORY_WARN_BYTES:
+        raise ValueError(msg.replace("would take", "would take more memory than is sensible:"))
+    if size > HISTORY_WARN_BYTES:
+        warnings.warn(msg, UserWarning, stacklevel=4)
+
+
+def _progress_flag(progress, name: str = "progress"):
+    if progress is not None and not isinstance(progress, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True, False or None, got {progress!r}")
+    return progress
 
 
 def _stack(rows: list[torch.Tensor]) -> torch.Tensor:
@@ -59,7 +87,7 @@ def _stack(rows: list[torch.Tensor]) -> torch.Tensor:
 
 
 def train_p(problem: AttentionProblem, p0, *, steps: int, lr: float = 0.1, method: str = "normalized",
-            loss: str | Loss = "logistic", record_every: int = 1, record_probs: bool = True,
+            loss: str | Loss = "logistic", record_every: int | None = None, record_probs: bool = True,
             progress: bool | None = None) -> History:
     """Train the tunable token ``p`` with the head fixed.
 
@@ -71,29 +99,50 @@ def train_p(problem: AttentionProblem, p0, *, steps: int, lr: float = 0.1, metho
     steps, lr : number of steps and step size.
     method : ``"normalized"`` (``p -= lr g/||g||``, the published runs) or ``"gd"`` (``p -= lr g``).
     loss : logistic (default), exponential or correlation.
-    record_every : thinning of the recorded history.
+    record_every : thinning of the recorded history; ``None`` (default) records every
+        step of runs up to :data:`MAX_RECORDS` steps and a bounded thinned history beyond.
     record_probs : also keep the softmax probabilities.
-    progress : show a progress bar (default: only for long runs on a terminal).
+    progress : show a progress bar (default: only for long runs on a terminal or in Jupyter,
+        see :func:`mmtoken.config.progress_enabled`).
 
     Returns
     -------
     History
+
+    Raises
+    ------
+    ValueError naming the argument: ``steps`` not a whole number >= 0, ``lr`` not a positive
+    finite number, ``record_every`` not a whole number >= 1, ``p0`` with no start, a wrong
+    dimension or a batch that does not broadcast against the problem's.
+    A ``KeyboardInterrupt`` (Ctrl-C) stops the run between chunks of steps.
     """
+    if not isinstance(problem, AttentionProblem):
+        raise ValueError(f"problem must be an AttentionProblem, got {type(problem).__name__}")
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     loss = get_loss(loss)
+    lr = validate.positive(lr, "lr")
+    progress = _progress_flag(progress)
     p = as_tensor(p0, "p0", device=problem.K.device).clone()
-    record = _record_steps(steps, record_every)
-    if p.shape[-1] != problem.m:
-        raise ValueError(f"p0 has dimension {p.shape[-1]} but the keys have {problem.m}")
-    batch = torch.broadcast_shapes(problem.K.shape[:-3], problem.gamma.shape[:-2], p.shape[:-1],
-                                   problem.mask.shape[:-2] if problem.mask is not None else ())
+    steps = validate.count(steps, "steps")
+    if p.ndim == 0 or p.shape[-1] != problem.m:
+        raise ValueError(f"p0 must end in the key dimension m = {problem.m}, got shape {tuple(p.shape)}")
+    try:
+        batch = torch.broadcast_shapes(problem.K.shape[:-3], problem.gamma.shape[:-2], p.shape[:-1],
+                                       problem.mask.shape[:-2] if problem.mask is not None else ())
+    except RuntimeError:
+        raise ValueError(f"p0 {tuple(p.shape)} does not broadcast against the problem's batch "
+                         f"{tuple(problem.K.shape[:-3])}") from None
+    if math.prod(batch) == 0:
+        raise ValueError(f"p0 holds no start (batch shape {tuple(batch)})")
+    record = _record_steps(steps, record_every,
+                           math.prod(batch) * (problem.m + 2 + (problem.n * problem.T if record_probs else 0)))
     p = p.expand(*batch, problem.m).clone()
     if problem.K.device.type == "cpu" and fastpath.available() and loss.name in fastpath.LOSS_IDS:
-        return _train_p_compiled(problem, p, steps, lr, method, loss, sorted(record), record_probs)
+        return _train_p_compiled(problem, p, steps, lr, method, loss, sorted(record), record_probs, progress)
     rows: dict[str, list] = {"step": [], "p": [], "loss": [], "probs": []}
     bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
-    for k in tqdm(range(steps + 1), disable=not bar, desc=f"{method} GD", leave=False):
+    for k in progress_bar(range(steps + 1), enabled=bar, desc=f"{method} GD"):
         sat = saturation(problem, p)
         if k in record:
             rows["step"].append(k)
@@ -112,15 +161,19 @@ def train_p(problem: AttentionProblem, p0, *, steps: int, lr: float = 0.1, metho
 
 
 def _train_p_compiled(problem: AttentionProblem, p: torch.Tensor, steps: int, lr: float, method: str,
-                      loss: Loss, record: list[int], record_probs: bool) -> History:
-    """:func:`train_p` through the compiled CPU kernel; the history is evaluated afterwards in one batch."""
+                      loss: Loss, record: list[int], record_probs: bool, progress: bool | None = None) -> History:
+    """:func:`train_p` through the compiled CPU kernel (in chunks: a progress bar and Ctrl-C
+    work between them); the history is evaluated afterwards in one batch."""
     K, gamma, mask = problem.K, problem.gamma, problem.mask
     n, T, m = problem.n, problem.T, problem.m
     batch = p.shape[:-1]
     flat = lambda x, tail: x.expand(*batch, *tail).reshape(-1, *tail).numpy()
     full_mask = torch.ones(gamma.shape, dtype=torch.bool) if mask is None else mask
-    out = fastpath.run(flat(K, (n, T, m)), flat(gamma, (n, T)), flat(full_mask, (n, T)), flat(p, (m,)),
-                       steps, lr, method == "normalized", loss.name, np.array(record))
+    bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
+    with progress_bar(total=steps, enabled=bar, desc=f"{method} GD") as pbar:
+        out = fastpath.run(flat(K, (n, T, m)), flat(gamma, (n, T)), flat(full_mask, (n, T)), flat(p, (m,)),
+                           steps, lr, method == "normalized", loss.name, np.array(record),
+                           callback=lambda done: pbar.update(done - pbar.n))
     P = torch.from_numpy(out).reshape(len(record), *batch, m)
     sat = saturation(problem, P)
     return History(np.array(record), P, P.norm(dim=-1), loss.value(sat.u).mean(-1),
@@ -186,23 +239,31 @@ def regularization_path(problem: AttentionProblem, radii, w0, *, loss: str | Los
     Parameters
     ----------
     problem : keys and scores (batch shape ``B``).
-    radii : ``(nR,)`` radii.
-    w0 : ``(starts, m)`` start directions (normalised here).
-    iters : rotations per radius.
+    radii : ``(nR,)`` positive finite radii (at least one).
+    w0 : ``(starts, m)`` non-zero start directions (normalised here), at least one.
+    iters : rotations per radius (``>= 1``).
+    theta0 : first rotation angle in radians, in ``(0, pi]``.
 
     Returns
     -------
     ``(nR, starts, ..., m)``: for each radius and start, the point reached;
     take the best start with :func:`best_of_starts`.
     """
+    if not isinstance(problem, AttentionProblem):
+        raise ValueError(f"problem must be an AttentionProblem, got {type(problem).__name__}")
     loss = get_loss(loss)
+    iters = validate.count(iters, "iters", minimum=1)
+    theta0 = validate.positive(theta0, "theta0", maximum=math.pi)
     dev = problem.K.device
     radii = as_tensor(radii, "radii", device=dev)
-    if radii.ndim != 1 or not bool((radii > 0).all()):
-        raise ValueError("radii must be a 1-d array of positive numbers")
+    if radii.ndim != 1 or radii.numel() == 0 or not bool((radii > 0).all()):
+        raise ValueError("radii must be a non-empty 1-d array of positive numbers")
     w0 = as_tensor(w0, "w0", device=dev)
-    if w0.ndim != 2:
-        raise ValueError(f"w0 must have shape (starts, m), got {tuple(w0.shape)}")
+    if w0.ndim != 2 or w0.shape[0] == 0 or w0.shape[1] != problem.m:
+        raise ValueError(f"w0 must have shape (starts, {problem.m}) with at least one start, got {tuple(w0.shape)}")
+    if not bool((w0.norm(dim=-1) > 0).all()):
+        raise ValueError(f"w0 rows {torch.nonzero(w0.norm(dim=-1) == 0).flatten().tolist()} are zero: "
+                         "a start direction must be non-zero")
     batch = problem.K.shape[:-3]
     w = (w0 / w0.norm(dim=-1, keepdim=True)).reshape(1, w0.shape[0], *([1] * len(batch)), w0.shape[1])
     w = w.expand(len(radii), w0.shape[0], *batch, w0.shape[1]).clone()
@@ -221,7 +282,11 @@ def regularization_path(problem: AttentionProblem, radii, w0, *, loss: str | Los
 
 def best_of_starts(problem: AttentionProblem, points: torch.Tensor, loss: str | Loss = "logistic") -> torch.Tensor:
     """Among ``points (nR, starts, ..., m)`` keep, per radius, the start of lowest loss: ``(nR, ..., m)``."""
-    points = points.to(problem.K.device)
+    if not isinstance(problem, AttentionProblem):
+        raise ValueError(f"problem must be an AttentionProblem, got {type(problem).__name__}")
+    points = as_tensor(points, "points", device=problem.K.device)
+    if points.ndim < 3 or points.shape[-1] != problem.m or 0 in points.shape:
+        raise ValueError(f"points must have shape (nR, starts, ..., {problem.m}), got {tuple(points.shape)}")
     base, excess = loss_parts(problem, points, loss)
     # order by base first, then by excess (ties in base are exact when selections agree)
     key = base - base.amin(1, keepdim=True) + excess
@@ -230,7 +295,8 @@ def best_of_starts(problem: AttentionProblem, points: torch.Tensor, loss: str | 
 
 
 def train_joint(X, Y, v0, p0, *, steps: int, lr: float = 0.1, lr_v: float | None = None, W=None,
-                loss: str | Loss = "logistic", record_every: int = 1, progress: bool | None = None) -> History:
+                loss: str | Loss = "logistic", record_every: int | None = None,
+                progress: bool | None = None) -> History:
     """Joint training of the head ``v`` and the token ``p``, each with its own normalized step.
 
     ``p <- p - lr grad_p L / ||grad_p L||`` and ``v <- v - lr_v grad_v L / ||grad_v L||``,
@@ -238,32 +304,64 @@ def train_joint(X, Y, v0, p0, *, steps: int, lr: float = 0.1, lr_v: float | None
 
     Parameters
     ----------
-    X : ``(n, T, d)`` tokens; Y : ``(n,)`` labels; W : ``(d, m)`` key map (identity if None).
+    X : ``(n, T, d)`` tokens (or ``(..., n, T, d)``); Y : ``(n,)`` labels in ``{+1, -1}``;
+    W : ``(d, m)`` key map (identity if None).
     v0 : ``(..., d)``; p0 : ``(..., m)`` starts.
+    lr, lr_v : positive finite step sizes (``lr_v`` defaults to ``lr``).
+    record_every : as in :func:`train_p` (``None``: a bounded history).
 
     Returns
     -------
     History with ``v`` filled and ``extra["output_prob"]`` ``(S, ..., n)``, the
     logistic output probability ``sigma(Y_i f(X_i))``.
+
+    Raises
+    ------
+    ValueError naming the argument (checked before the compiled kernel reads anything).
     """
     loss = get_loss(loss)
-    lr_v = lr if lr_v is None else lr_v
+    lr = validate.positive(lr, "lr")
+    lr_v = lr if lr_v is None else validate.positive(lr_v, "lr_v")
+    progress = _progress_flag(progress)
     X = as_tensor(X, "X")
     Y = as_tensor(Y, "Y", device=X.device)
-    K = X if W is None else X @ as_tensor(W, "W", device=X.device)
+    if X.ndim < 3 or 0 in X.shape:
+        raise ValueError(f"X must have shape (n, T, d) with no empty dimension, got {tuple(X.shape)}")
+    if X.shape[-2] < 2:
+        raise ValueError(f"X has T = {X.shape[-2]} token(s) per input; attention needs at least two")
+    if Y.ndim < 1 or Y.shape[-1] != X.shape[-3] or (X.ndim == 3 and Y.ndim != 1):
+        raise ValueError(f"Y must have shape ({X.shape[-3]},) (one label per input of X), got {tuple(Y.shape)}")
+    if not bool(((Y == 1) | (Y == -1)).all()):
+        raise ValueError(f"labels Y must be +1 or -1, got values {sorted(set(Y.flatten().tolist()))[:6]}")
+    if W is not None:
+        W = as_tensor(W, "W", device=X.device)
+        if W.ndim != 2 or W.shape[0] != X.shape[-1] or W.shape[1] == 0:
+            raise ValueError(f"W must have shape ({X.shape[-1]}, m), got {tuple(W.shape)}")
+    K = X if W is None else X @ W
     v = as_tensor(v0, "v0", device=X.device).clone()
     p = as_tensor(p0, "p0", device=X.device).clone()
-    if v.shape[-1] != X.shape[-1] or p.shape[-1] != K.shape[-1]:
-        raise ValueError(f"v0 must end in d={X.shape[-1]} and p0 in m={K.shape[-1]}")
-    batch = torch.broadcast_shapes(v.shape[:-1], p.shape[:-1])
+    if v.ndim == 0 or p.ndim == 0 or v.shape[-1] != X.shape[-1] or p.shape[-1] != K.shape[-1]:
+        raise ValueError(f"v0 must end in d={X.shape[-1]} and p0 in m={K.shape[-1]}, got {tuple(v.shape)}, "
+                         f"{tuple(p.shape)}")
+    try:
+        batch = torch.broadcast_shapes(v.shape[:-1], p.shape[:-1])
+        if X.ndim > 3:
+            torch.broadcast_shapes(batch, X.shape[:-3], Y.shape[:-1])
+    except RuntimeError:
+        raise ValueError(f"the batch shapes of v0 {tuple(v.shape)}, p0 {tuple(p.shape)} and X {tuple(X.shape)} "
+                         "do not broadcast") from None
+    if math.prod(batch) == 0:
+        raise ValueError("v0 and p0 hold no start")
     v, p = v.expand(*batch, v.shape[-1]).clone(), p.expand(*batch, p.shape[-1]).clone()
-    record = _record_steps(steps, record_every)
+    steps = validate.count(steps, "steps")
+    n, T = X.shape[-3], X.shape[-2]
+    record = _record_steps(steps, record_every, math.prod(batch) * (p.shape[-1] + v.shape[-1] + 2 + n * T + n))
     if X.ndim == 3 and X.device.type == "cpu" and fastpath.available() and loss.name in fastpath.LOSS_IDS:
-        return _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, sorted(record))
+        return _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, sorted(record), progress)
     rows: dict[str, list] = {k: [] for k in ("step", "p", "v", "loss", "probs", "out")}
     bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
     problem = AttentionProblem(K, scores(X, Y, v))         # validated once
-    for k in tqdm(range(steps + 1), disable=not bar, desc="joint GD", leave=False):
+    for k in progress_bar(range(steps + 1), enabled=bar, desc="joint GD"):
         problem.gamma = scores(X, Y, v)                     # only the scores move with v
         sat = saturation(problem, p)
         if k in record:
@@ -284,13 +382,15 @@ def train_joint(X, Y, v0, p0, *, steps: int, lr: float = 0.1, lr_v: float | None
                    _stack(rows["v"]), {"output_prob": _stack(rows["out"])})
 
 
-def _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, record) -> History:
-    """:func:`train_joint` through the compiled kernel; the history is evaluated afterwards in one batch."""
+def _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, record, progress=None) -> History:
+    """:func:`train_joint` through the compiled kernel (in chunks); the history is evaluated afterwards."""
     batch = p.shape[:-1]
     p_flat = p.reshape(-1, p.shape[-1]).numpy()
     v_flat = v.reshape(-1, v.shape[-1]).numpy()
-    out_p, out_v = fastpath.run_joint(X.numpy(), Y.numpy(), K.numpy(), p_flat, v_flat, steps, lr, lr_v,
-                                      loss.name, np.array(record))
+    bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
+    with progress_bar(total=steps, enabled=bar, desc="joint GD") as pbar:
+        out_p, out_v = fastpath.run_joint(X.numpy(), Y.numpy(), K.numpy(), p_flat, v_flat, steps, lr, lr_v,
+                                          loss.name, np.array(record), callback=lambda done: pbar.update(done - pbar.n))
     P = torch.from_numpy(out_p).reshape(len(record), *batch, p.shape[-1])
     V = torch.from_numpy(out_v).reshape(len(record), *batch, v.shape[-1])
     sat = saturation(AttentionProblem(K, scores(X, Y, V)), P)

@@ -74,3 +74,114 @@ def test_w_svm_is_rank_one_outer_product():
     q = svm.att_svm(X, [0, 1]).x
     np.testing.assert_allclose(W, np.outer(q, p) / (p @ p), atol=1e-6)
     assert np.linalg.svd(W, compute_uv=False)[1] < 1e-6
+
+
+# ----------------------------------------------------------------------------- right at every scale (issue 14, item 1)
+def _issue_instance():
+    rng = np.random.default_rng(0)
+    K = rng.normal(size=(3, 4, 2))
+    return K, (K @ [1, 0.3]).argmax(-1)
+
+
+@pytest.mark.parametrize("c", [1e-300, 1e-150, 1e-5, 1e5, 1e150, 1e300])
+def test_att_svm_is_right_at_every_scale(c):
+    """The issue's instance: at 1e5 the old solver returned p_mm 3.7x too long, at 1e-5 and 1e150 'infeasible'."""
+    K, a = _issue_instance()
+    base = svm.att_svm(K, a)
+    sol = svm.att_svm(K * c, a)
+    np.testing.assert_allclose(sol.x * c, base.x, rtol=1e-7)
+    assert max(sol.kkt_relative().values()) <= svm.KKT_TOL
+    margins = geometry.margins(K * c, a, sol.x)
+    assert np.nanmin(margins) == pytest.approx(1.0, rel=1e-7)            # some constraint active
+    assert geometry.svm_neighbours(K * c, a, sol.x) == geometry.svm_neighbours(K, a, base.x)
+    assert np.isfinite(sol.margin) and sol.margin == pytest.approx(base.margin * c, rel=1e-7)
+
+
+@pytest.mark.parametrize("c", [1e-5, 1e5, 1e150])
+def test_relaxed_head_and_w_svm_scale(c):
+    K, a = _issue_instance()
+    Y = np.array([1.0, -1.0, 1.0])
+    np.testing.assert_allclose(svm.relaxed_att_svm(K * c, a, [0]).x * c, svm.relaxed_att_svm(K, a, [0]).x, rtol=2e-7)
+    np.testing.assert_allclose(svm.head_svm(K * c, Y, a).x * c, svm.head_svm(K, Y, a).x, rtol=2e-7)
+    p = np.array([0.5, -2.0])
+    np.testing.assert_allclose(svm.w_svm(K * c, a, p).x * c, svm.w_svm(K, a, p).x, rtol=2e-7)
+
+
+def test_feasible_selection_is_never_called_infeasible_at_any_scale():
+    inst = instances.fig1("global")
+    gamma = inst.gamma
+    for c in (1e-8, 1e-5, 1.0, 1e5, 1e150):
+        r = geometry.classify(inst.K * c, gamma, [0])
+        assert r.feasible and r.globally_optimal, c
+
+
+def test_solver_failed_is_not_infeasible():
+    assert issubclass(svm.InfeasibleSVM, ValueError) and not issubclass(svm.SolverFailed, ValueError)
+    assert not issubclass(svm.InfeasibleSVM, svm.SolverFailed) and not issubclass(svm.SolverFailed, svm.InfeasibleSVM)
+
+
+def test_a_wrong_solver_answer_is_caught_by_the_check(monkeypatch):
+    """A Clarabel point that is feasible but too long (the old 1e5 failure) never reaches the caller."""
+    K, a = _issue_instance()
+    true = svm.att_svm(K, a).x
+    c = 1 / np.abs(K[np.arange(3), a][:, None] - K).max()       # any positive scale: the fake ignores it
+    monkeypatch.setattr(svm, "_clarabel", lambda G, h: (3.7 * true / c, np.zeros(len(h)), "optimal"))
+    sol = svm.att_svm(K, a)
+    assert sol.check["method"] != "clarabel"                        # the raw point was refused
+    np.testing.assert_allclose(sol.x, true, rtol=1e-9)
+
+
+def test_infeasibility_is_confirmed_independently(monkeypatch):
+    K, a = _issue_instance()
+    monkeypatch.setattr(svm, "_clarabel", lambda G, h: (None, None, "infeasible"))  # a solver that lies
+    sol = svm.att_svm(K, a)                                                             # the NNLS route answers
+    assert sol.check["method"] == "nnls"
+    monkeypatch.setattr(svm, "_ldp", lambda G, h: ("infeasible", np.zeros(len(h)), 0.3))  # no certificate
+    with pytest.raises(svm.SolverFailed, match="cannot be decided"):
+        svm.att_svm(K, a)
+
+
+# ----------------------------------------------------------------------------- degenerate problems (item 4)
+def test_min_norm_nnls_without_constraints_does_not_reach_scipy():
+    """An empty constraint matrix used to double-free inside scipy and kill the process."""
+    np.testing.assert_array_equal(svm.min_norm_nnls(np.zeros((0, 3)), np.zeros(0)), np.zeros(3))
+    np.testing.assert_array_equal(svm.min_norm_nnls(np.ones((2, 2)), -np.ones(2)), np.zeros(2))
+    with pytest.raises(svm.InfeasibleSVM):
+        svm.min_norm_nnls(np.zeros((1, 2)), np.ones(1))
+    with pytest.raises(ValueError, match="b must have shape"):
+        svm.min_norm_nnls(np.ones((2, 2)), np.ones(3))
+
+
+def test_one_token_per_input_is_refused():
+    with pytest.raises(ValueError, match="T = 1"):
+        svm.att_svm(np.ones((2, 1, 2)), [0, 0])
+
+
+def test_mask_hiding_the_selected_token_is_refused():
+    K = np.random.default_rng(0).normal(size=(2, 3, 2))
+    mask = np.ones((2, 3), bool)
+    mask[1, 2] = False
+    with pytest.raises(ValueError, match=r"mask hides the selected token of input\(s\) \[1\]"):
+        svm.att_svm(K, [0, 2], mask)
+    mask = np.array([[True, False, False], [False, False, True]])   # only the selected tokens are real
+    with pytest.raises(ValueError, match="no constraint"):
+        svm.att_svm(K, [0, 2], mask)
+
+
+def test_complex_and_fractional_input_is_refused_not_truncated():
+    K = np.random.default_rng(0).normal(size=(2, 3, 2))
+    with pytest.raises(ValueError, match="K must be real"):
+        svm.att_svm(K + 1j, [0, 1])
+    with pytest.raises(ValueError, match="alpha must hold integer"):
+        svm.att_svm(K, [0.5, 1])
+    np.testing.assert_allclose(svm.att_svm(K, [0.0, 1.0]).x, svm.att_svm(K, [0, 1]).x)   # integral floats are fine
+    with pytest.raises(ValueError, match="support"):
+        svm.relaxed_att_svm(K, [0, 1], [])
+    with pytest.raises(ValueError, match="support"):
+        svm.relaxed_att_svm(K, [0, 1], [0.5])
+
+
+def test_identical_tokens_are_certified_infeasible():
+    K = np.array([[[1.0, 2.0], [1.0, 2.0], [0.0, 0.0]]])
+    with pytest.raises(svm.InfeasibleSVM, match="zero"):
+        svm.att_svm(K, [0])

@@ -110,3 +110,158 @@ def test_regularization_path_survives_underflow():
     pts = train.regularization_path(inst.problem(), radii, inst.starts[:2] + [0.3, 0.0], iters=300)
     corr = geometry.correlation(train.best_of_starts(inst.problem(), pts).numpy(), gmm)
     assert corr[-1] > 0.99999 and corr[1] > 0.9999
+
+
+# ----------------------------------------------------------------------------- validated arguments (issue 14, items 2-3)
+@pytest.mark.parametrize("bad", [0, -0.1, np.nan, np.inf, "0.1", True, 1j])
+def test_step_sizes_are_validated(bad):
+    """lr = 0 was a silent no-op, a negative lr ascent, NaN a table of NaN that still said 'feasible'."""
+    inst = instances.fig1("global")
+    with pytest.raises(ValueError, match="lr"):
+        train.train_p(inst.problem(), inst.starts, steps=3, lr=bad)
+    f3 = instances.fig3("tight")
+    with pytest.raises(ValueError, match="lr"):
+        train.train_joint(f3.X, f3.Y, f3.extra["v0"], f3.starts[0], steps=3, lr=bad)
+    with pytest.raises(ValueError, match="lr_v"):
+        train.train_joint(f3.X, f3.Y, f3.extra["v0"], f3.starts[0], steps=3, lr=0.1, lr_v=bad)
+
+
+@pytest.mark.parametrize("theta0", [0, -0.3, np.nan, np.inf, 4.0])
+def test_regularization_path_angle_is_validated(theta0):
+    inst = instances.fig1("global")
+    with pytest.raises(ValueError, match="theta0"):
+        train.regularization_path(inst.problem(), [1.0], inst.starts, iters=2, theta0=theta0)
+
+
+def test_counts_and_starts_are_validated():
+    inst = instances.fig1("global")
+    pr = inst.problem()
+    for kw, name in (({"steps": 2.5}, "steps"), ({"steps": "10"}, "steps"), ({"steps": 3, "record_every": 0}, "record_every"),
+                     ({"steps": 3, "record_every": 1.5}, "record_every")):
+        with pytest.raises(ValueError, match=name):
+            train.train_p(pr, inst.starts, **kw)
+    with pytest.raises(ValueError, match="p0"):
+        train.train_p(pr, np.zeros((0, 2)), steps=3)
+    with pytest.raises(ValueError, match="p0"):
+        train.train_p(pr, np.zeros((2, 3)), steps=3)
+    for kw, name in (({"iters": 0}, "iters"), ({"iters": 2.5}, "iters")):
+        with pytest.raises(ValueError, match=name):
+            train.regularization_path(pr, [1.0], inst.starts, **kw)
+    for w0 in (np.zeros((0, 2)), np.zeros((1, 2)), np.ones((1, 3)), np.ones(2)):
+        with pytest.raises(ValueError, match="w0"):
+            train.regularization_path(pr, [1.0], w0, iters=2)
+    for radii in ([], [0.0], [-1.0], [[1.0]], [np.nan]):
+        with pytest.raises(ValueError, match="radii"):
+            train.regularization_path(pr, radii, inst.starts, iters=2)
+    assert train.train_p(pr, inst.starts, steps=1e2, record_every=50.0).steps.tolist() == [0, 50, 100]
+
+
+def test_train_joint_checks_labels_and_y_before_the_kernel():
+    """Labels {1, 0, 1} were accepted; a short Y was read out of bounds by the compiled kernel."""
+    inst = instances.fig3("tight")
+    for Y, match in (([1, 0, 1], "labels Y"), ([1, -1], r"Y must have shape \(3,\)"), ([[1, -1, 1]], "Y must"),
+                     ([1, -1, np.nan], "Y contains NaN")):
+        with pytest.raises(ValueError, match=match):
+            train.train_joint(inst.X, Y, inst.extra["v0"], inst.starts[0], steps=5)
+    with pytest.raises(ValueError, match="W must"):
+        train.train_joint(inst.X, inst.Y, inst.extra["v0"], inst.starts[0], steps=5, W=np.eye(3))
+    from mmtoken import fastpath
+    with pytest.raises(ValueError, match="Y must"):
+        fastpath.run_joint(np.asarray(inst.X), np.ones(2), np.asarray(inst.X), np.zeros((1, 2)), np.zeros((1, 2)),
+                           5, 0.1, 0.1, "logistic", np.array([0, 5]))
+
+
+# ----------------------------------------------------------------------------- long runs (item 5)
+def test_default_history_is_bounded_and_unchanged_for_short_runs():
+    inst = instances.fig1("global")
+    short = train.train_p(inst.problem(), inst.starts[:1], steps=30, record_probs=False)
+    assert short.steps.tolist() == list(range(31))                       # every step, as before
+    long = train.train_p(inst.problem(), inst.starts[:1], steps=5 * train.MAX_RECORDS + 3, record_probs=False)
+    assert len(long.steps) <= train.MAX_RECORDS + 2 and long.steps[-1] == 5 * train.MAX_RECORDS + 3
+    assert np.all(np.diff(long.steps) <= 6)
+
+
+def test_huge_explicit_history_warns(monkeypatch):
+    inst = instances.fig1("global")
+    monkeypatch.setattr(train, "HISTORY_WARN_BYTES", 10_000)
+    with pytest.warns(UserWarning, match="record_every"):
+        train.train_p(inst.problem(), inst.starts, steps=200, record_every=1)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="record_every"):       # refused before any memory is taken
+        train.train_p(inst.problem(), inst.starts, steps=10**9, record_every=1)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, None])
+def test_chunked_kernel_is_bit_identical_to_one_call(chunk):
+    from mmtoken import fastpath
+    if not fastpath.available():
+        pytest.skip("numba not installed")
+    g = np.random.default_rng(4)
+    K, gamma = g.normal(size=(3, 2, 4, 3)), g.normal(size=(3, 2, 4))
+    mask = np.ones((3, 2, 4), bool)
+    mask[0, 1, 3] = False
+    p0 = g.normal(size=(3, 3))
+    record = np.array([0, 1, 10, 63, 64, 65, 200, 299])
+    one = fastpath.run(K, gamma, mask, p0, 299, 0.3, True, "logistic", record, chunk=299)
+    assert np.array_equal(fastpath.run(K, gamma, mask, p0, 299, 0.3, True, "logistic", record, chunk=chunk), one)
+    X = g.normal(size=(3, 4, 2))
+    Y = np.array([1.0, -1.0, 1.0])
+    a = fastpath.run_joint(X, Y, X, p0[:, :2], p0[:, 1:], 299, 0.1, 0.05, "logistic", record, chunk=299)
+    b = fastpath.run_joint(X, Y, X, p0[:, :2], p0[:, 1:], 299, 0.1, 0.05, "logistic", record, chunk=chunk)
+    assert all(np.array_equal(u, w) for u, w in zip(a, b))
+
+
+def test_compiled_run_honours_ctrl_c_and_reports_progress():
+    """A SIGINT used to be ignored until the whole compiled run ended (a 1e9-step run ran on)."""
+    import _thread
+    import threading
+    import time
+
+    from mmtoken import fastpath
+    if not fastpath.available():
+        pytest.skip("numba not installed")
+    inst = instances.fig1("global")
+    seen = []
+    train.train_p(inst.problem(), inst.starts, steps=1000, progress=False)     # compiled and warm
+    fastpath.run(np.asarray(inst.K)[None], np.asarray(inst.gamma)[None], np.ones((1, 1, 3), bool), np.zeros((1, 2)),
+                 100, 0.1, True, "logistic", np.array([0, 100]), chunk=30, callback=seen.append)
+    assert seen == [30, 60, 90, 100]
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    start = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        train.train_p(inst.problem(), inst.starts, steps=10**9, record_every=10**9, record_probs=False, progress=False)
+    assert time.monotonic() - start < 5.0
+    timer.cancel()
+
+
+def test_progress_bar_is_tqdm_auto_and_off_in_tests(monkeypatch):
+    import tqdm.auto
+
+    from mmtoken import config
+    bar = config.progress_bar(total=3, enabled=True)
+    assert isinstance(bar, tqdm.auto.tqdm)                 # a widget in Jupyter, text on a terminal
+    bar.close()
+    assert config.progress_bar(total=3, enabled=False).disable
+    monkeypatch.setenv("MMTOKEN_PROGRESS", "off")
+    assert not config.progress_enabled(10**12)
+    monkeypatch.setenv("MMTOKEN_PROGRESS", "sometimes")
+    with pytest.raises(ValueError, match="MMTOKEN_PROGRESS"):
+        config.progress_enabled(1)
+
+
+def test_auto_progress_shows_in_a_jupyter_kernel_for_long_runs(monkeypatch):
+    import sys
+    import types
+
+    from mmtoken import config
+
+    class ZMQInteractiveShell:  # what a Jupyter kernel's get_ipython() returns
+        pass
+
+    monkeypatch.setenv("MMTOKEN_PROGRESS", "auto")
+    monkeypatch.setattr(config, "_on_terminal", lambda: False)
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: ZMQInteractiveShell()))
+    assert config.progress_enabled(10**7) and not config.progress_enabled(10)
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))
+    assert not config.progress_enabled(10**7)                # a plain script without a terminal stays silent

@@ -8,6 +8,7 @@ import shutil
 import struct
 import tarfile
 import urllib.error
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -232,7 +233,7 @@ def test_cifar_download_offline_raises_missing_with_instructions(tmp_path, monke
     def offline(*args, **kwargs):
         raise urllib.error.URLError("network is unreachable")
 
-    monkeypatch.setattr(images.urllib.request, "urlopen", offline)
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
     dest = tmp_path / "cifar-10-python.tar.gz"
     with pytest.raises(DatasetMissing, match=r"cifar-10-python\.tar\.gz.*c58f30108f718f92721af3b95e74349a"):
         images.download_cifar10(dest)
@@ -241,7 +242,7 @@ def test_cifar_download_offline_raises_missing_with_instructions(tmp_path, monke
 
 def test_cifar_download_verifies(tmp_path, monkeypatch):
     payload = (FIX / "cifar-10-python.tar.gz").read_bytes()
-    monkeypatch.setattr(images.urllib.request, "urlopen", lambda *a, **k: io.BytesIO(payload))
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: io.BytesIO(payload))
     dest = tmp_path / "c.tar.gz"
     with pytest.raises(DatasetError, match="checksum mismatch"):
         images.download_cifar10(dest)

