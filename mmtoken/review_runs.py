@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from . import config, grad, losses, model, phase_two, resultcache, reviews, tokens as token_mod
+from . import config, losses, phase_two, resultcache, reviews, tokens as token_mod
 from .datasets import text, tokenize
 from .datasets.registry import cache_dir
 from .reviews import Chunks, Params
@@ -89,8 +89,8 @@ class Setup:
 
 def cache_fingerprint(s: Setup, data_fp: str, extra: dict | None = None, modules: tuple = ()) -> str:
     """Fingerprint of a result: this computation's code (and ``modules``), the setup (and ``extra``) and the data."""
-    code = resultcache.code_fingerprint([reviews, phase_two, token_mod, tokenize, grad, losses, model,
-                                         sys.modules[__name__], *modules])
+    code = resultcache.code_fingerprint([reviews, phase_two, token_mod, tokenize, losses, sys.modules[__name__],
+                                         *modules])
     return resultcache.fingerprint(code, {"setup": asdict(s), **(extra or {})}, data_fp)
 
 

@@ -18,6 +18,7 @@ import torch
 from mmtoken import embedding, grad, ledger, phase_two, resultcache, review_regime, review_runs, review_search, reviews
 from mmtoken import tokens as tk
 from mmtoken.datasets import text, tokenize
+from mmtoken.datasets.registry import cache_dir
 from mmtoken.experiments import real_reviews as rr
 
 POS, NEG = ["great", "superb", "moving"], ["awful", "dull", "boring"]
@@ -500,3 +501,29 @@ def test_claims_registered():
     assert ("B.yelp.accuracy" in ids) == rr.YELP_REGISTERED
     assert set(rr.FIGURES) >= {"fig-real-alignment", "fig-real-ushape", "fig-real-attention-imdb",
                                "fig-real-accuracy", "fig-real-regime", "fig-real-scan"}
+
+
+def test_token_cache_knows_its_dataset(tmp_path):
+    """A token cache copied over another data set's path, or damaged, is rebuilt with a warning, never used."""
+    cfg = tokenize.TokenizerConfig(min_count=1, max_len=24)
+    ds_a, ds_b = toy_dataset(name="toya"), toy_dataset(seed=1, name="toyb")
+    a, b = tokenize.tokenize_dataset(ds_a, cfg), tokenize.tokenize_dataset(ds_b, cfg)
+    folder = cache_dir("text/tok")
+    path_a = folder / f"toya-{cfg.key(ds_a.fingerprint)}.npz"
+    path_b = folder / f"toyb-{cfg.key(ds_b.fingerprint)}.npz"
+    assert path_a.is_file() and path_b.is_file()
+    shutil.copyfile(path_a, path_b)
+    with pytest.warns(RuntimeWarning, match="does not match its dataset"):
+        again = tokenize.tokenize_dataset(ds_b, cfg)
+    assert np.array_equal(again.tokens, b.tokens) and again.vocab == b.vocab
+    path_b.write_bytes(path_b.read_bytes()[:100])
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        assert np.array_equal(tokenize.tokenize_dataset(ds_b, cfg).tokens, b.tokens)
+    leftover = folder / "toyb-x.npz.abc.tmp"
+    leftover.write_bytes(b"partial")
+    stale = time.time() - 2 * resultcache.STALE_SECONDS
+    os.utime(leftover, (stale, stale))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a good cache: read without any warning
+        assert np.array_equal(tokenize.tokenize_dataset(ds_a, cfg).tokens, a.tokens)
+    assert not leftover.exists()
