@@ -10,7 +10,10 @@ words and is padded with 0 to ``max_len``.
 
 The result is cached in ``data/text/tok/<dataset>-<key>.npz``, the key
 being a digest of the dataset's fingerprint and the configuration, so a
-rebuild does not re-tokenize and a change of either makes a new cache.
+rebuild does not re-tokenize and a change of either makes a new cache. The
+file records the dataset's name, fingerprint and the configuration, and is
+used only if they and the array shapes match; otherwise (or if it cannot be
+read) it is rebuilt with a warning. Leftover temporary files are swept.
 """
 from __future__ import annotations
 
@@ -18,12 +21,14 @@ import hashlib
 import io
 import json
 import re
+import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ..resultcache import sweep
 from .registry import DatasetError, atomic_write_bytes, cache_dir
 from .text import TextDataset
 
@@ -130,11 +135,13 @@ def tokenize_dataset(ds: TextDataset, config: TokenizerConfig = TokenizerConfig(
                      cache: bool = True) -> TokenizedCorpus:
     """Tokenize ``ds`` under ``config``, from the cache when it exists."""
     path = cache_dir("text/tok") / f"{ds.name}-{config.key(ds.fingerprint)}.npz"
+    if cache:
+        sweep(path.parent)  # temporary files of interrupted writes
     if cache and path.is_file():
         try:
             return _read(path, ds, config)
-        except DatasetError:
-            pass  # a damaged cache is rebuilt and replaced atomically
+        except DatasetError as exc:  # a damaged cache is rebuilt and replaced atomically
+            warnings.warn(f"{exc}; rebuilding it", RuntimeWarning, stacklevel=2)
     split_words = [words(t, config) for t in ds.texts]
     train = [split_words[i] for i in ds.train_index]
     vocab = build_vocab(train, config.min_count)
@@ -144,7 +151,8 @@ def tokenize_dataset(ds: TextDataset, config: TokenizerConfig = TokenizerConfig(
         buf = io.BytesIO()
         np.savez_compressed(buf, tokens=tokens, lengths=lengths, full_lengths=full,
                             vocab=np.array("\n".join(vocab)),
-                            meta=np.array(json.dumps({"config": asdict(config), "data": ds.fingerprint})))
+                            meta=np.array(json.dumps({"name": ds.name, "config": asdict(config),
+                                                      "data": ds.fingerprint})))
         atomic_write_bytes(path, buf.getvalue())
     return corpus
 
@@ -157,8 +165,8 @@ def _read(path: Path, ds: TextDataset, config: TokenizerConfig) -> TokenizedCorp
             meta = json.loads(str(z["meta"]))
     except Exception as exc:
         raise DatasetError(f"token cache {path} is damaged: {exc}") from exc
-    if (meta.get("data") != ds.fingerprint or meta.get("config") != asdict(config)
+    if (meta.get("name") != ds.name or meta.get("data") != ds.fingerprint or meta.get("config") != asdict(config)
             or tokens.shape != (len(ds), config.max_len) or lengths.shape != (len(ds),)
-            or vocab[0] != PAD or (tokens.size and tokens.max() >= len(vocab))):
-        raise DatasetError(f"token cache {path} does not match its dataset and configuration")
+            or full.shape != (len(ds),) or vocab[0] != PAD or (tokens.size and tokens.max() >= len(vocab))):
+        raise DatasetError(f"token cache {path} does not match its dataset ({ds.name}) and configuration")
     return TokenizedCorpus(ds.name, vocab, tokens, lengths, full, ds.labels.copy(), ds.split.copy(), config)

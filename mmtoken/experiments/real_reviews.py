@@ -1,315 +1,102 @@
 """Chapter 12: paper B's picture on real reviews (IMDB, Rotten Tomatoes, Yelp when present).
 
-For each data set the same computation runs:
-
-* **two-phase protocol** of the theory: small random ``E^0``, ``p = 0``, ``v``
-  fixed; one gradient step on ``E``; then ``p`` trained with ``E`` frozen;
-* **joint training with v fixed**: Adam on ``E`` and ``p`` together (the
-  ordinary way such a model is trained);
-* **joint training of v too**, as a contrast;
-* baselines: uniform attention (``p = 0`` fixed, ``E`` trained; with the
-  same Adam step and with a ten times larger one) and a binary bag-of-words
-  logistic regression (L2, ``C = 1``).
-
-The model depends on ``E`` only through the per-token numbers ``E p``
-(attention logit) and ``E v`` (value), so every step computes those two
-vectors once and gathers them per position: an IMDB epoch costs about as
-much as one pass over the token ids.
-
-Results are cached in ``data/results/real_reviews/`` under a key of the
-configuration and the data, so the notebook, the claims and the figures CLI
-share one computation and a re-execution prints the same numbers.
+The computation lives in :mod:`mmtoken.review_runs` (splits, validation
+search, held-out seeds, baselines, the results cache) on top of
+:mod:`mmtoken.reviews` (the model and its training). This module gathers the
+results of every seed into one object per data set, and holds the chapter's
+tables, figures and claims. Every observation claim is judged on the worst of
+the held-out seeds :data:`mmtoken.review_runs.SEEDS`.
 """
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import functools
-import hashlib
-import io
 import json
-from dataclasses import asdict, dataclass, field
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import torch
 
-from .. import config
+from .. import config, review_regime, review_runs, review_search, reviews
 from ..datasets import text
-from ..datasets.registry import DatasetMissing, atomic_write_bytes, cache_dir
-from ..datasets.tokenize import PAD_ID, TokenizedCorpus, TokenizerConfig, tokenize_dataset
+from ..datasets.registry import DatasetMissing
 from ..ledger import Measured, claim
 from ..plotting import colors, token_scatter
-from ..tokens import TokenStats, token_stats
+from ..review_runs import RUNS, SEEDS, Setup  # noqa: F401  (re-exported for the chapter)
+from ..tokens import TokenStats
 
 CHAPTER = "12_real_reviews"
-VERSION = 3
-DATASETS = ("imdb", "rt", "yelp")
-RUNS = ("two_phase", "joint", "joint_v", "uniform", "uniform_fast")
-RUN_LABELS = {"one_step": "one step on E", "two_phase": "two-phase (step on E, then p)",
-              "joint": "joint, v fixed", "joint_v": "joint, v trained", "uniform": "uniform attention (p = 0)",
-              "uniform_fast": "uniform attention, 10x step",
-              "bow": "bag-of-words logistic regression"}
 
-
-# ----------------------------------------------------------------------------- configuration
-@dataclass(frozen=True)
-class Setup:
-    """Everything that defines one data set's run (the cache key)."""
-
-    dataset: str
-    min_count: int          # vocabulary: words seen this often in the train split
-    max_len: int            # T: first T in-vocabulary words, padded
-    d: int = 64             # embedding dimension
-    batch: int = 256
-    epochs: int = 4         # joint training and the uniform baseline
-    lr: float = 3e-3        # Adam
-    init_std: float = 0.1   # E^0 entries for joint training
-    small_std: float = 1e-6  # E^0 entries for the two-phase protocol ("small random")
-    init_sweep: tuple = (1e-4, 1e-3, 1e-2)  # the one step from larger E^0, for comparison
-    scan: tuple = (-30.0, -10.0, -3.0, -1.0, 0.0, 1.0, 3.0, 10.0, 30.0)  # p = c v / max|E^1 v|
-    p_epochs: int = 4       # phase two: Adam on p alone
-    p_lr: float = 3e-2
-    bow_C: float = 1.0      # logistic regression: sum of losses + ||w||^2 / (2 C)
-    bow_iters: int = 100    # L-BFGS iterations
-    max_train: int | None = None  # seeded subsample (Yelp at quick scale)
-    max_test: int | None = None
-    seed: int = 0
-
-    @property
-    def tokenizer(self) -> TokenizerConfig:
-        return TokenizerConfig(min_count=self.min_count, max_len=self.max_len)
+QUICK = {
+    "imdb": Setup("imdb", min_count=5, max_len=512, d=64, lr=0.01, epochs=2, init_std=0.01, warmup=0, lr_v=0.01,
+                  epochs_v=2, lr_uniform=0.3, epochs_uniform=2, bow_C=0.1),
+    "rt": Setup("rt", min_count=2, max_len=64, d=128, lr=0.01, epochs=3, init_std=0.1, warmup=0, lr_v=0.01,
+                epochs_v=2, lr_uniform=0.03, epochs_uniform=3, bow_C=0.3),
+}
+"""The quick-scale setups the chapter runs: the choices of :func:`mmtoken.review_search.search` on the
+validation split (:func:`search_summary` checks that they agree)."""
 
 
 def setup(dataset: str, scale: str | None = None) -> Setup:
-    """The configuration of ``dataset`` at ``scale`` (quick: CPU minutes; paper: a GPU)."""
-    if dataset == "imdb":
-        return config.pick(quick=Setup("imdb", min_count=10, max_len=512),
-                           paper=Setup("imdb", min_count=1, max_len=1024, d=128, epochs=6, p_epochs=6), which=scale)
-    if dataset == "rt":
-        return config.pick(quick=Setup("rt", min_count=2, max_len=64, epochs=8, p_epochs=8),
-                           paper=Setup("rt", min_count=1, max_len=64, d=128, epochs=10, p_epochs=10), which=scale)
+    """The configuration of ``dataset`` at ``scale`` (quick: CPU minutes; paper: a GPU).
+
+    Yelp (not available here) takes IMDB's validated choices with a seeded
+    subsample at quick scale; the paper scale keeps the quick choices with a
+    full vocabulary, longer IMDB/Yelp sequences and twice the dimension (not
+    validated here: no GPU).
+    """
+    if dataset not in review_runs.DATASETS:
+        raise ValueError(f"unknown data set {dataset!r}; choose one of {review_runs.DATASETS}")
+    quick = dataclasses.replace(QUICK["imdb" if dataset == "yelp" else dataset], dataset=dataset)
     if dataset == "yelp":
-        return config.pick(quick=Setup("yelp", min_count=10, max_len=512, max_train=50_000, max_test=10_000),
-                           paper=Setup("yelp", min_count=1, max_len=1024, d=128, epochs=3, p_epochs=3), which=scale)
-    raise ValueError(f"unknown data set {dataset!r}; choose one of {DATASETS}")
+        quick = dataclasses.replace(quick, max_train=50_000, max_test=10_000)
+    paper = dataclasses.replace(quick, min_count=1, max_len=64 if dataset == "rt" else 1024, d=2 * quick.d,
+                                max_train=None, max_test=None)
+    return config.pick(quick=quick, paper=paper, which=scale)
+DATASETS = review_runs.DATASETS
+RUN_LABELS = {"one_step": "one step on E (p = 0)", "two_phase": "two-phase (step on E, then p)",
+              "joint": "attention, v fixed", "joint_v": "attention, v trained",
+              "uniform": "uniform attention, same step", "uniform_tuned": "uniform attention, tuned step",
+              "bow": "bag-of-words logistic regression"}
+MODELS = ("joint", "joint_v", "uniform", "uniform_tuned", "bow", "two_phase")
 
 
-# ----------------------------------------------------------------------------- data
-@dataclass
-class Prepared:
-    corpus: TokenizedCorpus
-    train: np.ndarray        # row indices
-    test: np.ndarray
-    stats: TokenStats        # over the train rows
-    dropped: int             # sequences left without a token by the vocabulary
-
-
-def prepare(s: Setup, ds: text.TextDataset | None = None) -> Prepared:
-    """Load (from cache), tokenize (from cache) and split ``s.dataset``."""
-    ds = ds if ds is not None else text.load(s.dataset)
-    corpus = tokenize_dataset(ds, s.tokenizer)
-    rng = np.random.default_rng(s.seed)
-    train, test = corpus.part("train"), corpus.part("test")
-    if s.max_train is not None and train.size > s.max_train:
-        train = np.sort(rng.choice(train, s.max_train, replace=False))
-    if s.max_test is not None and test.size > s.max_test:
-        test = np.sort(rng.choice(test, s.max_test, replace=False))
-    dropped = int((corpus.lengths == 0).sum())
-    stats = token_stats(corpus.tokens[train], corpus.labels[train].astype(int), corpus.vocab_size, pad_id=PAD_ID)
-    return Prepared(corpus, train, test, stats, dropped)
-
-
-# ----------------------------------------------------------------------------- the model
-from ..reviews import (  # noqa: E402  (the training core lives in mmtoken.reviews)
-    outputs, Params, fit, one_step_E, evaluate, bow_logistic, spearman, token_metrics, top_decile,
-)
-
-
-# ----------------------------------------------------------------------------- one data set
+# ----------------------------------------------------------------------------- results
 @dataclass
 class DatasetResult:
-    """Everything the chapter shows for one data set (all arrays over the vocabulary)."""
+    """One data set: its setup, token statistics and the runs of every held-out seed."""
 
     setup: Setup
     vocab: list[str]
-    count: np.ndarray
-    alpha: np.ndarray
-    delta: np.ndarray
-    top: np.ndarray                       # bool, top decile of |Delta|
-    logits: dict[str, np.ndarray]         # run -> E p
-    values: dict[str, np.ndarray]         # run -> E v (also "one_step": E^1 v)
-    metrics: dict[str, dict]              # run -> accuracy, correlations, selection, ...
-    history: dict[str, list[float]]       # run -> loss per epoch
-    examples: list[dict]                  # test reviews: words, attention (joint), label, prediction
-    info: dict = field(default_factory=dict)  # sizes, eta, cross-checks
+    stats: TokenStats                      # over the training split
+    top: np.ndarray                        # bool (V,), top decile of |Delta| among tokens seen >= 20 times
+    profile: dict                          # seed-free: bag of words, data-model statistics, sizes
+    arrays: dict[int, dict] = field(default_factory=dict)   # seed -> per-token arrays
+    metrics: dict[int, dict] = field(default_factory=dict)  # seed -> metrics
 
     @property
     def name(self) -> str:
         return self.setup.dataset
 
+    @property
+    def seeds(self) -> list[int]:
+        return sorted(self.metrics)
 
-def _key(s: Setup, fingerprint: str) -> str:
-    payload = json.dumps({"setup": asdict(s), "data": fingerprint, "version": VERSION}, sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
-
-
-def _save(r: DatasetResult, path) -> None:
-    arrays = {"count": r.count, "alpha": r.alpha, "delta": r.delta, "top": r.top}
-    arrays.update({f"logits/{k}": v for k, v in r.logits.items()})
-    arrays.update({f"values/{k}": v for k, v in r.values.items()})
-    for i, ex in enumerate(r.examples):
-        arrays[f"example/{i}"] = ex["attention"]
-    meta = {"setup": asdict(r.setup), "metrics": r.metrics, "history": r.history, "info": r.info,
-            "examples": [{k: v for k, v in ex.items() if k != "attention"} for ex in r.examples]}
-    buf = io.BytesIO()
-    np.savez_compressed(buf, vocab=np.array("\n".join(r.vocab)), meta=np.array(json.dumps(meta)), **arrays)
-    atomic_write_bytes(path, buf.getvalue())
-
-
-def _load(path) -> DatasetResult:
-    with np.load(path, allow_pickle=False) as z:
-        meta = json.loads(str(z["meta"]))
-        sub = lambda prefix: {k.split("/", 1)[1]: z[k] for k in z.files if k.startswith(prefix + "/")}
-        examples = [dict(ex, attention=z[f"example/{i}"]) for i, ex in enumerate(meta["examples"])]
-        setup_ = Setup(**{k: tuple(v) if isinstance(v, list) else v for k, v in meta["setup"].items()})
-        return DatasetResult(setup_, str(z["vocab"]).split("\n"), z["count"], z["alpha"],
-                             z["delta"], z["top"], sub("logits"), sub("values"), meta["metrics"],
-                             meta["history"], examples, meta["info"])
-
-
-def _examples(prep: Prepared, params: Params, per_class: int = 2, lengths=(25, 45), seed: int = 0) -> list[dict]:
-    """A few test reviews (seeded, fixed length range, ``per_class`` of each label) with joint attention."""
-    c = prep.corpus
-    rng = np.random.default_rng(seed)
-    out = []
-    for label in (1, -1):
-        pool = [i for i in prep.test if lengths[0] <= c.lengths[i] <= lengths[1] and c.labels[i] == label]
-        for i in sorted(rng.choice(pool, min(per_class, len(pool)), replace=False)):
-            tok = torch.as_tensor(c.tokens[i:i + 1, : c.lengths[i]], dtype=torch.long, device=params.E.device)
-            f, s = outputs(params.E @ params.p, params.E @ params.v, tok)
-            out.append({"row": int(i), "words": c.decode(i), "label": int(label), "output": float(f[0]),
-                        "attention": s[0].detach().double().cpu().numpy()})
-    return out
-
-
-@contextlib.contextmanager
-def _single_thread_on_cpu():
-    """One intra-op thread on CPU while training.
-
-    The per-batch operations (gathers over 256 x 512 ids) are too small to
-    gain from threads, and on a shared 2-core machine OpenMP threads waiting
-    for each other made an IMDB run ten times slower. One thread also makes
-    the float32 results independent of the machine's core count.
-    """
-    if config.device().type != "cpu":
-        yield
-        return
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
-def compute(s: Setup, ds: text.TextDataset | None = None) -> DatasetResult:
-    """Run every protocol and baseline on one data set (no cache)."""
-    with _single_thread_on_cpu():
-        return _compute(s, ds)
-
-
-def _compute(s: Setup, ds: text.TextDataset | None = None) -> DatasetResult:
-    ds = ds if ds is not None else text.load(s.dataset)
-    prep = prepare(s, ds)
-    c, st = prep.corpus, prep.stats
-    dev = config.device()
-    V, d = c.vocab_size, s.d
-    tok = lambda rows: torch.as_tensor(c.tokens[rows], dtype=torch.long, device=dev)
-    lab = lambda rows: torch.as_tensor(c.labels[rows], dtype=torch.float32, device=dev)
-    Xtr, ytr, Xte, yte = tok(prep.train), lab(prep.train), tok(prep.test), lab(prep.test)
-    top_np = top_decile(st)
-    top = torch.as_tensor(top_np, device=dev)
-    gen = config.seed_everything(s.seed)
-    v = torch.randn(d, generator=gen)
-    v = (v / v.norm()).to(dev)
-    E_small = (s.small_std * torch.randn(V, d, generator=gen)).to(dev)
-    E_init = (s.init_std * torch.randn(V, d, generator=gen)).to(dev)
-    zero = torch.zeros(d, device=dev)
-    keep20, keep100 = st.count >= 20, st.count >= 100
-
-    logits, values, metrics, history = {}, {}, {}, {}
-
-    def record(name: str, params: Params):
-        a, b = params.per_token()
-        logits[name], values[name] = a, b
-        m = evaluate(params, Xte, yte, top)
-        m["train_accuracy"] = evaluate(params, Xtr, ytr, top)["accuracy"]
-        m.update(token_metrics(a, b, st))
-        m["cos_p_v"] = float(torch.nn.functional.cosine_similarity(params.p, params.v, dim=0)) \
-            if float(params.p.norm()) > 0 else 0.0
-        m["p_norm"] = float(params.p.norm())
-        metrics[name] = m
-        return params
-
-    # two-phase protocol: one step on E at p = 0, then p alone
-    p1, eta = one_step_E(Params(E_small, zero.clone(), v), Xtr, ytr)
-    b1 = (p1.E @ v).double().cpu().numpy()
-    b0 = (E_small @ v).double().cpu().numpy()
-    values["one_step"] = b1
-    m = evaluate(p1, Xte, yte, top)  # the model right after the step: p = 0, uniform attention
-    m.update(align_20=spearman(b1[keep20], st.alpha[keep20]),
-             align_100=spearman(b1[keep100], st.alpha[keep100]), eta=eta,
-             # E^1 v - E^0 v against the first-order prediction (eta / 2) alpha_s
-             rel_err_first_order=float(np.abs(b1 - b0 - eta / 2 * st.alpha)[1:].max()
-                                       / np.abs(eta / 2 * st.alpha).max()))
-    # how small is small: the same step from larger initialisations
-    sweep = {}
-    for std in s.init_sweep:
-        E0 = (std * torch.randn(V, d, generator=torch.Generator().manual_seed(s.seed + 7))).to(dev)
-        b = (one_step_E(Params(E0, zero.clone(), v), Xtr, ytr)[0].E @ v).double().cpu().numpy()
-        sweep[f"{std:g}"] = spearman(b[keep20], st.alpha[keep20])
-    m["init_sweep"] = sweep
-    metrics["one_step"] = m
-    # with E^0 negligible, p^T E^1_s = (p^T v) (E^1_s)^T v for every p: scan p = c v
-    scale_c = float(np.abs(b1).max())
-    scan = {"c": [], "accuracy": [], "selection": []}
-    for c_ in s.scan:
-        e = evaluate(Params(p1.E, (c_ / scale_c) * v, v), Xte, yte, top)
-        scan["c"].append(c_)
-        scan["accuracy"].append(e["accuracy"])
-        scan["selection"].append(e["selection"])
-    history["two_phase"] = fit(p1, Xtr, ytr, train=("p",), epochs=s.p_epochs, lr=s.p_lr, batch=s.batch,
-                               seed=s.seed + 1)
-    record("two_phase", p1)
-    metrics["two_phase"]["c"] = float(p1.p @ v) * scale_c
-    metrics["scan"] = scan
-
-    # joint training, v fixed (the chapter's main run), and with v trained
-    for name, train, lr in (("joint", ("E", "p"), s.lr), ("joint_v", ("E", "p", "v"), s.lr),
-                            ("uniform", ("E",), s.lr), ("uniform_fast", ("E",), 10 * s.lr)):
-        params = Params(E_init.clone(), zero.clone(), v.clone())
-        history[name] = fit(params, Xtr, ytr, train=train, epochs=s.epochs, lr=lr, batch=s.batch, seed=s.seed + 2)
-        record(name, params)
-        if name == "joint":
-            examples = _examples(prep, params, lengths=(25, 45) if s.max_len > 100 else (12, 30), seed=s.seed)
-
-    bow = bow_logistic(c.tokens[prep.train], c.labels[prep.train], c.tokens[prep.test], c.labels[prep.test], V,
-                       C=s.bow_C, iters=s.bow_iters)
-    metrics["bow"] = {key: val for key, val in bow.items() if key != "w"}
-    values["bow_w"] = bow["w"]
-
-    info = {"n_train": int(prep.train.size), "n_test": int(prep.test.size), "vocab": V - 1,
-            "dropped_empty": prep.dropped, "mean_len": float(c.lengths[prep.train].mean()),
-            "truncated": float((c.full_lengths[prep.train] > s.max_len).mean()),
-            "tokens_20": int(keep20.sum()), "tokens_100": int(keep100.sum()),
-            "top_tokens": int(top_np.sum()), "source": ds.meta.get("source")}
-    return DatasetResult(s, c.vocab, st.count, st.alpha, st.delta, top_np, logits, values, metrics, history,
-                         examples, info)
+    def values(self, run: str, key: str, sub: str | None = None) -> np.ndarray:
+        """``metrics[seed][run][key]`` (or ``[...][key][sub]``) over the seeds; the bag of words has one value."""
+        if run == "bow":
+            return np.array([self.profile["bow"][key]])
+        out = [self.metrics[s][run][key] for s in self.seeds]
+        return np.array([o[sub] if sub else o for o in out], dtype=float)
 
 
 def run_dataset(dataset: str, scale: str | None = None) -> DatasetResult:
-    """One data set at ``scale``: from ``data/results/real_reviews/`` if computed before (memoised)."""
+    """Every held-out seed of one data set at ``scale``, from the results cache when computed before."""
     return _run_dataset(dataset, scale or config.scale())
 
 
@@ -317,15 +104,47 @@ def run_dataset(dataset: str, scale: str | None = None) -> DatasetResult:
 def _run_dataset(dataset: str, scale: str) -> DatasetResult:
     s = setup(dataset, scale)
     ds = text.load(dataset, download=dataset != "yelp")
-    path = cache_dir("results/real_reviews") / f"{dataset}-{_key(s, ds.fingerprint)}.npz"
-    if path.is_file():
-        try:
-            return _load(path)
-        except Exception:  # a damaged result cache is recomputed and replaced atomically
-            pass
-    r = compute(s, ds)
-    _save(r, path)
+    data = review_runs.prepare(s, ds)
+    top = reviews.top_decile(data.stats.count, data.stats.delta, review_runs.TOP_COUNT)
+    r = DatasetResult(s, data.corpus.vocab, data.stats, top, review_runs.cached_profile(s, ds, data))
+    compute_in_parallel(s, [seed for seed in SEEDS if not review_runs.seed_cached(s, ds, seed)])
+    for seed in SEEDS:
+        r.arrays[seed], r.metrics[seed] = review_runs.cached_seed(s, ds, seed, data)
     return r
+
+
+_WORKER = """
+import json, sys
+from mmtoken import review_runs
+from mmtoken.datasets import text
+fields = json.loads(sys.argv[1])
+s = review_runs.Setup(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+review_runs.cached_seed(s, text.load(s.dataset, download=False), int(sys.argv[2]))
+"""
+
+
+def compute_in_parallel(s: Setup, seeds: list[int], workers: int | None = None) -> None:
+    """Compute the seeds ``seeds`` of ``s`` into the results cache, ``workers`` at a time in fresh interpreters.
+
+    On a CPU with two or more cores two seeds run at once (each in one thread,
+    with its own generators, so the results are those one process gives). A
+    seed whose worker fails is simply left to the caller, which computes it in
+    this process (and shows the error if there is one). Nothing runs in
+    parallel on a GPU or for a single missing seed.
+    """
+    workers = workers or min(2, os.cpu_count() or 1)
+    if workers < 2 or len(seeds) < 2 or config.device().type != "cpu" or not text.available(s.dataset):
+        return
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(Path(review_runs.__file__).resolve().parent.parent)] + sys.path))
+    args = json.dumps(dataclasses.asdict(s))
+    pending, running = list(seeds), []
+    while pending or running:
+        while pending and len(running) < workers:
+            running.append(subprocess.Popen([sys.executable, "-c", _WORKER, args, str(pending.pop(0))], env=env,
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        running[0].wait()
+        running = [p for p in running if p.poll() is None]
 
 
 @dataclass
@@ -351,34 +170,134 @@ def run(scale: str | None = None) -> Result:
     return Result(out, missing)
 
 
+@functools.lru_cache(maxsize=None)
+def search(dataset: str) -> tuple[Setup, pd.DataFrame]:
+    """The validation search of ``dataset`` (cached): the setup it selects and one row per trial."""
+    chosen, records = review_search.cached_search(dataset)
+    rows = [{"factor": r["factor"], "value": r["value"], "model": RUN_LABELS.get(r["run"], r["run"]),
+             "best epoch": r["best_epoch"] or "", "validation accuracy": r["best"],
+             "by epoch": " ".join(f"{x:.3f}" for x in r["val_accuracy"])} for r in records]
+    return chosen, pd.DataFrame(rows)
+
+
+@dataclass
+class Regime:
+    """The two-phase protocol at :data:`mmtoken.review_regime.REGIME`, per held-out seed."""
+
+    setup: Setup
+    arrays: dict[int, dict]
+    metrics: dict[int, dict]
+
+    def values(self, key: str, sub: str | None = None) -> np.ndarray:
+        out = [self.metrics[s]["two_phase"][key] for s in sorted(self.metrics)]
+        return np.array([o[sub] if sub else o for o in out], dtype=float)
+
+
+@functools.lru_cache(maxsize=None)
+def regime(which: str = "reviews", steps: int | None = None) -> Regime:
+    """The two-phase protocol at the theory's dimension (:data:`mmtoken.review_regime.REGIME`), every held-out seed.
+
+    ``which``: ``"reviews"`` (Rotten Tomatoes) or ``"control"`` (sequences of the data model, same sizes);
+    ``steps``: another budget for phase two.
+    """
+    arrays, metrics = {}, {}
+    for seed in SEEDS:
+        arrays[seed], metrics[seed] = review_regime.cached(seed, which, steps)
+    s = review_regime.REGIME if steps is None else dataclasses.replace(review_regime.REGIME, p2_steps=steps)
+    return Regime(s, arrays, metrics)
+
+
 # ----------------------------------------------------------------------------- tables
-def summary_table(res: Result) -> pd.DataFrame:
-    """Test accuracy and the token correlations of every run, per data set (rounded)."""
+def span(x, digits: int = 3) -> str:
+    """``min - max`` of the values ``x`` (one value alone if they agree at ``digits``)."""
+    x = np.asarray(x, dtype=float)
+    lo, hi = f"{x.min():.{digits}f}", f"{x.max():.{digits}f}"
+    return lo if lo == hi else f"{lo} - {hi}"
+
+
+def baseline_table(res: Result) -> pd.DataFrame:
+    """Test accuracy of every model: range over the seeds, and in how many seeds it beats attention (v fixed)."""
     rows = []
     for name, r in res.datasets.items():
-        for run_name in ("one_step",) + RUNS + ("bow",):
-            m = r.metrics[run_name]
-            rows.append({"data": name, "run": RUN_LABELS[run_name],
-                         "test acc": m.get("accuracy"),
-                         "spearman(Ev, alpha)": m.get("align_20"),
-                         "spearman(pE, |Delta|) >=20": m.get("ushape_20"),
-                         "spearman(pE, |Delta|) >=100": m.get("ushape_100"),
-                         "spearman(pE, Delta)": m.get("signed_20"),
-                         "selection (x)": m.get("selection")})
-    df = pd.DataFrame(rows).round(3)
-    return df.astype(object).where(df.notna(), "")
+        ref = r.values("joint", "accuracy")
+        for run in MODELS:
+            acc = r.values(run, "accuracy")
+            beats = int((acc > ref).sum()) if acc.size == ref.size else int((acc[0] > ref).sum())
+            rows.append({"data": name, "model": RUN_LABELS[run], "test accuracy (seeds 10-14)": span(acc),
+                         "mean": round(float(acc.mean()), 3),
+                         "beats attention (v fixed)": "" if run == "joint" else f"{beats} of {ref.size}"})
+    return pd.DataFrame(rows)
 
 
-def attended_tokens(r: DatasetResult, k: int = 12, run_name: str = "joint", min_count: int = 20) -> pd.DataFrame:
+def seed_table(r: DatasetResult) -> pd.DataFrame:
+    """Per held-out seed: the claims' statistics and the baselines' accuracies."""
+    rows = []
+    for seed in r.seeds:
+        m = r.metrics[seed]
+        u = m["joint"]["u_shape"]
+        rows.append({"seed": seed, "acc": m["joint"]["accuracy"], "partial U": u["partial"],
+                     "arm +": u["positive"], "arm -": u["negative"], "spearman U": u["spearman"],
+                     "selection": m["joint"]["selection"], "align": m["joint"]["alignment"],
+                     "v trained": m["joint_v"]["accuracy"], "uniform": m["uniform"]["accuracy"],
+                     "uniform tuned": m["uniform_tuned"]["accuracy"], "two-phase": m["two_phase"]["accuracy"]})
+    return pd.DataFrame(rows).set_index("seed").round(3)
+
+
+def ushape_table(res: Result, run: str = "joint") -> pd.DataFrame:
+    """The U-shape statistics of ``run`` (tokens seen >= 100 times), seed ranges."""
+    rows = []
+    for name, r in res.datasets.items():
+        u = lambda k: r.values(run, "u_shape", k)  # noqa: E731
+        rows.append({"data": name, "tokens": int(u("n")[0]), "spearman(pE, |Delta|)": span(u("spearman")),
+                     "partial, given log count": span(u("partial")), "arm Delta > 0": span(u("positive")),
+                     "arm Delta < 0": span(u("negative")), "spearman(pE, Delta)": span(u("signed")),
+                     "spearman(pE, log count)": span(u("count"))})
+    return pd.DataFrame(rows)
+
+
+def search_summary(res: Result) -> pd.DataFrame:
+    """The chosen setup of each data set next to the one the runs use (they must agree)."""
+    keys = ("min_count", "max_len", "d", "lr", "epochs", "init_std", "warmup", "lr_v", "epochs_v", "lr_uniform",
+            "epochs_uniform", "bow_C")
+    rows = []
+    for name, r in res.datasets.items():
+        if name not in review_search.START:
+            continue
+        chosen, _ = search(name)
+        rows.append({"data": name, **{k: getattr(chosen, k) for k in keys},
+                     "used by the runs": all(getattr(chosen, k) == getattr(r.setup, k) for k in keys)})
+    return pd.DataFrame(rows).set_index("data")
+
+
+def regime_table(reg: Regime) -> pd.DataFrame:
+    """Phase two at the theory's dimension, per held-out seed.
+
+    ``1 - max attention`` is the largest over the training reviews of one minus
+    the attention on the most attended distinct token (0 once it underflows).
+    """
+    rows = []
+    for seed in sorted(reg.metrics):
+        m = reg.metrics[seed]["two_phase"]
+        u = m["u_shape"]
+        rows.append({"seed": seed, "test acc": m["accuracy"], "train acc": m["train_accuracy"],
+                     "train loss": m["train_loss"], "evaluations": m["steps"], "stop": m["stop"], "||p||": m["p_norm"],
+                     "1 - max attention": f"{m['unsaturated']:.0e}",  # 0 once it underflows float64
+                     "attends optimal token": m["attends_optimal"], "partial U": u["partial"],
+                     "arm +": u["positive"], "arm -": u["negative"], "spearman(pE, Delta)": u["signed"]})
+    return pd.DataFrame(rows).set_index("seed")
+
+
+def attended_tokens(r: DatasetResult, seed: int | None = None, k: int = 10, run: str = "joint",
+                    min_count: int = review_runs.U_COUNT) -> pd.DataFrame:
     """The ``k`` most and least attended tokens (by ``p^T E_s``) among those seen ``min_count`` times."""
-    a = r.logits[run_name]
-    idx = np.flatnonzero(r.count >= min_count)
+    a = r.arrays[seed or r.seeds[0]][f"logits/{run}"]
+    idx = np.flatnonzero(r.stats.count >= min_count)
     order = idx[np.argsort(-a[idx], kind="stable")]
     rows = []
-    for rank, (hi, lo) in enumerate(zip(order[:k], order[::-1][:k]), start=1):
-        rows.append({"most attended": r.vocab[hi], "pE": a[hi], "Delta": r.delta[hi],
-                     "least attended": r.vocab[lo], "pE ": a[lo], "Delta ": r.delta[lo]})
-    return pd.DataFrame(rows, index=pd.RangeIndex(1, k + 1, name="rank")).round(2)
+    for hi, lo in zip(order[:k], order[::-1][:k]):
+        rows.append({"most attended": r.vocab[hi], "pE": a[hi], "Delta": r.stats.delta[hi],
+                     "least attended": r.vocab[lo], "pE ": a[lo], "Delta ": r.stats.delta[lo]})
+    return pd.DataFrame(rows, index=pd.RangeIndex(1, len(rows) + 1, name="rank")).round(2)
 
 
 # ----------------------------------------------------------------------------- plots
@@ -401,73 +320,91 @@ def _symlog(ax, axis: str, data: np.ndarray) -> None:
                                             for t in ticks])
 
 
-def plot_alignment(res: Result | None = None, names=None):
+def plot_alignment(res: Result | None = None, names=None, seed: int = SEEDS[0]):
     """``E_s^T v`` against the signed frequency ``alpha_s``: after one step on E, and after joint training."""
     rs = _datasets(res, names)
     fig, axes = plt.subplots(len(rs), 2, figsize=(8, 3.0 * len(rs)), squeeze=False)
     for row, r in zip(axes, rs):
-        keep = r.count >= 20
+        keep = r.stats.count >= review_runs.TOP_COUNT
         for ax, run_name in zip(row, ("one_step", "joint")):
-            token_scatter(r.alpha[keep], r.values[run_name][keep], xlabel=r"signed frequency $\alpha_s$",
-                          ylabel=r"$E_s^\top v$", ax=ax, alpha=0.3)
-            rho = spearman(r.values[run_name][keep], r.alpha[keep])
-            ax.text(0.03, 0.95, f"{r.name}, {RUN_LABELS[run_name]}\nspearman {rho:.3f}", transform=ax.transAxes,
-                    va="top", fontsize=9)
-            _symlog(ax, "x", r.alpha[keep])
-            _symlog(ax, "y", r.values[run_name][keep])
+            b = r.arrays[seed][f"values/{run_name}"][keep]
+            token_scatter(r.stats.alpha[keep], b, xlabel=r"signed frequency $\alpha_s$", ylabel=r"$E_s^\top v$",
+                          ax=ax, alpha=0.3)
+            ax.set_title(f"{r.name}, {RUN_LABELS[run_name]}", fontsize=9)
+            _symlog(ax, "x", r.stats.alpha[keep])
+            _symlog(ax, "y", b)
     fig.tight_layout()
     return fig
 
 
-def plot_ushape(res: Result | None = None, names=None, runs=("two_phase", "joint", "joint_v")):
-    """Paper B's Figure 1: attention logit ``p^T E_s`` against ``Delta_s = P(+|s) - P(-|s)``, per run."""
+def plot_ushape(res: Result | None = None, names=None, runs=("two_phase", "joint", "joint_v"), seed: int = SEEDS[0]):
+    """Paper B's Figure 1: attention logit ``p^T E_s`` against ``Delta_s``, per run (tokens seen >= 100 times)."""
     rs = _datasets(res, names)
     fig, axes = plt.subplots(len(rs), len(runs), figsize=(3.6 * len(runs), 3.0 * len(rs)), squeeze=False)
     for row, r in zip(axes, rs):
-        keep = r.count >= 20
+        keep = r.stats.count >= review_runs.U_COUNT
         for ax, run_name in zip(row, runs):
-            a = r.logits[run_name][keep]
-            token_scatter(r.delta[keep], a, xlabel=r"$\Delta_s = P(y=+1|s) - P(y=-1|s)$",
-                          ylabel=r"attention logit $p^\top E_s$", ax=ax, alpha=0.35)
-            m = r.metrics[run_name]
-            ax.text(0.5, 0.97, f"{r.name}, {RUN_LABELS[run_name]}\nacc {m['accuracy']:.3f}, "
-                    f"spearman(|$\\Delta$|) {m['ushape_20']:.2f}", transform=ax.transAxes, ha="center",
-                    va="top", fontsize=8.5)
+            a = r.arrays[seed][f"logits/{run_name}"][keep]
+            token_scatter(r.stats.delta[keep], a, xlabel=r"$\Delta_s$", ylabel=r"attention logit $p^\top E_s$",
+                          ax=ax, alpha=0.35)
+            u = r.metrics[seed][run_name]["u_shape"]
+            ax.set_title(f"{r.name}, {RUN_LABELS[run_name]}\npartial U {u['partial']:.2f}, arms "
+                         f"{u['positive']:.2f} / {u['negative']:.2f}", fontsize=8.5)
     fig.tight_layout()
     return fig
 
 
-def plot_scan(res: Result | None = None, names=None):
-    """Two-phase protocol: test accuracy along ``p = c v / max_s |E^1_s v|``, against joint training."""
+def plot_scan(res: Result | None = None, names=None, seed: int = SEEDS[0]):
+    """Two-phase protocol on the training split: loss along ``p = c v / max_s |E^1_s v|`` and where phase two ends."""
     rs = _datasets(res, names)
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    cs = colors(len(rs))
-    for col, r in zip(cs, rs):
-        sc = r.metrics["scan"]
-        ax.plot(sc["c"], sc["accuracy"], "o-", color=col, label=f"{r.name}: p = c v after one step")
-        tp = r.metrics["two_phase"]
-        ax.plot([tp["c"]], [tp["accuracy"]], "*", ms=13, color=col, markeredgecolor="k",
-                label=f"{r.name}: p trained (two-phase)")
-        ax.axhline(r.metrics["joint"]["accuracy"], color=col, ls="--", lw=1.2, label=f"{r.name}: joint, v fixed")
+    for col, r in zip(colors(len(rs)), rs):
+        sc, tp = r.metrics[seed]["scan"], r.metrics[seed]["two_phase"]
+        ax.plot(sc["c"], sc["loss"], "o-", color=col, label=f"{r.name}: p = c v after one step")
+        ax.plot([tp["c"]], [tp["train_loss"]], "*", ms=13, color=col, markeredgecolor="k",
+                label=f"{r.name}: end of phase two")
+    ax.axhline(np.log(2), color="0.4", lw=0.8, ls=":")
     ax.set_xscale("symlog", linthresh=1.0)
     ax.set_xlabel(r"c = largest attention logit $|p^\top E^1_s|$, signed by $p^\top v$")
-    ax.set_ylabel("test accuracy")
-    ax.set_ylim(0.45, 1.0)
+    ax.set_ylabel("training loss")
     ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
 
 
-def plot_attention(res: Result | None = None, name: str = "imdb", width: int = 9):
-    """The words of a few test reviews coloured by joint-training attention (one panel per review)."""
+def plot_regime(reg: Regime | None = None):
+    """Phase two at the theory's dimension: loss, ``||p||`` and ``1 - max attention`` along the run, every seed."""
+    reg = reg or regime()
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    cs = colors(len(reg.metrics))
+    for col, seed in zip(cs, sorted(reg.metrics)):
+        h = reg.metrics[seed]["phase_two"]
+        steps = np.asarray(h["steps"])
+        for ax, key in zip(axes, ("loss", "p_norm", "unsaturated")):
+            y = np.asarray(h[key], dtype=float)
+            ax.plot(steps[1:] if key != "loss" else steps, y[1:] if key != "loss" else y, color=col, lw=1.2,
+                    label=f"seed {seed}")
+    for ax, title, ylabel in zip(axes, ("training loss", "norm of p", "largest 1 - max attention"),
+                                 ("loss", r"$\Vert p\Vert$", "1 - max attention")):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("gradient evaluation")
+        ax.set_ylabel(ylabel)
+    axes[2].set_yscale("log")
+    axes[0].legend(fontsize=7.5)
+    fig.tight_layout()
+    return fig
+
+
+def plot_attention(res: Result | None = None, name: str = "imdb", width: int = 9, seed: int = SEEDS[0]):
+    """The words of a few test reviews coloured by the attention of the jointly trained model (one panel each)."""
     r = _datasets(res, [name])[0]
-    exs = r.examples
+    exs = r.metrics[seed]["examples"]
+    atts = [r.arrays[seed][f"example/{i}"] for i in range(len(exs))]
     nrows = [int(np.ceil(len(ex["words"]) / width)) for ex in exs]
     fig, axes = plt.subplots(len(exs), 1, figsize=(10, 0.42 * sum(nrows) + 0.55 * len(exs)),
                              gridspec_kw={"height_ratios": nrows}, squeeze=False)
     cmap = plt.get_cmap("rocket_r") if "rocket_r" in plt.colormaps() else plt.get_cmap("Reds")
-    for ax, ex, h in zip(axes[:, 0], exs, nrows):
-        w = np.asarray(ex["attention"])
+    for ax, ex, w, h in zip(axes[:, 0], exs, atts, nrows):
         grid = np.full(h * width, np.nan)
         grid[: w.size] = w
         ax.imshow(grid.reshape(h, width), cmap=cmap, vmin=0, vmax=max(w.max(), 1e-12), aspect="auto")
@@ -485,18 +422,20 @@ def plot_attention(res: Result | None = None, name: str = "imdb", width: int = 9
 
 
 def plot_accuracy(res: Result | None = None):
-    """Test accuracy of every run and baseline, per data set."""
+    """Test accuracy of every model per data set: the range over the held-out seeds (bars: mean)."""
     rs = _datasets(res)
-    order = ("two_phase", "uniform", "uniform_fast", "joint", "joint_v", "bow")
     fig, ax = plt.subplots(figsize=(8, 3.4))
-    cs = colors(len(order))
-    width = 0.8 / len(order)
-    for j, run_name in enumerate(order):
-        accs = [r.metrics[run_name]["accuracy"] for r in rs]
-        ax.bar(np.arange(len(rs)) + (j - (len(order) - 1) / 2) * width, accs, width, color=cs[j],
-               label=RUN_LABELS[run_name])
+    cs = colors(len(MODELS))
+    width = 0.8 / len(MODELS)
+    for j, run_name in enumerate(MODELS):
+        x = np.arange(len(rs)) + (j - (len(MODELS) - 1) / 2) * width
+        accs = [r.values(run_name, "accuracy") for r in rs]
+        mean = np.array([a.mean() for a in accs])
+        err = np.array([[m - a.min() for m, a in zip(mean, accs)], [a.max() - m for m, a in zip(mean, accs)]])
+        ax.bar(x, mean, width, color=cs[j], label=RUN_LABELS[run_name], yerr=err, capsize=2,
+               error_kw={"lw": 0.8})
     ax.set_xticks(np.arange(len(rs)), [r.name for r in rs])
-    ax.set_ylim(0.4, 1.0)
+    ax.set_ylim(0.45, 0.95)
     ax.axhline(0.5, color="0.4", lw=0.8, ls=":")
     ax.set_ylabel("test accuracy")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
@@ -508,6 +447,7 @@ FIGURES = {
     "fig-real-alignment": lambda: plot_alignment(),
     "fig-real-ushape": lambda: plot_ushape(),
     "fig-real-scan": lambda: plot_scan(),
+    "fig-real-regime": lambda: plot_regime(),
     "fig-real-attention-imdb": lambda: plot_attention(name="imdb"),
     "fig-real-attention-rt": lambda: plot_attention(name="rt"),
     "fig-real-accuracy": lambda: plot_accuracy(),
@@ -516,11 +456,19 @@ FIGURES = {
 
 # ----------------------------------------------------------------------------- claims
 THRESHOLDS = {
-    "imdb": {"accuracy": 0.85, "u_count": 100, "u_shape": 0.5, "selection": 8.0, "sel_acc": 0.8},
-    "rt": {"accuracy": 0.70, "u_count": 20, "u_shape": 0.4, "selection": 3.0, "sel_acc": 0.70},
-    "yelp": {"accuracy": 0.85, "u_count": 100, "u_shape": 0.5, "selection": 8.0, "sel_acc": 0.8},
+    "imdb": {"accuracy": 0.85, "selection": 8.0, "sel_acc": 0.8},
+    "rt": {"accuracy": 0.70, "selection": 3.0, "sel_acc": 0.70},
+    "yelp": {"accuracy": 0.85, "selection": 8.0, "sel_acc": 0.8},
 }
+U_PARTIAL, U_ARM = 0.5, 0.4
+ALIGN_JOINT = 0.7
+ONE_STEP = {"closed_form": 1e-9, "first_order": 1e-3, "spearman": 0.99}
 NAMES = {"imdb": "IMDB", "rt": "Rotten Tomatoes", "yelp": "Yelp polarity"}
+SEED_TEXT = f"on each of the held-out seeds {SEEDS[0]}-{SEEDS[-1]}"
+
+
+def _per_seed(x: np.ndarray, digits: int = 4) -> list[float]:
+    return [round(float(v), digits) for v in x]
 
 
 def _register(ds: str) -> None:
@@ -528,42 +476,65 @@ def _register(ds: str) -> None:
     label = NAMES[ds]
 
     @claim(f"B.{ds}.accuracy", kind="observation", chapter=CHAPTER, checks="paper B, real-data experiments",
-           statement=f"On {label}, joint training of E and p with v fixed reaches the stated test accuracy.",
-           threshold=f"test accuracy >= {t['accuracy']}")
+           statement=f"On {label}, joint training of E and p with v fixed reaches the stated test accuracy "
+                     f"{SEED_TEXT} (judged on the worst).",
+           threshold=f"test accuracy >= {t['accuracy']} on every seed")
     def _accuracy() -> Measured:
-        ms = run_dataset(ds).metrics
-        acc = ms["joint"]["accuracy"]
-        return Measured(round(acc, 4), acc >= t["accuracy"],
-                        f"uniform attention {ms['uniform']['accuracy']:.4f}, bag of words {ms['bow']['accuracy']:.4f}")
+        r = run_dataset(ds)
+        acc = r.values("joint", "accuracy")
+        return Measured({"worst": round(float(acc.min()), 4), "per_seed": _per_seed(acc)}, bool(acc.min() >= t["accuracy"]),
+                        f"v trained {span(r.values('joint_v', 'accuracy'))}, uniform tuned "
+                        f"{span(r.values('uniform_tuned', 'accuracy'))}, bag of words "
+                        f"{r.profile['bow']['accuracy']:.4f}")
+
+    @claim(f"B.{ds}.one_step_alignment", kind="consistency", chapter=CHAPTER, checks="paper B, one step on E",
+           statement=f"On {label}, after the one step at p = 0, E^1_s v - E^0_s v equals the closed form "
+                     "eta (1/N) sum_i y_i sigma(-y_i f_i) n_s(X_i)/T_i computed from token counts (independently "
+                     "of autograd), is (eta/2) alpha_s to first order, and so E^1_s v is a monotone function of "
+                     "the signed frequency (tokens seen >= 20 times), " + SEED_TEXT + ".",
+           threshold=f"relative deviation from the closed form <= {ONE_STEP['closed_form']:g} and from "
+                     f"(eta/2) alpha_s <= {ONE_STEP['first_order']:g}; Spearman(E^1 v, alpha) >= {ONE_STEP['spearman']}")
+    def _one_step() -> Measured:
+        r = run_dataset(ds)
+        cf, fo = r.values("one_step", "closed_form_error"), r.values("one_step", "first_order_error")
+        rho = r.values("one_step", "alignment")
+        ok = cf.max() <= ONE_STEP["closed_form"] and fo.max() <= ONE_STEP["first_order"] and rho.min() >= ONE_STEP["spearman"]
+        return Measured({"closed_form": float(cf.max()), "first_order": float(fo.max()),
+                         "spearman": round(float(rho.min()), 6)}, bool(ok))
 
     @claim(f"B.{ds}.alignment", kind="observation", chapter=CHAPTER, checks="paper B, one step on E",
-           statement=f"On {label}, E_s^T v increases with the signed frequency alpha_s: exactly after the single "
-                     "step of the two-phase protocol, and still after joint training (tokens seen >= 20 times).",
-           threshold="Spearman >= 0.95 after one step and >= 0.7 after joint training")
+           statement=f"On {label}, after joint training (E and p, v fixed) E_s^T v still increases with the signed "
+                     f"frequency alpha_s (tokens seen >= 20 times), {SEED_TEXT}.",
+           threshold=f"Spearman(E v, alpha) >= {ALIGN_JOINT} on every seed")
     def _alignment() -> Measured:
-        m = run_dataset(ds).metrics
-        one, joint = m["one_step"]["align_20"], m["joint"]["align_20"]
-        return Measured({"one_step": round(one, 4), "joint": round(joint, 4)}, one >= 0.95 and joint >= 0.7)
+        rho = run_dataset(ds).values("joint", "alignment")
+        return Measured({"worst": round(float(rho.min()), 4), "per_seed": _per_seed(rho)}, bool(rho.min() >= ALIGN_JOINT))
 
     @claim(f"B.{ds}.u_shape", kind="observation", chapter=CHAPTER, checks="paper B, Figure 1",
-           statement=f"On {label}, after joint training with v fixed the attention logit p^T E_s grows with the "
-                     f"posterior difference |Delta_s| (tokens seen >= {t['u_count']} times): a U shape in Delta_s.",
-           threshold=f"Spearman(p^T E_s, |Delta_s|) >= {t['u_shape']}")
+           statement=f"On {label}, after joint training with v fixed the attention logit p^T E_s grows with "
+                     f"|Delta_s| (tokens seen >= {review_runs.U_COUNT} times in training) beyond what their frequency "
+                     "explains, and on each arm (Delta_s > 0 and < 0) separately: a U in Delta_s, " + SEED_TEXT + ".",
+           threshold=f"partial Spearman(p^T E_s, |Delta_s| given log count) >= {U_PARTIAL} and Spearman(p^T E_s, "
+                     f"|Delta_s|) >= {U_ARM} on each arm, on every seed")
     def _ushape() -> Measured:
-        key = f"ushape_{t['u_count']}"
-        ms = run_dataset(ds).metrics
-        rho = ms["joint"][key]
-        return Measured(round(rho, 4), rho >= t["u_shape"], f"two-phase protocol: {ms['two_phase'][key]:.4f}")
+        r = run_dataset(ds)
+        part, pos, neg = (r.values("joint", "u_shape", k) for k in ("partial", "positive", "negative"))
+        ok = part.min() >= U_PARTIAL and pos.min() >= U_ARM and neg.min() >= U_ARM
+        return Measured({"partial": round(float(part.min()), 4), "arm_pos": round(float(pos.min()), 4),
+                         "arm_neg": round(float(neg.min()), 4)}, bool(ok),
+                        f"worst seed of each statistic; two-phase protocol: partial "
+                        f"{span(r.values('two_phase', 'u_shape', 'partial'))}")
 
     @claim(f"B.{ds}.selection", kind="observation", chapter=CHAPTER, checks="paper B, token selection",
-           statement=f"On {label} test reviews, attention mass on the top decile of |Delta_s| tokens is a multiple "
-                     "of their share of positions, in a run that classifies well.",
-           threshold=f"mass / share >= {t['selection']} with test accuracy >= {t['sel_acc']}")
+           statement=f"On {label} test reviews, attention mass on the top decile of |Delta_s| tokens (seen >= 20 "
+                     f"times) is a multiple of their share of positions, in a run that classifies well, {SEED_TEXT}.",
+           threshold=f"mass / share >= {t['selection']} with test accuracy >= {t['sel_acc']}, on every seed")
     def _selection() -> Measured:
-        m = run_dataset(ds).metrics["joint"]
-        return Measured({"ratio": round(m["selection"], 3), "accuracy": round(m["accuracy"], 4)},
-                        m["selection"] >= t["selection"] and m["accuracy"] >= t["sel_acc"],
-                        f"mass {m['top_mass']:.3f}, share {m['top_share']:.3f}")
+        r = run_dataset(ds)
+        ratio, acc = r.values("joint", "selection"), r.values("joint", "accuracy")
+        return Measured({"ratio": round(float(ratio.min()), 3), "accuracy": round(float(acc.min()), 4)},
+                        bool(ratio.min() >= t["selection"] and acc.min() >= t["sel_acc"]),
+                        f"ratio {span(ratio, 2)} over the seeds")
 
 
 for _ds in ("imdb", "rt"):

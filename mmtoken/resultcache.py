@@ -1,0 +1,148 @@
+"""A results cache that knows what it holds.
+
+A computed result (named arrays and a JSON-able note) is stored as one
+``.npz`` file whose header records
+
+* its **name** (e.g. ``real_reviews/imdb/seed10``): a file copied over
+  another's path is recognised as the wrong result;
+* its **fingerprint**: a digest of the code that computed it, its
+  configuration and its input data (:func:`fingerprint`);
+* the **shape and dtype** of every array.
+
+:func:`load_or_compute` returns the stored result only if all three match
+(and the caller's expected shapes hold); a file that does not is reported
+with a warning and recomputed, and the new result replaces it atomically.
+Temporary files left behind by an interrupted write (``*.tmp``, ``*.part``)
+are swept from the folder. Nothing is unpickled (``allow_pickle=False``).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import time
+import warnings
+from pathlib import Path
+from types import ModuleType
+from typing import Callable
+
+import numpy as np
+
+from .datasets.registry import atomic_write_bytes
+
+FORMAT = 1
+HEADER = "__header__"
+STALE_SECONDS = 600.0
+"""A temporary file older than this is a leftover of an interrupted write (a live write takes seconds)."""
+
+
+class CacheError(RuntimeError):
+    """A cache file is damaged or holds something other than what was asked for."""
+
+
+def code_fingerprint(modules: list[ModuleType]) -> str:
+    """Digest of the source files of ``modules`` and the versions of NumPy and torch."""
+    import torch
+
+    h = hashlib.sha256()
+    for m in sorted(modules, key=lambda m: m.__name__):
+        h.update(m.__name__.encode())
+        h.update(Path(m.__file__).read_bytes())
+    h.update(f"numpy {np.__version__} torch {torch.__version__}".encode())
+    return h.hexdigest()
+
+
+def fingerprint(code: str, config: dict, data: str) -> str:
+    """Digest of a code fingerprint, a JSON-able configuration and a data fingerprint."""
+    payload = json.dumps({"code": code, "config": config, "data": data, "format": FORMAT}, sort_keys=True,
+                         default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def save(path: str | os.PathLike, name: str, fp: str, arrays: dict[str, np.ndarray], meta: dict) -> None:
+    """Write ``arrays`` and ``meta`` under ``name`` and fingerprint ``fp``, atomically."""
+    arrays = {k: np.asarray(v) for k, v in arrays.items()}
+    for k, v in arrays.items():
+        if k == HEADER or v.dtype == object:
+            raise ValueError(f"array {k!r} cannot be cached (reserved name or object dtype)")
+    header = {"format": FORMAT, "name": name, "fingerprint": fp, "meta": meta,
+              "shapes": {k: list(v.shape) for k, v in arrays.items()},
+              "dtypes": {k: v.dtype.str for k, v in arrays.items()}}
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **{HEADER: np.array(json.dumps(header))}, **arrays)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def load(path: str | os.PathLike, name: str, fp: str,
+         expect: dict[str, tuple] | None = None) -> tuple[dict[str, np.ndarray], dict]:
+    """Read a result written by :func:`save`; raise :class:`CacheError` unless it is ``name`` at ``fp``.
+
+    ``expect`` maps array names to required shapes (``None`` for a free
+    dimension); every listed array must be present with that shape.
+    """
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            header = json.loads(str(z[HEADER]))
+            arrays = {k: z[k] for k in z.files if k != HEADER}
+    except Exception as exc:  # truncated zip, missing header, bad JSON, pickled content
+        raise CacheError(f"{path} is damaged ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise CacheError(f"{path} has an unknown format")
+    if header.get("name") != name:
+        raise CacheError(f"{path} holds {header.get('name')!r}, not {name!r}")
+    if header.get("fingerprint") != fp:
+        raise CacheError(f"{path} was computed by other code, configuration or data than asked for")
+    shapes, dtypes = header.get("shapes", {}), header.get("dtypes", {})
+    if set(shapes) != set(arrays):
+        raise CacheError(f"{path} lacks arrays {sorted(set(shapes) - set(arrays))} or has unlisted ones")
+    for k, v in arrays.items():
+        if list(v.shape) != shapes[k] or v.dtype.str != dtypes.get(k):
+            raise CacheError(f"{path}: array {k!r} has shape {v.shape} / dtype {v.dtype}, "
+                             f"recorded {tuple(shapes[k])} / {dtypes.get(k)}")
+    for k, shape in (expect or {}).items():
+        if k not in arrays:
+            raise CacheError(f"{path} lacks the array {k!r}")
+        got = arrays[k].shape
+        if len(got) != len(shape) or any(s is not None and s != g for s, g in zip(shape, got)):
+            raise CacheError(f"{path}: array {k!r} has shape {got}, expected {shape}")
+    return arrays, header.get("meta", {})
+
+
+def sweep(folder: str | os.PathLike, older_than: float = STALE_SECONDS) -> list[Path]:
+    """Delete ``*.tmp`` / ``*.part`` files in ``folder`` older than ``older_than`` seconds; return them."""
+    folder = Path(folder)
+    now, gone = time.time(), []
+    if not folder.is_dir():
+        return gone
+    for pattern in ("*.tmp", "*.part"):
+        for f in folder.glob(pattern):
+            try:
+                if f.is_file() and now - f.stat().st_mtime > older_than:
+                    f.unlink()
+                    gone.append(f)
+            except FileNotFoundError:  # removed meanwhile by another process
+                pass
+    return gone
+
+
+def load_or_compute(path: str | os.PathLike, name: str, fp: str,
+                    compute: Callable[[], tuple[dict[str, np.ndarray], dict]],
+                    expect: dict[str, tuple] | None = None) -> tuple[dict[str, np.ndarray], dict]:
+    """The cached result ``name`` at ``fp`` from ``path``, or ``compute()`` it and store it there.
+
+    A file that is damaged or holds another result is reported (``RuntimeWarning``
+    naming the file and the reason) and replaced by the recomputed result.
+    """
+    path = Path(path)
+    sweep(path.parent)
+    if path.is_file():
+        try:
+            return load(path, name, fp, expect)
+        except CacheError as exc:
+            warnings.warn(f"ignoring the results cache: {exc}; recomputing {name} and replacing the file",
+                          RuntimeWarning, stacklevel=2)
+    arrays, meta = compute()
+    save(path, name, fp, arrays, meta)
+    return load(path, name, fp, expect)
