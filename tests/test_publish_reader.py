@@ -81,6 +81,13 @@ def test_roles_become_links_and_code_spans_stay():
     assert "[cite:t:key](https://site/key)" in out
 
 
+def test_claim_role_and_ledger_directive_link_to_the_ledger():
+    out = converter().markdown("Checked by {claim}`A.global.gd`.\n\n```{claims-ledger} claims-ledger\n```\n")
+    assert "[claim:A.global.gd](https://site/A.global.gd)" in out
+    assert "[its ledger page](https://site/)" in out and "report.claims_html(results)" in out
+    assert not myst_leftovers(out)
+
+
 def test_labelled_math_gets_the_books_number_and_an_anchor():
     out = md("Text\n\n$$\nx = y\n$$ (eq-a)\n\nmore $\\R^d$.")
     assert '<a id="equation-eq-a"></a>' in out and "\\tag{2.1}" in out
@@ -226,6 +233,8 @@ def test_every_chapter_has_a_reader_notebook_without_myst():
         if bad:
             problems[d] = bad
     assert not problems, problems
+    ledger = nbformat.read(READER / rn.reader_path("book/appendix/claims"), as_version=4)
+    assert any("book/appendix/claims.html)" in c.source for c in ledger.cells if c.cell_type == "markdown")
 
 
 def test_reader_install_cell_is_the_release():

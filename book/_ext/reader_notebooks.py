@@ -288,6 +288,11 @@ class Converter:
             return anchor + self._math("$$\n" + "\n".join(content).strip() + tag + "\n$$")
         if name in ("code-block", "code", "sourcecode"):
             return "```" + arg + "\n" + "\n".join(content) + "\n```"
+        if name == "claims-ledger":   # the book's tables come from glued data a notebook does not have
+            return ("The cell above prints the ledger as text. The book shows it as one table per "
+                    f"chapter on {self.resolve('claim', '', 'its ledger page')}; here, "
+                    "`from IPython.display import HTML; HTML(report.claims_html(results))` "
+                    "shows the same tables.")
         raise ReaderError(f"directive {{{name}}} has no reader-notebook form; add one in {__name__}")
 
     # ------------------------------------------------------------------ inline
@@ -314,7 +319,7 @@ class Converter:
             return f"${content}$"
         e = _EXPLICIT.match(content)
         text, target = (e.group("text"), e.group("target")) if e and e.group("text") else (None, content)
-        if role in ("eq", "ref", "numref", "doc", "prf:ref") or role == "cite" or role.startswith("cite:"):
+        if role in ("eq", "ref", "numref", "doc", "prf:ref", "claim") or role == "cite" or role.startswith("cite:"):
             return self.resolve(role, target.strip(), text)
         raise ReaderError(f"role {{{role}}} has no reader-notebook form; add one in {__name__}")
 
@@ -378,6 +383,10 @@ class SphinxResolver:
         return res
 
     def __call__(self, role: str, target: str, text: str | None) -> str:
+        if role == "claim":   # book/_ext/claims.py: a claim id links to its row of the ledger
+            ledger = self.app.config.claims_ledger_doc
+            url = self.site + ledger + ".html" + (f"#claim-{target}" if target else "")
+            return f"[{text}]({url})" if text else f"[`{target}`]({url})"
         return _node_markdown(self._resolve(role, target, text), self.absolute)
 
     def number(self, kind: str, label: str) -> str | None:
