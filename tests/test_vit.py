@@ -13,7 +13,9 @@ import torch
 
 from mmtoken import vit
 from mmtoken.datasets.registry import sha256_file
+from mmtoken import vit_runs as runs
 from mmtoken.experiments import vit_sparsity as vs
+from mmtoken.experiments import vit_tuning as vt
 
 
 def small(**kw) -> vit.ViTConfig:
@@ -256,22 +258,22 @@ def test_pinned_threads_restores_the_setting():
 # --------------------------------------------------------------------------- splits and statistics
 
 def test_split_indices():
-    tr, va = vs.split_indices(100, 20, 7)
+    tr, va = runs.split_indices(100, 20, 7)
     assert len(va) == 20 and len(tr) == 80 and not set(tr) & set(va)
     assert sorted(set(tr) | set(va)) == list(range(100))
     assert (np.diff(tr) > 0).all() and (np.diff(va) > 0).all()
-    tr2, va2 = vs.split_indices(100, 20, 7)
+    tr2, va2 = runs.split_indices(100, 20, 7)
     np.testing.assert_array_equal(va, va2)
-    assert not np.array_equal(va, vs.split_indices(100, 20, 8)[1])
+    assert not np.array_equal(va, runs.split_indices(100, 20, 8)[1])
     for bad in (0, 100):
         with pytest.raises(ValueError, match="n_validation"):
-            vs.split_indices(100, bad, 0)
+            runs.split_indices(100, bad, 0)
 
 
 def test_effective_patches():
-    np.testing.assert_allclose(vs.effective_patches(np.full((2, 8), 1 / 8)), [8, 8])
-    np.testing.assert_allclose(vs.effective_patches(np.eye(3)), [1, 1, 1])
-    np.testing.assert_allclose(vs.effective_patches([0.5, 0.5, 0, 0]), 2)
+    np.testing.assert_allclose(runs.effective_patches(np.full((2, 8), 1 / 8)), [8, 8])
+    np.testing.assert_allclose(runs.effective_patches(np.eye(3)), [1, 1, 1])
+    np.testing.assert_allclose(runs.effective_patches([0.5, 0.5, 0, 0]), 2)
 
 
 def test_attention_statistics_against_a_direct_computation():
@@ -280,8 +282,8 @@ def test_attention_statistics_against_a_direct_computation():
     model = vit.ViT(cfg)
     x, y = bright_patch_data(37, seed=2, classes=4)
     norm = vit.Normalizer.fit(x)
-    fg = vs.foreground_mask(x.numpy(), cfg.patch, 0.5)
-    s = vs.attention_statistics(model, x.numpy(), y.numpy(), norm, fg, batch_size=10)   # 4 uneven batches
+    fg = runs.foreground_mask(x.numpy(), cfg.patch, 0.5)
+    s = runs.attention_statistics(model, x.numpy(), y.numpy(), norm, fg, batch_size=10)   # 4 uneven batches
     logits, attns = model(norm(x), return_attention=True)
     loss, acc = vit.evaluate(model, x, y, norm)
     assert s["loss"] == pytest.approx(loss, rel=1e-5) and s["acc"] == pytest.approx(acc)
@@ -307,15 +309,15 @@ def test_uniform_attention_has_all_patches_effective():
     with torch.no_grad():
         model.blocks[-1].attn.q.weight.zero_()
     x, y = bright_patch_data(12)
-    s = vs.attention_statistics(model, x.numpy(), y.numpy(), vit.Normalizer.fit(x),
-                                vs.foreground_mask(x.numpy(), 4, 0.5))
+    s = runs.attention_statistics(model, x.numpy(), y.numpy(), vit.Normalizer.fit(x),
+                                runs.foreground_mask(x.numpy(), 4, 0.5))
     d = s["layers"][-1]
     assert d["eff_image"] == pytest.approx(4) and d["eff_mean"] == pytest.approx(4)
     assert d["fg_share"] == pytest.approx(d["uniform"])
 
 
 def test_log_points():
-    assert vs.log_points(8, 2, 2, 4) == [0, 2, 4, 6, 8, 12, 16]
+    assert runs.log_points(8, 2, 2, 4) == [0, 2, 4, 6, 8, 12, 16]
 
 
 def test_verdicts_need_a_learned_model():
@@ -341,16 +343,16 @@ def test_bad_experiment_names_the_argument(kw, match):
 
 def test_run_experiments_bad_arguments(tiny_data):
     with pytest.raises(ValueError, match="on_damage"):
-        vs.run_experiments([TINY], on_damage="ignore")
+        runs.run_experiments([TINY], on_damage="ignore")
     with pytest.raises(ValueError, match="workers"):
-        vs.run_experiments([TINY], workers=0)
+        runs.run_experiments([TINY], workers=0)
     with pytest.raises(ValueError, match="exps"):
-        vs.run_experiments(["quick"])
+        runs.run_experiments(["quick"])
 
 
 # --------------------------------------------------------------------------- the cached experiment at tiny scale
 
-TINY = vs.Experiment(dataset="fashion-mnist", model=small(n_classes=10, heads=1),
+TINY = runs.Experiment(dataset="fashion-mnist", model=small(n_classes=10, heads=1),
                      train=vit.TrainConfig(epochs=2, batch_size=32, lr=5e-3, seed=0),
                      n_validation=32, logs_per_epoch=2, logs_first_epoch=4, n_probe=16, map_epochs=(0, 2),
                      foreground=0.1)
@@ -372,15 +374,15 @@ def tiny_data(tmp_path, monkeypatch):
         x, y = data[split]
         return x.numpy(), y.numpy().astype(np.int64)
 
-    monkeypatch.setattr(vs.image_data, "load_images", fake)
+    monkeypatch.setattr(runs.image_data, "load_images", fake)
     return tmp_path
 
 
 def test_experiment_caches_and_reloads(tiny_data, monkeypatch):
     looks = []
-    real = vs.attention_statistics
-    monkeypatch.setattr(vs, "attention_statistics", lambda *a, **k: looks.append(len(a[1])) or real(*a, **k))
-    r = vs.run_experiment(TINY)
+    real = runs.attention_statistics
+    monkeypatch.setattr(runs, "attention_statistics", lambda *a, **k: looks.append(len(a[1])) or real(*a, **k))
+    r = runs.run_experiment(TINY)
     assert looks == [64], "the test split is looked at once, whole, after training"
     assert r.path.parent == tiny_data / "vit" and len(r.path.name) == 16
     for f in ("manifest.json", "history.json", "arrays.npz", "ckpt_epoch000.pt", "ckpt_epoch002.pt"):
@@ -397,7 +399,7 @@ def test_experiment_caches_and_reloads(tiny_data, monkeypatch):
     assert r.probe_fg.shape == (16, 4) and r.probe_fg.any()
     # the probe comes from the validation split, not from the test split
     x_train = tiny_arrays()["train"][0].numpy()
-    _, va = vs.split_indices(160, 32, 0)
+    _, va = runs.split_indices(160, 32, 0)
     np.testing.assert_array_equal(r.probe_images, x_train[va[:16]])
     assert r.log["entropy"][0, -1] == pytest.approx(math.log(4), abs=0.05)
     assert r.test["acc"] >= 0 and len(r.test["layers"]) == 2 and r.test_mean_map.shape == (2, 4)
@@ -405,22 +407,22 @@ def test_experiment_caches_and_reloads(tiny_data, monkeypatch):
     def no_training(*a, **k):
         raise AssertionError("the cached run must not retrain")
 
-    monkeypatch.setattr(vs, "train_into", no_training)
-    again = vs.run_experiment(TINY)
+    monkeypatch.setattr(runs, "train_into", no_training)
+    again = runs.run_experiment(TINY)
     assert again.path == r.path
     for k in r.log:
         np.testing.assert_array_equal(r.log[k], again.log[k])
     np.testing.assert_array_equal(r.probe_attention, again.probe_attention)
     assert again.test == r.test
     # the checkpoint reproduces the stored maps
-    model = vs.checkpoint(r, 2)
+    model = runs.checkpoint(r, 2)
     _, attns = model(r.normalizer(torch.as_tensor(r.probe_images)), return_attention=True)
     np.testing.assert_allclose(vit.cls_patch_attention(attns[-1]).mean(1).detach().numpy(),
                                r.probe_attention[1, -1], atol=1e-5)
     sc = vs.spread_check(r)
     assert sc["holds"].all() and sc["bound"].shape == (2,)
     with pytest.raises(ValueError, match="no checkpoint"):
-        vs.checkpoint(r, 1)
+        runs.checkpoint(r, 1)
     s = vs.seed_summary(r)
     assert s["n_patches"] == 4 and s["qk_growth"] > 0 and 1 <= s["eff_image"] <= 4 + 1e-9
     assert 1 <= s["eff_mean"] <= 4 + 1e-9 and 0 < s["uniform"] < 1 and s["seed"] == 0
@@ -428,30 +430,30 @@ def test_experiment_caches_and_reloads(tiny_data, monkeypatch):
 
 
 def test_a_run_without_the_test_split(tiny_data):
-    r = vs.run_experiment(replace(TINY, test=False))
+    r = runs.run_experiment(replace(TINY, test=False))
     assert r.test is None and r.test_mean_map is None
     with pytest.raises(ValueError, match="test split"):
         vs.seed_summary(r)
 
 
 def test_key_changes_with_config_code_and_data():
-    fp = vs.fingerprint(TINY, "data0")
-    assert vs.cache_key(fp) == vs.cache_key(vs.fingerprint(TINY, "data0"))
-    assert vs.cache_key(fp) != vs.cache_key(vs.fingerprint(TINY.with_seed(1), "data0"))
-    assert vs.cache_key(fp) != vs.cache_key(vs.fingerprint(replace(TINY, model=replace(TINY.model, width=32)),
+    fp = runs.fingerprint(TINY, "data0")
+    assert runs.cache_key(fp) == runs.cache_key(runs.fingerprint(TINY, "data0"))
+    assert runs.cache_key(fp) != runs.cache_key(runs.fingerprint(TINY.with_seed(1), "data0"))
+    assert runs.cache_key(fp) != runs.cache_key(runs.fingerprint(replace(TINY, model=replace(TINY.model, width=32)),
                                                             "data0"))
-    assert vs.cache_key(fp) != vs.cache_key(vs.fingerprint(TINY, "data1"))
-    assert vs.cache_key(fp) != vs.cache_key({**fp, "code": "other"})
+    assert runs.cache_key(fp) != runs.cache_key(runs.fingerprint(TINY, "data1"))
+    assert runs.cache_key(fp) != runs.cache_key({**fp, "code": "other"})
 
 
 def test_training_is_bit_identical_in_worker_processes(tiny_data, tmp_path):
     """Two seeds trained in two spawned processes give the same files as in this process."""
     exps = [TINY, TINY.with_seed(1)]
-    parallel = vs.run_experiments(exps, workers=2)
+    parallel = runs.run_experiments(exps, workers=2)
     serial = []
     for r in parallel:
         shutil.rmtree(r.path)
-    serial = vs.run_experiments(exps, workers=1)
+    serial = runs.run_experiments(exps, workers=1)
     for a, b in zip(parallel, serial):
         assert a.path == b.path
         for k in a.log:
@@ -521,69 +523,69 @@ DAMAGE = {
 @pytest.mark.parametrize("case", list(DAMAGE))
 def test_damaged_cache_is_reported_then_rebuilt(tiny_data, case):
     damage, forge, match = DAMAGE[case]
-    good = vs.run_experiment(TINY)
+    good = runs.run_experiment(TINY)
     damage(good.path)
     if forge:
         _rewrite_manifest(good.path)
-    with pytest.raises(vs.CacheError, match=match) as info:
-        vs.run_experiment(TINY, on_damage="raise")
+    with pytest.raises(runs.CacheError, match=match) as info:
+        runs.run_experiment(TINY, on_damage="raise")
     assert str(good.path) in str(info.value) and "retrain=True" in str(info.value)
     with pytest.warns(UserWarning, match="Rebuilding"):
-        rebuilt = vs.run_experiment(TINY)
+        rebuilt = runs.run_experiment(TINY)
     assert rebuilt.path == good.path
     for k in good.log:
         np.testing.assert_array_equal(good.log[k], rebuilt.log[k])
     assert rebuilt.test == good.test
-    vs.checkpoint(rebuilt, 2)
+    runs.checkpoint(rebuilt, 2)
 
 
 def test_garbage_checkpoint_never_gets_torch_advice(tiny_data, monkeypatch):
-    r = vs.run_experiment(TINY)
+    r = runs.run_experiment(TINY)
     _garbage(r.path, "ckpt_epoch002.pt")
-    with pytest.raises(vs.CacheError, match="does not match its recorded SHA-256"):
-        vs.checkpoint(r, 2)
+    with pytest.raises(runs.CacheError, match="does not match its recorded SHA-256"):
+        runs.checkpoint(r, 2)
     _rewrite_manifest(r.path)
-    with pytest.raises(vs.CacheError, match="not a checkpoint of this model") as info:
-        vs.checkpoint(r, 2)
+    with pytest.raises(runs.CacheError, match="not a checkpoint of this model") as info:
+        runs.checkpoint(r, 2)
     assert "weights_only" not in str(info.value)
     seen = []
     real_load = torch.load
     monkeypatch.setattr(torch, "load", lambda *a, **k: seen.append(k.get("weights_only")) or real_load(*a, **k))
-    vs.checkpoint(vs.run_experiment(TINY, retrain=True), 0)
+    runs.checkpoint(runs.run_experiment(TINY, retrain=True), 0)
     assert seen == [True]
 
 
 def test_swapped_cache_is_detected(tiny_data):
-    a, b = vs.run_experiments([TINY, TINY.with_seed(1)], workers=1)
+    a, b = runs.run_experiments([TINY, TINY.with_seed(1)], workers=1)
     shutil.rmtree(b.path)
     shutil.copytree(a.path, b.path)            # seed 0's run under seed 1's name
-    with pytest.raises(vs.CacheError, match="copied or renamed"):
-        vs.run_experiment(TINY.with_seed(1), on_damage="raise")
+    with pytest.raises(runs.CacheError, match="copied or renamed"):
+        runs.run_experiment(TINY.with_seed(1), on_damage="raise")
     with pytest.warns(UserWarning, match="Rebuilding"):
-        again = vs.run_experiment(TINY.with_seed(1))
+        again = runs.run_experiment(TINY.with_seed(1))
     assert again.seed == 1 and not np.array_equal(again.log["qk"], a.log["qk"])
 
 
 def test_stale_fingerprint_and_foreign_cache(tiny_data):
-    r = vs.run_experiment(TINY)
+    r = runs.run_experiment(TINY)
     fp = json.loads((r.path / "manifest.json").read_text())["fingerprint"]
-    with pytest.raises(vs.CacheError, match="another code"):
-        vs.load(r.path, TINY, {**fp, "code": "0" * 64})
-    with pytest.raises(vs.CacheError, match="another data"):
-        vs.load(r.path, TINY, {**fp, "data": "0" * 64})
+    with pytest.raises(runs.CacheError, match="another code"):
+        runs.load(r.path, TINY, {**fp, "code": "0" * 64})
+    with pytest.raises(runs.CacheError, match="another data"):
+        runs.load(r.path, TINY, {**fp, "data": "0" * 64})
     m = json.loads((r.path / "manifest.json").read_text())
     (r.path / "manifest.json").write_text(json.dumps({**m, "name": "real_reviews"}))
-    with pytest.raises(vs.CacheError, match="names 'real_reviews'"):
-        vs.load(r.path)
+    with pytest.raises(runs.CacheError, match="names 'real_reviews'"):
+        runs.load(r.path)
     (r.path / "manifest.json").write_text(json.dumps({**m, "version": 1}))
-    with pytest.raises(vs.CacheError, match="cache version 1"):
-        vs.load(r.path)
-    with pytest.raises(vs.CacheMissing):
-        vs.load(r.path.parent / "0123456789abcdef")
+    with pytest.raises(runs.CacheError, match="cache version 1"):
+        runs.load(r.path)
+    with pytest.raises(runs.CacheMissing):
+        runs.load(r.path.parent / "0123456789abcdef")
 
 
 def test_leftovers_are_swept(tiny_data):
-    r = vs.run_experiment(TINY)
+    r = runs.run_experiment(TINY)
     root = r.path.parent
     dead = root / f"{r.path.name}.tmp-999999999"
     dead.mkdir()
@@ -592,20 +594,20 @@ def test_leftovers_are_swept(tiny_data):
     alive.mkdir()
     for f in (root / "arrays.npz.part", root / "x.tmp", r.path / "ckpt_epoch000.pt.part", r.path / "a.tmp"):
         f.write_bytes(b"partial")
-    removed = vs.sweep_leftovers(root)
+    removed = runs.sweep_leftovers(root)
     assert sorted(p.name for p in removed) == sorted([dead.name, "arrays.npz.part", "x.tmp",
                                                       "ckpt_epoch000.pt.part", "a.tmp"])
     assert alive.is_dir() and not dead.exists()
-    assert vs.run_experiment(TINY).path == r.path        # the run itself is untouched
+    assert runs.run_experiment(TINY).path == r.path        # the run itself is untouched
     shutil.rmtree(alive)
 
 
 def test_wrong_image_shape_is_an_error(tmp_path, monkeypatch):
     monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path))
     x = np.zeros((64, 1, 28, 28), np.uint8)
-    monkeypatch.setattr(vs.image_data, "load_images", lambda name, split: (x, np.zeros(64, np.int64)))
+    monkeypatch.setattr(runs.image_data, "load_images", lambda name, split: (x, np.zeros(64, np.int64)))
     with pytest.raises(ValueError, match="the model expects"):
-        vs.run_experiment(TINY)
+        runs.run_experiment(TINY)
     assert not list((tmp_path / "vit").glob("*"))
 
 
@@ -615,7 +617,7 @@ def test_plots_draw_from_a_tiny_study(tiny_data):
     import matplotlib
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
-    r0, r1, s0, c0 = vs.run_experiments([TINY, TINY.with_seed(1), replace(TINY, train=replace(TINY.train, lr=5e-4)),
+    r0, r1, s0, c0 = runs.run_experiments([TINY, TINY.with_seed(1), replace(TINY, train=replace(TINY.train, lr=5e-4)),
                                          replace(TINY, test=False, train=replace(TINY.train, lr=5e-2, epochs=1),
                                                  map_epochs=None)], workers=1)
     study = vs.Study(seeds={0: r0, 1: r1}, smaller_lr={0: s0}, collapse={0: c0})
@@ -637,12 +639,12 @@ def test_cifar_like_experiment_runs(tmp_path, monkeypatch):
     g = torch.Generator().manual_seed(0)
     data = {s: (torch.randint(0, 256, (n, 3, 8, 8), generator=g, dtype=torch.uint8).numpy(),
                 torch.randint(0, 10, (n,), generator=g).numpy()) for s, n in (("train", 80), ("test", 16))}
-    monkeypatch.setattr(vs.image_data, "load_images", lambda name, split: data[split])
-    exp = vs.Experiment(dataset="cifar-10", model=small(channels=3, n_classes=10),
+    monkeypatch.setattr(runs.image_data, "load_images", lambda name, split: data[split])
+    exp = runs.Experiment(dataset="cifar-10", model=small(channels=3, n_classes=10),
                         train=vit.TrainConfig(epochs=1, batch_size=16, lr=1e-3, augment=True, grad_clip=1.0,
                                               threads=None),
                         n_validation=16, logs_per_epoch=1, logs_first_epoch=2, n_probe=8, foreground=None)
-    r = vs.run_experiment(exp)
+    r = runs.run_experiment(exp)
     assert r.classes[0] == "airplane" and r.probe_images.shape == (8, 3, 8, 8)
     assert not r.probe_fg.any() and r.log["step"].tolist() == [0, 2, 4]
     assert r.experiment.epochs_mapped == (0, 1) and r.probe_attention.shape[0] == 2
@@ -653,12 +655,12 @@ def test_cifar_like_experiment_runs(tmp_path, monkeypatch):
 
 def test_a_failing_worker_is_reported(tiny_data):
     x = np.zeros((64, 1, 28, 28), np.uint8)
-    raw = vs.RawData("fashion-mnist", x, np.zeros(64, np.int64), x[:8], np.zeros(8, np.int64),
-                     vs.data_digest(x, np.zeros(64, np.int64), x[:8], np.zeros(8, np.int64)))
-    jobs = [(e, raw, tiny_data / "vit" / f"job{i}", vs.fingerprint(e, raw.fingerprint))
+    raw = runs.RawData("fashion-mnist", x, np.zeros(64, np.int64), x[:8], np.zeros(8, np.int64),
+                     runs.data_digest(x, np.zeros(64, np.int64), x[:8], np.zeros(8, np.int64)))
+    jobs = [(e, raw, tiny_data / "vit" / f"job{i}", runs.fingerprint(e, raw.fingerprint))
             for i, e in enumerate([TINY, TINY.with_seed(1)])]
     with pytest.raises(RuntimeError, match="the model expects"):
-        vs.train_in_processes(jobs, workers=2)
+        runs.train_in_processes(jobs, workers=2)
 
 
 def test_the_study_is_judged_on_held_out_seeds_and_the_controls_never_see_test_data():
@@ -675,21 +677,21 @@ def test_the_study_is_judged_on_held_out_seeds_and_the_controls_never_see_test_d
 
 def test_the_recipe_is_the_one_the_validation_record_chooses():
     """QUICK is the rule's choice from the record, and the record matches the candidates' current configurations."""
-    cands = vs.tuning_candidates()
+    cands = vt.tuning_candidates()
     seeds = set()
-    for row in vs.TUNING_RECORD:
+    for row in vt.TUNING_RECORD:
         assert row["seed"] in vs.DEV_SEEDS and row["seed"] not in vs.HELD_OUT_SEEDS
         exp = cands[row["label"]].with_seed(row["seed"])
         assert not exp.test, "tuning never looks at the test split"
-        assert vs.config_digest(exp) == row["config"], f"{row['label']}: the candidate changed since it was tuned"
+        assert vt.config_digest(exp) == row["config"], f"{row['label']}: the candidate changed since it was tuned"
         assert len(row["val_acc"]) == exp.train.epochs + 1
         seeds.add(row["seed"])
-    assert seeds == set(vs.TUNING_SEEDS) and set(cands) == {r["label"] for r in vs.TUNING_RECORD}
-    chosen = vs.choose()
+    assert seeds == set(vt.TUNING_SEEDS) and set(cands) == {r["label"] for r in vt.TUNING_RECORD}
+    chosen = vt.choose()
     assert replace(cands[chosen], test=True).with_seed(vs.HELD_OUT_SEEDS[0]) == vs.QUICK
-    table = vs.tuning_table()
-    assert table.loc[chosen, "cpu_seconds"] <= vs.CPU_BUDGET
-    within = table[table["cpu_seconds"] <= vs.CPU_BUDGET]
+    table = vt.tuning_table()
+    assert table.loc[chosen, "cpu_seconds"] <= vt.CPU_BUDGET
+    within = table[table["cpu_seconds"] <= vt.CPU_BUDGET]
     assert table.loc[chosen, "worst"] == within["worst"].max()
 
 
@@ -699,15 +701,15 @@ def test_choose_needs_a_candidate_within_budget():
             {"label": "b", "seed": 1, "val_acc": [0.1, 0.7], "cpu_seconds": 110.0},
             {"label": "c", "seed": 0, "val_acc": [0.1, 0.75], "cpu_seconds": 100.0},
             {"label": "c", "seed": 1, "val_acc": [0.1, 0.74], "cpu_seconds": 100.0}]
-    assert vs.choose(rows, budget=200) == "c"          # best worst seed within budget
-    assert vs.choose(rows, budget=1000) == "c"         # "a" was trained on one seed only: no worst seed
-    assert vs.choose(rows + [{**rows[0], "seed": 1}], budget=1000) == "a"
+    assert vt.choose(rows, budget=200) == "c"          # best worst seed within budget
+    assert vt.choose(rows, budget=1000) == "c"         # "a" was trained on one seed only: no worst seed
+    assert vt.choose(rows + [{**rows[0], "seed": 1}], budget=1000) == "a"
     with pytest.raises(ValueError, match="budget"):
-        vs.choose(rows, budget=10)
+        vt.choose(rows, budget=10)
 
 
 def test_tune_refuses_held_out_seeds_and_unknown_labels():
     with pytest.raises(ValueError, match="held-out"):
-        vs.tune(["lr 1e-3"], seeds=[0, 10])
+        vt.tune(["lr 1e-3"], seeds=[0, 10])
     with pytest.raises(ValueError, match="TUNING_GRID"):
-        vs.tune(["lr 42"])
+        vt.tune(["lr 42"])
