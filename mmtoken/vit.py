@@ -21,7 +21,9 @@ softmax to select tokens.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -112,6 +114,19 @@ class Attention(nn.Module):
         wq = self.q.weight.T.reshape(-1, self.heads, self.head_dim).transpose(0, 1)  # (h, d, dh)
         wk = self.k.weight.T.reshape(-1, self.heads, self.head_dim).transpose(0, 1)
         return wq @ wk.transpose(-1, -2)
+
+    def value_output_matrices(self) -> torch.Tensor:
+        """``W_V^h W_O^h`` per head, shape ``(heads, d, d)``: what head ``h`` adds to a token per unit of attention.
+
+        In the row-vector convention of :meth:`key_query_matrices` a token
+        ``x`` attended with weight 1 contributes ``x W_V^h W_O^h`` (biases
+        aside). Like ``W_Q W_Kᵀ`` it is a product of two matrices initialised
+        at the same scale, so it is the like-for-like control for the growth of
+        the key-query product.
+        """
+        wv = self.v.weight.T.reshape(-1, self.heads, self.head_dim).transpose(0, 1)    # (h, d, dh)
+        wo = self.out.weight.T.reshape(self.heads, self.head_dim, -1)                   # (h, dh, d)
+        return wv @ wo
 
 
 class Block(nn.Module):
@@ -228,6 +243,34 @@ def key_query_norm(model: ViT, layer: int = -1) -> tuple[float, float]:
         return float(torch.linalg.matrix_norm(w).square().sum().sqrt()), float(torch.linalg.matrix_norm(w, 2).max())
 
 
+WEIGHT_NORMS = ("qk", "qk_spec", "q", "k", "v", "ov", "mlp_in", "mlp_out")
+"""The names :func:`weight_norms` returns, in order."""
+
+
+def weight_norms(model: ViT, layer: int = -1) -> dict[str, float]:
+    """Frobenius norms of the weights of one block: the key-query product and its controls.
+
+    Returns
+    -------
+    dict with ``qk`` (``||W_Q W_Kᵀ||_F`` over all heads, as :func:`key_query_norm`),
+    ``qk_spec`` (its largest per-head spectral norm), ``q`` and ``k``
+    (``||W_Q||_F``, ``||W_K||_F``), ``v`` (the value projection ``||W_V||_F``),
+    ``ov`` (``||W_V W_O||_F`` over heads, :meth:`Attention.value_output_matrices`),
+    ``mlp_in`` and ``mlp_out`` (the two weight matrices of the MLP).
+    """
+    block = model.blocks[layer]
+    fro, spec = key_query_norm(model, layer)
+    with torch.no_grad():
+        ov = block.attn.value_output_matrices().double()
+        out = {"qk": fro, "qk_spec": spec,
+               "q": float(block.attn.q.weight.double().norm()), "k": float(block.attn.k.weight.double().norm()),
+               "v": float(block.attn.v.weight.double().norm()),
+               "ov": float(torch.linalg.matrix_norm(ov).square().sum().sqrt()),
+               "mlp_in": float(block.mlp[0].weight.double().norm()),
+               "mlp_out": float(block.mlp[2].weight.double().norm())}
+    return {k: out[k] for k in WEIGHT_NORMS}
+
+
 # --------------------------------------------------------------------------- training
 
 @dataclass(frozen=True)
@@ -263,13 +306,45 @@ class TrainConfig:
     threads: int | None = 1
 
     def __post_init__(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1:
-            raise ValueError("epochs and batch_size must be positive")
-        if not self.lr > 0 or self.weight_decay < 0 or not 0 <= self.warmup < 1:
-            raise ValueError("need lr > 0, weight_decay >= 0 and 0 <= warmup < 1")
+        for name in ("epochs", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"TrainConfig.{name} must be a positive integer, got {value!r}")
+        for name, ok, need in (("lr", lambda v: 0 < v < math.inf, "a finite number > 0"),
+                               ("weight_decay", lambda v: 0 <= v < math.inf, "a finite number >= 0"),
+                               ("warmup", lambda v: 0 <= v < 1, "in [0, 1)")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
+                raise ValueError(f"TrainConfig.{name} must be {need}, got {value!r}")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
+        if self.grad_clip is not None and not 0 < self.grad_clip < math.inf:
+            raise ValueError(f"TrainConfig.grad_clip must be None or a finite number > 0, got {self.grad_clip!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"TrainConfig.seed must be a non-negative integer, got {self.seed!r}")
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or self.threads < 1):
+            raise ValueError(f"TrainConfig.threads must be None or a positive integer, got {self.threads!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@contextmanager
+def pinned_threads(threads: int | None) -> Iterator[None]:
+    """Run the body with ``threads`` torch intra-op threads (``None``: leave torch's setting).
+
+    One thread makes every reduction run in the same order whatever the
+    machine's core count, so results are bit-identical across machines with
+    the same CPU kernels; the previous setting is restored afterwards.
+    """
+    old = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def lr_factor(step: int, total: int, warmup: float) -> float:
@@ -373,10 +448,7 @@ def train(model: ViT, images: torch.Tensor, labels: torch.Tensor, config: TrainC
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas,
                             weight_decay=config.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, total, config.warmup))
-    old_threads = torch.get_num_threads()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
-    try:
+    with pinned_threads(config.threads):
         model.train()
         if on_log and 0 in logs:
             on_log(0, 0.0, float("nan"))
@@ -402,8 +474,6 @@ def train(model: ViT, images: torch.Tensor, labels: torch.Tensor, config: TrainC
                     on_log(step, step / steps_per_epoch, running / count)
                     model.train()
                     running, count = 0.0, 0
-    finally:
-        torch.set_num_threads(old_threads)
 
 
 # --------------------------------------------------------------------------- logit spread and its bound
