@@ -319,6 +319,46 @@ def claims_text(results: Iterable[Result | dict]) -> str:
                      for r in results)
 
 
+OUTPUT_WIDTH = 72
+"""Characters of a printed line that fit the book's column at 1280 px (tests/test_output_width.py)."""
+
+
+def claims_block(results: Iterable[Result | dict], width: int = OUTPUT_WIDTH) -> str:
+    """Claims as text that fits ``width`` columns: per claim a head line, the measured
+    values and the threshold, each wrapped under a six-space indent (no timings)."""
+    import textwrap
+
+    def wrapped(text: str) -> list[str]:
+        return textwrap.wrap(text, width, initial_indent=" " * 6, subsequent_indent=" " * 8,
+                             break_on_hyphens=False) or [" " * 6]
+
+    out: list[str] = []
+    for r in results:
+        d = _row(r)
+        out.append(_clip(f"{status(d):10s} {d['id']} ({d['kind']})", width))
+        for item in measured_items(d):
+            out += wrapped(item)
+        out += wrapped(f"threshold: {d['threshold']}")
+        if d.get("known_miss"):
+            out += wrapped(f"known miss: {d['known_miss']}")
+    return "\n".join(out)
+
+
+def chapter_claims(only: list[str], width: int = OUTPUT_WIDTH) -> str:
+    """Evaluate the claims whose ids start with a prefix of ``only`` and return
+    :func:`claims_block` of them: the closing "The claims" section of a chapter.
+
+    A chapter that has already run its experiments in the same kernel reuses them
+    (each experiment module caches its ``run()``).
+    """
+    from .ledger import run_claims
+
+    results = run_claims(only)
+    if not results:
+        raise ValueError(f"no registered claim starts with {only!r} (import the chapter's module first)")
+    return claims_block(results, width)
+
+
 # --- benchmarks -----------------------------------------------------------------------------
 
 def _meta_line(meta: dict | None, fallback: str) -> str:
