@@ -95,7 +95,7 @@ def test_fashion_missing_names_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.delenv("MMTOKEN_FASHION_MNIST_DIR", raising=False)
     with pytest.raises(DatasetMissing, match="apt-get install -y dataset-fashion-mnist"):
         images.load_fashion_mnist("train", source=tmp_path / "empty", dest=tmp_path / "cache",
-                                  registry=FIXTURE_FASHION)
+                                  registry=FIXTURE_FASHION, download=False)
 
 
 def test_fashion_corrupt_source_is_rejected(tmp_path):
@@ -130,7 +130,7 @@ def test_fashion_corrupt_cache_is_rebuilt_from_verified_source(tmp_path, monkeyp
     (dest / "train-images-idx3-ubyte").write_bytes(b"garbage")
     with pytest.raises(DatasetError, match="wrong checksum"):
         images.load_fashion_mnist("train", source=tmp_path / "none", dest=dest,
-                                  registry={"train": FIXTURE_FASHION["train"]})
+                                  registry={"train": FIXTURE_FASHION["train"]}, download=False)
 
 
 def test_fashion_unknown_split():

