@@ -27,10 +27,10 @@ unit: setup
 	$(PY) -m pytest tests
 
 nbval: setup
-	$(PY) -m pytest --nbval $(NOTEBOOKS) --nbval-sanitize-with tests/nbval_sanitize.cfg
+	$(PY) -m pytest --nbval $(NOTEBOOKS) --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=3600
 
 test: strict  ## everything, ending with the pytest summary
-	$(PY) -m pytest tests $(NOTEBOOKS) --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg
+	$(PY) -m pytest tests $(NOTEBOOKS) --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=3600
 
 sync: setup  ## update each chapter's .ipynb from its .md (the source), then re-execute the references
 	$(VENV)/bin/jupytext --to ipynb --update $(shell find book -name '*.md' | xargs grep -l '^jupytext:' | sort)

@@ -196,9 +196,13 @@ def fit(params: Params, tokens: torch.Tensor, y: torch.Tensor, *, train: tuple[s
     ramp = max(warmup * per_epoch, 1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min(1.0, (k + 1) / ramp) if warmup else 1.0)
     history = FitHistory()
+    # a bar over batches where someone watches a long fit (a Jupyter kernel, a terminal); off in builds
+    bar = config.progress_bar(total=epochs * per_epoch, desc=f"fit {'+'.join(names)}",
+                              enabled=config.progress_enabled(epochs * tokens.numel()))
     for _ in range(epochs):
         total = 0.0
         for idx in length_batches(lengths, batch, gen):
+            bar.update(1)
             idx = idx.to(tokens.device)
             tok = _trim(tokens[idx])
             cnt = None if counts is None else counts[idx, : tok.shape[1]]
@@ -213,6 +217,7 @@ def fit(params: Params, tokens: torch.Tensor, y: torch.Tensor, *, train: tuple[s
         if val is not None:
             current = Params(leaves["E"].detach(), leaves["p"].detach(), leaves["v"].detach())
             history.val_accuracy.append(evaluate(current, *val)["accuracy"])
+    bar.close()
     for n in ("E", "p", "v"):
         setattr(params, n, leaves[n].detach())
     return history

@@ -666,6 +666,9 @@ def train_in_processes(jobs: list[tuple[Experiment, RawData, Path, dict]], worke
                                         "target": str(target), "fingerprint": fp}))
             pending.append((spec, Path(tmp) / f"job{i}.out"))
         running, failures = [], []
+        # each run takes minutes: a bar over finished runs where someone watches (off in builds)
+        bar = config.progress_bar(total=len(pending), desc="ViT runs",
+                                  enabled=config.progress_enabled(len(pending), threshold=1))
         try:
             while pending or running:
                 while pending and len(running) < workers:
@@ -676,11 +679,13 @@ def train_in_processes(jobs: list[tuple[Experiment, RawData, Path, dict]], worke
                 time.sleep(0.2)
                 for job in [j for j in running if j[0].poll() is not None]:
                     running.remove(job)
+                    bar.update(1)
                     proc, fh, out = job
                     fh.close()
                     if proc.returncode != 0:
                         failures.append(out.read_bytes().decode(errors="replace")[-3000:])
         finally:
+            bar.close()
             for proc, fh, _ in running:   # interrupted: stop the workers this call started
                 proc.terminate()
                 proc.wait()
@@ -745,7 +750,8 @@ def run_experiments(exps: Iterable[Experiment], *, retrain: bool = False, on_dam
             workers = 1 if config.device().type != "cpu" else 2 * (os.cpu_count() or 1)
         jobs = [(exp, raws[exp.dataset], target, fp) for target, (exp, fp) in todo.items()]
         if min(workers, len(jobs)) <= 1:
-            for job in jobs:
+            for job in config.progress_bar(jobs, desc="ViT runs",
+                                           enabled=config.progress_enabled(len(jobs), threshold=1)):
                 train_into(*job)
         else:
             train_in_processes(jobs, workers)

@@ -152,6 +152,17 @@ def test_fit_trains_only_the_named_parameters_and_warms_up():
         reviews.fit(params, tokens, y, train=("q",), epochs=1, lr=0.1, batch=2, seed=0)
 
 
+def test_fit_shows_a_bar_over_batches_only_when_asked(monkeypatch, capsys):
+    E, p, v, tokens = random_batch()
+    y = torch.tensor([1.0, -1.0, 1.0, -1.0])
+    for mode, shown in (("on", True), ("off", False)):
+        monkeypatch.setenv("MMTOKEN_PROGRESS", mode)
+        params = reviews.Params(E.float(), torch.zeros(5), v.float())
+        reviews.fit(params, tokens, y, train=("p",), epochs=3, lr=0.1, batch=2, seed=0)
+        err = capsys.readouterr().err
+        assert ("fit p" in err and "/6 " in err) == shown, err   # a bar over 3 epochs of 2 batches
+
+
 def test_evaluate_counts_empty_reviews_as_errors_and_measures_selection():
     # two sequences of four tokens; token 1 is "top"; attention logits make it take half the mass
     E = torch.tensor([[0.0], [float(np.log(3.0))], [0.0], [0.0]])

@@ -32,7 +32,7 @@ import pandas as pd
 import torch
 
 from .. import config, vit
-from ..ledger import Measured, claim
+from ..ledger import KNOWN_MISSES, Measured, claim
 from ..plotting import colors
 from ..vit_runs import Experiment, Result, checkpoint, effective_patches, run_experiments
 
@@ -231,6 +231,19 @@ def _claim_sparse() -> Measured:
                               "sparse ok": sparsity_verdict({**r, "learned": True})}
                 for s, r in rows.items()}}
     return Measured(value, passed, "effective patches = exp(entropy); test split, last block")
+
+
+# Measured on the held-out seeds after the recipe was fixed on validation data (chapter 9 says the same).
+KNOWN_MISSES.update({
+    "A.vit.learns": "seeds 10 and 11 reach 0.8497 and 0.8446 test accuracy (seed 12: 0.8587) after 0.866 and "
+                    "0.858 on validation: on every seed the test split is 1-1.6 points harder than the "
+                    "validation split, a gap the recipe search did not allow for; the model underfits "
+                    "(seed 10: training accuracy 0.870).",
+    "A.vit.norm_grows": "misses only through its condition that the seed learned (A.vit.learns): on every "
+                        "seed ||W_Q W_K^T||_F grows >= 15.9x and >= 8.0x the value projection's growth.",
+    "A.vit.sparsifies": "seed 10 keeps 26.7 effective patches per image (> P/2 = 24.5) and misses A.vit.learns; "
+                        "seeds 11 and 12 keep 22.6 and 15.7.",
+})
 
 
 # --------------------------------------------------------------------------- plots
