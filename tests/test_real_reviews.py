@@ -477,9 +477,17 @@ def _fake_result(tiny):
 def test_tables_and_plots(tiny):
     res = _fake_result(tiny)
     table = rr.baseline_table(res)
-    assert len(table) == len(rr.MODELS) and "beats attention (v fixed)" in table.columns
+    assert len(table) == len(rr.MODELS) and "beats v fixed" in table.columns
     assert rr.span([0.8, 0.8]) == "0.800" and rr.span([0.7, 0.81]) == "0.700 - 0.810"
     assert list(rr.seed_table(res.datasets["toy"]).index) == [10, 11]
+    wide = rr.seed_table(res.datasets["toy"])
+    narrow = rr.transposed(wide)
+    assert list(narrow.columns) == [10, 11] and list(narrow.index) == list(wide.columns)
+    assert all(len(x.split(".")[1]) == 3 for x in narrow.loc["acc"])   # every float keeps 3 decimals
+    assert list(rr.by_dataset(res, lambda r: {"seeds": len(r.seeds)}).loc["seeds"]) == [2]
+    setups, scans = rr.setup_table(res)
+    assert list(setups.columns) == ["toy"] and "scan" not in setups.index and "d" in setups.index
+    assert scans["toy"] == tuple(res.datasets["toy"].setup.scan)
     assert len(rr.attended_tokens(res.datasets["toy"], k=3, min_count=1)) == 3
     figs = [rr.plot_alignment(res, seed=10), rr.plot_scan(res, seed=10), rr.plot_accuracy(res),
             rr.plot_attention(res, "toy", seed=10)]

@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from .. import config, review_regime, review_runs, review_search, reviews
+from .. import config, plotting, review_regime, review_runs, review_search, reviews
 from ..datasets import text
 from ..datasets.registry import DatasetMissing
 from ..ledger import Measured, claim
@@ -216,17 +216,76 @@ def span(x, digits: int = 3) -> str:
 
 
 def baseline_table(res: Result) -> pd.DataFrame:
-    """Test accuracy of every model: range over the seeds, and in how many seeds it beats attention (v fixed)."""
+    """Test accuracy of every model: range over the seeds (``accuracy``), its mean, and in how
+    many seeds it beats attention with v fixed (``beats v fixed``)."""
     rows = []
     for name, r in res.datasets.items():
         ref = r.values("joint", "accuracy")
         for run in MODELS:
             acc = r.values(run, "accuracy")
             beats = int((acc > ref).sum()) if acc.size == ref.size else int((acc[0] > ref).sum())
-            rows.append({"data": name, "model": RUN_LABELS[run], "test accuracy (seeds 10-14)": span(acc),
+            rows.append({"data": name, "model": RUN_LABELS[run], "accuracy": span(acc),
                          "mean": round(float(acc.mean()), 3),
-                         "beats attention (v fixed)": "" if run == "joint" else f"{beats} of {ref.size}"})
+                         "beats v fixed": "" if run == "joint" else f"{beats} of {ref.size}"})
     return pd.DataFrame(rows)
+
+
+def transposed(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
+    """``table`` with rows and columns swapped (a narrow table of a wide one), its float columns
+    first written with ``digits`` decimals so that every value keeps its precision."""
+    out = table.copy()
+    for col in out.columns:
+        if out[col].dtype.kind == "f":
+            out[col] = [f"{x:.{digits}f}" for x in out[col]]
+    return out.T
+
+
+def by_dataset(res: Result, row) -> pd.DataFrame:
+    """A narrow table: one column per data set, one row per quantity.
+
+    ``row(r)`` maps a :class:`DatasetResult` to ``{quantity: value}`` (values already
+    formatted, e.g. with :func:`span`); quantities missing for a data set are left blank.
+    """
+    return pd.DataFrame({name: row(r) for name, r in res.datasets.items()}).fillna("")
+
+
+def profile_table(res: Result) -> pd.DataFrame:
+    """Sizes of each data set as the chapter uses it (one column per data set)."""
+    return by_dataset(res, lambda r: {
+        "train reviews": r.profile["n_train"], "test reviews": r.profile["n_test"],
+        "vocabulary": r.profile["vocab"], "mean length": f"{r.profile['mean_len']:.1f}",
+        "truncated (%)": f"{100 * r.profile['truncated']:.1f}",
+        f"tokens seen >= {review_runs.U_COUNT} times": r.profile["tokens_u"],
+        f"tokens seen >= {review_runs.TOP_COUNT} times": r.profile["tokens_top"],
+        "no vocabulary word: train": r.profile["empty_train"],
+        "no vocabulary word: test": r.profile["empty_test"]})
+
+
+def setup_table(res: Result) -> tuple[pd.DataFrame, dict[str, tuple]]:
+    """Every field of each data set's :class:`~mmtoken.review_runs.Setup`, one column per data set,
+    and (apart, being long) the scan values ``c`` of each data set."""
+    setups = {name: dataclasses.asdict(r.setup) for name, r in res.datasets.items()}
+    table = pd.DataFrame({name: {k: str(v) for k, v in s.items() if k not in ("dataset", "scan")}
+                          for name, s in setups.items()})
+    return table, {name: tuple(s["scan"]) for name, s in setups.items()}
+
+
+def trial_tables(dataset: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The validation search of ``dataset`` as two narrow tables, both indexed by trial number.
+
+    ``trials``: factor, value, best epoch and validation accuracy (4 decimals) of each trial;
+    ``curves``: its validation accuracy after each epoch, written without the leading zero
+    (the bag of words has one value).
+    """
+    _, table = search(dataset)
+    index = pd.RangeIndex(1, len(table) + 1, name="trial")
+    trials = pd.DataFrame({"factor": table["factor"].to_numpy(), "value": [f"{v:g}" for v in table["value"]],
+                           "best epoch": table["best epoch"].to_numpy(),
+                           "val acc": [f"{a:.4f}" for a in table["validation accuracy"]]}, index=index)
+    curves = [" ".join(x[1:] if x.startswith("0.") else x for x in row.split()) for row in table["by epoch"]]
+    width = max(len(c) for c in curves)
+    curves = pd.DataFrame({"after each epoch": [c.ljust(width) for c in curves]}, index=index)
+    return trials, curves
 
 
 def seed_table(r: DatasetResult) -> pd.DataFrame:
@@ -320,90 +379,97 @@ def _symlog(ax, axis: str, data: np.ndarray) -> None:
                                             for t in ticks])
 
 
+SHORT_LABELS = {"one_step": "one step on E", "two_phase": "two-phase", "joint": "joint, v fixed",
+                "joint_v": "joint, v trained"}
+"""Panel-title names of the runs (:data:`RUN_LABELS` gives the full names)."""
+
+
 def plot_alignment(res: Result | None = None, names=None, seed: int = SEEDS[0]):
     """``E_s^T v`` against the signed frequency ``alpha_s``: after one step on E, and after joint training."""
     rs = _datasets(res, names)
-    fig, axes = plt.subplots(len(rs), 2, figsize=(8, 3.0 * len(rs)), squeeze=False)
+    fig, axes = plotting.subplots(2, len(rs), squeeze=False, aspect=0.7)
+    runs = ("one_step", "joint")
+    plotting.panel_titles(axes, [f"{r.name}, {SHORT_LABELS[run_name]}" for r in rs for run_name in runs])
     for row, r in zip(axes, rs):
         keep = r.stats.count >= review_runs.TOP_COUNT
-        for ax, run_name in zip(row, ("one_step", "joint")):
+        for ax, run_name in zip(row, runs):
             b = r.arrays[seed][f"values/{run_name}"][keep]
             token_scatter(r.stats.alpha[keep], b, xlabel=r"signed frequency $\alpha_s$", ylabel=r"$E_s^\top v$",
                           ax=ax, alpha=0.3)
-            ax.set_title(f"{r.name}, {RUN_LABELS[run_name]}", fontsize=9)
             _symlog(ax, "x", r.stats.alpha[keep])
             _symlog(ax, "y", b)
-    fig.tight_layout()
     return fig
 
 
 def plot_ushape(res: Result | None = None, names=None, runs=("two_phase", "joint", "joint_v"), seed: int = SEEDS[0]):
-    """Paper B's Figure 1: attention logit ``p^T E_s`` against ``Delta_s``, per run (tokens seen >= 100 times)."""
+    """Paper B, Fig. 1: attention logit ``p^T E_s`` against ``Delta_s``, per run (tokens seen >= 100 times).
+
+    Panel titles: data set and run, then the partial U statistic and the two arms of ``seed``.
+    """
     rs = _datasets(res, names)
-    fig, axes = plt.subplots(len(rs), len(runs), figsize=(3.6 * len(runs), 3.0 * len(rs)), squeeze=False)
+    fig, axes = plotting.subplots(len(runs), len(rs), squeeze=False, aspect=1.0)
+    titles = []
     for row, r in zip(axes, rs):
         keep = r.stats.count >= review_runs.U_COUNT
-        for ax, run_name in zip(row, runs):
+        for j, (ax, run_name) in enumerate(zip(row, runs)):
             a = r.arrays[seed][f"logits/{run_name}"][keep]
-            token_scatter(r.stats.delta[keep], a, xlabel=r"$\Delta_s$", ylabel=r"attention logit $p^\top E_s$",
-                          ax=ax, alpha=0.35)
+            token_scatter(r.stats.delta[keep], a, xlabel=r"$\Delta_s$",
+                          ylabel=r"logit $p^\top E_s$" if j == 0 else "", ax=ax, alpha=0.35)
             u = r.metrics[seed][run_name]["u_shape"]
-            ax.set_title(f"{r.name}, {RUN_LABELS[run_name]}\npartial U {u['partial']:.2f}, arms "
-                         f"{u['positive']:.2f} / {u['negative']:.2f}", fontsize=8.5)
-    fig.tight_layout()
+            titles.append(f"{r.name}, {SHORT_LABELS.get(run_name, run_name)}\nU {u['partial']:.2f}, arms "
+                          f"{u['positive']:.2f}/{u['negative']:.2f}")
+    plotting.panel_titles(axes, titles)
     return fig
 
 
 def plot_scan(res: Result | None = None, names=None, seed: int = SEEDS[0]):
     """Two-phase protocol on the training split: loss along ``p = c v / max_s |E^1_s v|`` and where phase two ends."""
     rs = _datasets(res, names)
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    for col, r in zip(colors(len(rs)), rs):
+    fig, ax = plotting.one_panel()
+    for k, r in enumerate(rs):
+        st = plotting.style(k)
         sc, tp = r.metrics[seed]["scan"], r.metrics[seed]["two_phase"]
-        ax.plot(sc["c"], sc["loss"], "o-", color=col, label=f"{r.name}: p = c v after one step")
-        ax.plot([tp["c"]], [tp["train_loss"]], "*", ms=13, color=col, markeredgecolor="k",
+        ax.plot(sc["c"], sc["loss"], marker="o", **st, label=f"{r.name}: p = c v after one step")
+        ax.plot([tp["c"]], [tp["train_loss"]], "*", ms=13, color=st["color"], markeredgecolor="k",
                 label=f"{r.name}: end of phase two")
     ax.axhline(np.log(2), color="0.4", lw=0.8, ls=":")
     ax.set_xscale("symlog", linthresh=1.0)
     ax.set_xlabel(r"c = largest attention logit $|p^\top E^1_s|$, signed by $p^\top v$")
     ax.set_ylabel("training loss")
-    ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
+    fig.legend(loc="outside lower center", ncol=2)
     return fig
 
 
 def plot_regime(reg: Regime | None = None):
     """Phase two at the theory's dimension: loss, ``||p||`` and ``1 - max attention`` along the run, every seed."""
     reg = reg or regime()
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
-    cs = colors(len(reg.metrics))
-    for col, seed in zip(cs, sorted(reg.metrics)):
+    fig, axes = plotting.three_panels(["training loss", "norm of p", "1 - max attention"], aspect=1.1)
+    for k, seed in enumerate(sorted(reg.metrics)):
         h = reg.metrics[seed]["phase_two"]
         steps = np.asarray(h["steps"])
         for ax, key in zip(axes, ("loss", "p_norm", "unsaturated")):
             y = np.asarray(h[key], dtype=float)
-            ax.plot(steps[1:] if key != "loss" else steps, y[1:] if key != "loss" else y, color=col, lw=1.2,
-                    label=f"seed {seed}")
-    for ax, title, ylabel in zip(axes, ("training loss", "norm of p", "largest 1 - max attention"),
-                                 ("loss", r"$\Vert p\Vert$", "1 - max attention")):
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("gradient evaluation")
+            ax.plot(steps[1:] if key != "loss" else steps, y[1:] if key != "loss" else y, lw=1.2,
+                    label=f"seed {seed}", **plotting.style(k))
+    for ax, ylabel in zip(axes, ("loss", r"$\Vert p\Vert$", "max over reviews")):
+        ax.set_xlabel("evaluation")
         ax.set_ylabel(ylabel)
     axes[2].set_yscale("log")
-    axes[0].legend(fontsize=7.5)
-    fig.tight_layout()
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=len(reg.metrics))
     return fig
 
 
-def plot_attention(res: Result | None = None, name: str = "imdb", width: int = 9, seed: int = SEEDS[0]):
-    """The words of a few test reviews coloured by the attention of the jointly trained model (one panel each)."""
+def plot_attention(res: Result | None = None, name: str = "imdb", width: int = 7, seed: int = SEEDS[0]):
+    """The words of a few test reviews coloured by the attention of the jointly trained model (one panel each,
+    titled with the review's label and whether the model classifies it correctly)."""
     r = _datasets(res, [name])[0]
     exs = r.metrics[seed]["examples"]
     atts = [r.arrays[seed][f"example/{i}"] for i in range(len(exs))]
     nrows = [int(np.ceil(len(ex["words"]) / width)) for ex in exs]
-    fig, axes = plt.subplots(len(exs), 1, figsize=(10, 0.42 * sum(nrows) + 0.55 * len(exs)),
-                             gridspec_kw={"height_ratios": nrows}, squeeze=False)
+    fig, axes = plt.subplots(len(exs), 1, figsize=(plotting.COLUMN_WIDTH, 0.32 * sum(nrows) + 0.45 * len(exs)),
+                             gridspec_kw={"height_ratios": nrows}, squeeze=False, layout="constrained")
     cmap = plt.get_cmap("rocket_r") if "rocket_r" in plt.colormaps() else plt.get_cmap("Reds")
+    titles = []
     for ax, ex, w, h in zip(axes[:, 0], exs, atts, nrows):
         grid = np.full(h * width, np.nan)
         grid[: w.size] = w
@@ -415,16 +481,16 @@ def plot_attention(res: Result | None = None, name: str = "imdb", width: int = 9
         ax.set_yticks([])
         ax.grid(False)
         label = "positive" if ex["label"] > 0 else "negative"
-        pred = "correct" if (ex["output"] > 0) == (ex["label"] > 0) else "wrong"
-        ax.set_ylabel(f"{label}\n({pred})", rotation=0, ha="right", va="center", fontsize=9)
-    fig.tight_layout()
+        correct = (ex["output"] > 0) == (ex["label"] > 0)
+        titles.append(f"{label} review, " + ("classified correctly" if correct else "misclassified"))
+    plotting.panel_titles(axes[:, 0], titles)
     return fig
 
 
 def plot_accuracy(res: Result | None = None):
     """Test accuracy of every model per data set: the range over the held-out seeds (bars: mean)."""
     rs = _datasets(res)
-    fig, ax = plt.subplots(figsize=(8, 3.4))
+    fig, ax = plotting.one_panel(aspect=0.45)
     cs = colors(len(MODELS))
     width = 0.8 / len(MODELS)
     for j, run_name in enumerate(MODELS):
@@ -438,8 +504,7 @@ def plot_accuracy(res: Result | None = None):
     ax.set_ylim(0.45, 0.95)
     ax.axhline(0.5, color="0.4", lw=0.8, ls=":")
     ax.set_ylabel("test accuracy")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
+    fig.legend(loc="outside lower center", ncol=2)
     return fig
 
 
