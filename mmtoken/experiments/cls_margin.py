@@ -27,7 +27,7 @@ import torch
 
 from .. import config, embedding, geometry, svm, synthetic
 from ..ledger import Measured, claim
-from ..plotting import colors, token_scatter
+from ..plotting import style, subplots, token_scatter
 from ..tokens import TokenStats, token_stats
 from .one_step import ETA, data, head, init
 
@@ -248,61 +248,57 @@ def plot_convergence(r: ClsResult | None = None):
     the relative gap between the SVM margin and the normalized minimum margin of ``p``, and the relative
     excess of the loss over its infimum."""
     r = r or run()
-    fig, ax = plt.subplots()
-    c = colors(4)
+    fig, ax = subplots()
     k = r.steps > 0
-    ax.plot(r.steps[k], 1 - r.corr[k], color=c[0], label=r"1 - corr$(p, p^{mm})$")
-    ax.plot(r.steps[k], 1 - r.min_attn[k], color=c[1], label="1 - min attention on the important token")
+    ax.plot(r.steps[k], 1 - r.corr[k], label=r"1 - corr$(p, p^{mm})$", **style(0))
+    ax.plot(r.steps[k], 1 - r.min_attn[k], label="1 - min attention on important", **style(1))
     gap = r.svm_margin - r.min_margin[k]
-    ax.plot(r.steps[k], np.where(gap > 0, gap, np.nan) / r.svm_margin, color=c[2],
-            label="(svm margin - min margin) / svm margin")
+    ax.plot(r.steps[k], np.where(gap > 0, gap, np.nan) / r.svm_margin,
+            label="relative margin gap", **style(2))
     excess = (r.loss[k] - r.loss_inf) / r.loss_inf
-    ax.plot(r.steps[k], np.where(excess > 0, excess, np.nan), color=c[3], ls="--",
-            label="(loss - infimum) / infimum")
+    ax.plot(r.steps[k], np.where(excess > 0, excess, np.nan), label="relative loss excess", **style(3))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_ylim(1e-12, 2)
     ax.set_xlabel("step")
     ax.set_ylabel("distance to the limit")
-    ax.legend(loc="lower left", fontsize=8)
+    fig.legend(loc="outside lower center", ncol=2)
     return fig
 
 
 def plot_sweep(r: ClsResult | None = None):
-    """The sweep over ``sigma0``: the SVM margin (left); ``1 - corr(p, p_mm)`` against the step (middle)
-    and against ``||p|| / ||p_mm||`` (right), with the curve ``c^2 / (2 r^2)``."""
+    """The sweep over ``sigma0``: the SVM margin (panel "margin"); ``1 - corr(p, p_mm)`` against the
+    step (panel "against the step") and against ``||p|| / ||p_mm||`` (panel "in svm units"), with the
+    curve ``c^2 / (2 r^2)``."""
     r = r or run()
     s = r.sweep
-    fig, (a0, a1, a2) = plt.subplots(1, 3, figsize=(11.5, 3.6))
-    c = colors(len(s.scales))
+    fig, (a0, a1, a2) = subplots(3, titles=["margin", "against the step", "in svm units"], aspect=1.05)
     a0.plot(s.scales, s.margin, "o-", color="0.3", ms=4)
     slope = np.median(s.margin / s.scales)
     a0.plot(s.scales, slope * s.scales, ":", color="0.6", label=rf"${slope:.2f}\,\sigma_0$")
     a0.set_xscale("log")
     a0.set_yscale("log")
     a0.set_xlabel(r"initialisation scale $\sigma_0$")
-    a0.set_ylabel(r"svm margin $1/\Vert p^{mm}\Vert$")
-    a0.set_title("margin")
-    a0.legend(fontsize=8)
+    a0.set_ylabel(r"margin $1/\Vert p^{mm}\Vert$")
+    a0.legend(loc="upper left")
     for j, sig in enumerate(s.scales):
         k = s.steps[j] > 0
+        st = style(j)
         label = rf"$\sigma_0 = {sig:g}$"
-        a1.plot(s.steps[j][k], 1 - s.corr[j][k], color=c[j], label=label)
-        a1.axvline(s.budget[j], color=c[j], ls=":", lw=1)
-        a2.plot(s.norm[j][k] * s.margin[j], 1 - s.corr[j][k], color=c[j], label=label)
+        a1.plot(s.steps[j][k], 1 - s.corr[j][k], label=label, **st)
+        a1.axvline(s.budget[j], color=st["color"], ls=":", lw=1)
+        a2.plot(s.norm[j][k] * s.margin[j], 1 - s.corr[j][k], **st)
     rr = np.logspace(0, np.log10(max(x[-1] * g for x, g in zip(s.norm, s.margin))), 50)
-    a2.plot(rr, OFFSET ** 2 / (2 * rr ** 2), "--", color="0.3", lw=1, label=rf"${OFFSET:g}^2 / (2 r^2)$")
-    for ax, xl, title in ((a1, "step", "against the step"),
-                          (a2, r"$r = \Vert p\Vert / \Vert p^{mm}\Vert$", "against the norm in svm units")):
+    a2.plot(rr, OFFSET ** 2 / (2 * rr ** 2), color="0.3", lw=2.5, alpha=0.35,
+            label=rf"${OFFSET:g}^2 / (2 r^2)$")
+    for ax, xl in ((a1, "step"), (a2, r"$r = \Vert p\Vert / \Vert p^{mm}\Vert$")):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel(xl)
-        ax.set_ylabel(r"1 - corr$(p, p^{mm})$")
-        ax.set_title(title)
         ax.set_ylim(1e-5, 2)
-    a1.legend(fontsize=8, loc="lower left")
-    a2.legend(fontsize=8, loc="lower left")
-    fig.tight_layout()
+    a1.set_ylabel(r"1 - corr$(p, p^{mm})$")
+    handles = a1.get_legend_handles_labels()[0] + a2.get_legend_handles_labels()[0]
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles))
     return fig
 
 
@@ -331,30 +327,28 @@ def plot_attention(r: ClsResult | None = None, rows: int = 12):
 
 def plot_joint(j: JointResult | None = None, scale_index: int | None = None):
     """Joint GD on ``(E, p)``: attention on the important tokens against the step for every ``sigma0``
-    (left); at ``sigma0 = SIGMA0``, the final value ``E_s^T v`` against ``alpha_s`` (middle) and the final
-    attention logit ``p^T E_s`` against ``Delta_s`` (right)."""
+    (panel "selection"); at ``sigma0 = SIGMA0``, the final value ``E_s^T v`` against ``alpha_s`` (panel
+    "values") and the final attention logit ``p^T E_s`` against ``Delta_s`` (panel "logits")."""
     j = j or joint()
     si = SWEEP.index(SIGMA0) if scale_index is None else scale_index
-    fig, (a0, a1, a2) = plt.subplots(1, 3, figsize=(11.5, 3.6))
-    c = colors(len(j.scales))
+    fig, (a0, a1, a2) = subplots(3, titles=["selection", "values", "logits"], aspect=1.05)
     k = j.steps > 0
     for i, sig in enumerate(j.scales):
-        a0.plot(j.steps[k], j.mean_attn[k, i], color=c[i], label=rf"$\sigma_0 = {sig:g}$")
+        a0.plot(j.steps[k], j.mean_attn[k, i], label=rf"$\sigma_0 = {sig:g}$", **style(i))
     a0.set_xscale("log")
     a0.set_xlabel("step")
-    a0.set_ylabel("mean attention on the important token")
-    a0.set_title("selection")
-    a0.legend(fontsize=8)
+    a0.set_ylabel("attention on important")
     keep = j.stats.count > 0
     token_scatter(j.stats.alpha[keep], j.values[si, keep], hue=j.kind[keep], ax=a1, alpha=0.8,
                   xlabel=r"signed frequency $\alpha_s$", ylabel=r"value $E_s^\top v$")
-    a1.set_title("values")
     token_scatter(j.stats.delta[keep], j.logits[si, keep], hue=j.kind[keep], ax=a2, alpha=0.8,
                   xlabel=r"posterior difference $\Delta_s$", ylabel=r"attention logit $p^\top E_s$")
-    a2.set_title("logits")
+    # one legend below the panels: the scales of the selection panel, then the token kinds
+    handles, labels = a0.get_legend_handles_labels()
+    h1, l1 = a1.get_legend_handles_labels()
     for ax in (a1, a2):
-        ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
+        ax.get_legend().remove()
+    fig.legend(handles + h1, labels + l1, loc="outside lower center", ncol=4)
     return fig
 
 

@@ -20,7 +20,7 @@ import torch
 
 from .. import config, embedding, geometry, synthetic
 from ..ledger import Measured, claim
-from ..plotting import colors, token_scatter
+from ..plotting import colors, subplots, token_scatter
 from ..tokens import TokenStats, token_stats
 
 CHAPTER = "10_one_step"
@@ -121,15 +121,16 @@ def plot_alignment(r: OneStepResult | None = None, scale_index: int = 0, ax=None
     ax = fig.axes[0]
     x = np.linspace(r.stats.alpha[keep].min(), r.stats.alpha[keep].max(), 2)
     ax.plot(x, r.eta / 2 * x, "--", color="0.3", lw=1, label=r"$(\eta/2)\,\alpha_s$")
-    ax.legend(loc="best", fontsize=8)
+    ax.legend(loc="upper left")
     return fig
 
 
 def plot_scale(r: OneStepResult | None = None):
     """Against the initialisation scale (median and range over seeds): the correlation of ``E^1 v``
-    with ``alpha`` (left) and the relative distance of ``E^1 v`` from the line ``(eta/2) alpha`` (right)."""
+    with ``alpha`` (panel "correlation") and the relative distance of ``E^1 v`` from the line
+    ``(eta/2) alpha`` (panel "distance to the line")."""
     r = r or run()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9.0, 3.6))
+    fig, (a1, a2) = subplots(2, titles=["correlation", "distance to the line"])
     c = colors(2)
     for ax, y, label, k in ((a1, r.corr, r"corr$(E^1 v, \alpha)$", 0),
                             (a2, r.half_gap, r"relative distance to $(\eta/2)\alpha$", 1)):
@@ -139,7 +140,6 @@ def plot_scale(r: OneStepResult | None = None):
         ax.set_xlabel(r"initialisation scale $\sigma_0$")
         ax.set_ylabel(label)
     a2.set_yscale("log")
-    fig.tight_layout()
     return fig
 
 

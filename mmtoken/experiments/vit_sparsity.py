@@ -33,7 +33,7 @@ import torch
 
 from .. import config, vit
 from ..ledger import KNOWN_MISSES, Measured, claim
-from ..plotting import colors
+from ..plotting import COLUMN_WIDTH, colors, panel_titles, style, subplots
 from ..vit_runs import Experiment, Result, checkpoint, effective_patches, run_experiments
 
 CHAPTER = "09_vit_sparsity"
@@ -249,23 +249,22 @@ KNOWN_MISSES.update({
 # --------------------------------------------------------------------------- plots
 
 def plot_training(study: Study | None = None):
-    """Left: training loss (running mean between log points) per seed. Right: validation accuracy per epoch,
-    final test accuracy marked."""
+    """Panel "training loss": running mean between log points, per seed. Panel "accuracy": validation
+    accuracy per epoch, final test accuracy marked."""
     study = study or run()
-    c = colors(len(study.seeds))
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
+    fig, (ax1, ax2) = subplots(2, titles=["training loss", "accuracy"])
     for k, (s, r) in enumerate(study.seeds.items()):
-        ax1.plot(r.log["epoch"][1:], r.log["train_loss"][1:], color=c[k], lw=1, label=f"seed {s}")
+        st = style(k)
+        ax1.plot(r.log["epoch"][1:], r.log["train_loss"][1:], lw=1.2, label=f"seed {s}", **st)
         ep = np.arange(len(r.val_acc))
-        ax2.plot(ep[1:], r.val_acc[1:], "o-", color=c[k], ms=4, label=f"seed {s} (validation)")
-        ax2.plot(ep[-1] + 0.15, r.test["acc"], "*", color=c[k], ms=10)
-    ax2.plot([], [], "*", color="0.3", ms=10, label="test (once, at the end)")
+        ax2.plot(ep[1:], r.val_acc[1:], marker="o", ms=3, label=f"seed {s}", **st)
+        ax2.plot(ep[-1] + 0.15, r.test["acc"], "*", color=st["color"], ms=9)
+    ax2.plot([], [], "*", color="0.3", ms=9, label="test (at the end)")
     ax2.axhline(ACCURACY, color="0.5", ls=":", lw=1)
     ax1.set(xlabel="epoch", ylabel="training cross-entropy")
-    ax1.legend(fontsize=8)
-    ax2.set(xlabel="epoch", ylabel="accuracy")
-    ax2.legend(fontsize=8)
-    fig.tight_layout()
+    ax1.legend(loc="upper right")
+    ax2.set(xlabel="epoch", ylabel="validation accuracy")
+    ax2.legend(loc="lower right")
     return fig
 
 
@@ -296,7 +295,8 @@ def plot_attention_maps(r: Result | None = None, n_examples: int = 6, layer: int
     cols = np.unique(np.round(np.linspace(0, len(stored) - 1, min(n_epochs, len(stored)))).astype(int))
     epochs = [stored[c] for c in cols]
     g, size = r.experiment.model.grid, r.experiment.model.image_size
-    fig, axes = plt.subplots(len(idx), len(epochs) + 1, figsize=(1.5 * (len(epochs) + 1), 1.5 * len(idx)),
+    cell = COLUMN_WIDTH / (len(epochs) + 1.2)        # fit the column: labels keep their size on screen
+    fig, axes = plt.subplots(len(idx), len(epochs) + 1, figsize=(COLUMN_WIDTH, cell * len(idx) + 0.3),
                              squeeze=False)
     rgb = np.array(colors(2)[1])
     for row, i in enumerate(idx):
@@ -305,14 +305,14 @@ def plot_attention_maps(r: Result | None = None, n_examples: int = 6, layer: int
         maps = r.probe_attention[cols, layer, i].reshape(len(epochs), g, g)
         vmax = maps.max()
         axes[row, 0].imshow(img, cmap=cmap)
-        axes[row, 0].set_ylabel(r.classes[r.probe_labels[i]], fontsize=8)
+        axes[row, 0].set_ylabel(r.classes[r.probe_labels[i]], fontsize=9)
         for col, e in enumerate(epochs):
             ax = axes[row, col + 1]
             overlay = np.concatenate([np.broadcast_to(rgb, (g, g, 3)), (maps[col] / vmax)[..., None]], axis=-1)
             ax.imshow(img if cmap else img // 2, cmap=cmap, vmin=0, vmax=400, extent=(0, size, size, 0))
             ax.imshow(overlay, extent=(0, size, size, 0), interpolation="nearest")
             ax.text(0.04, 0.96, f"{effective_patches(maps[col].ravel()):.0f}", transform=ax.transAxes,
-                    va="top", fontsize=7, color="w", bbox={"facecolor": "k", "alpha": 0.5, "pad": 1, "lw": 0})
+                    va="top", fontsize=8, color="w", bbox={"facecolor": "k", "alpha": 0.5, "pad": 1, "lw": 0})
             if row == 0:
                 ax.set_title(f"epoch {e}", fontsize=9)
     for ax in axes.flat:
@@ -328,76 +328,80 @@ NORM_LABELS = {"qk": r"$W_Q W_K^\top$", "ov": r"$W_V W_O$", "v": r"$W_V$", "mlp_
 
 def plot_norms(study: Study | None = None, layer: int = -1):
     """Growth (norm over its initial value) of the key-query product and of its controls, per seed,
-    for the chosen rate (left) and the smaller one (right)."""
+    for the chosen rate (panel "chosen rate") and the smaller one (panel "rate / 10")."""
     study = study or run()
-    c = colors(len(NORM_LABELS))
-    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.6), sharey=True)
-    for ax, (group, runs) in zip(axes, (("chosen learning rate", study.seeds),
-                                        ("learning rate / %g" % SMALLER_LR, study.smaller_lr))):
-        for k, (name, label) in enumerate(NORM_LABELS.items()):
+    fig, axes = subplots(2, titles=["chosen rate", f"rate / {SMALLER_LR:g}"], sharey=True)
+    for ax, runs in zip(axes, (study.seeds, study.smaller_lr)):
+        for k, name in enumerate(NORM_LABELS):
             for j, r in enumerate(runs.values()):
-                ax.plot(r.log["epoch"], r.log[name][:, layer] / r.log[name][0, layer], color=c[k], lw=1.2,
-                        label=label if j == 0 else None)
+                ax.plot(r.log["epoch"], r.log[name][:, layer] / r.log[name][0, layer], lw=1.2,
+                        label=NORM_LABELS[name] if j == 0 else None, **style(k))
         ax.set_yscale("log")
-        ax.set(xlabel="epoch", title=group)
+        ax.set(xlabel="epoch")
     axes[0].set_ylabel("norm / norm at initialisation")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=len(NORM_LABELS))
     return fig
 
 
 def plot_sparsity(study: Study | None = None, layer: int = -1):
-    """Left: effective patches of the per-image and of the averaged probe map during training, per seed.
-    Right: mean attention entropy against ``||W_Q W_Kᵀ||_F``, every log point, both learning rates."""
+    """Panel "effective patches": of the per-image and of the averaged probe map during training, per
+    seed. Panel "entropy against norm": mean attention entropy against ``||W_Q W_Kᵀ||_F``, every log
+    point, both learning rates."""
     study = study or run()
-    c = colors(len(study.seeds))
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.5, 3.6))
+    fig, (ax1, ax2) = subplots(2, titles=["effective patches", "entropy against norm"])
     P = next(iter(study.seeds.values())).n_patches
     for k, (s, r) in enumerate(study.seeds.items()):
-        ax1.plot(r.log["epoch"], r.log["eff"][:, layer], color=c[k], label=f"seed {s}, per image")
-        ax1.plot(r.log["epoch"], r.log["eff_mean"][:, layer], color=c[k], ls="--", label=f"seed {s}, averaged map")
-        ax2.plot(r.log["qk"][:, layer], r.log["entropy"][:, layer], "-o",
-                 color=c[k], ms=2.5, lw=1, label=f"seed {s}")
+        c = style(k)["color"]
+        ax1.plot(r.log["epoch"], r.log["eff"][:, layer], color=c, ls="-")
+        ax1.plot(r.log["epoch"], r.log["eff_mean"][:, layer], color=c, ls="--")
+        ax2.plot(r.log["qk"][:, layer], r.log["entropy"][:, layer], "-o", color=c, ms=2.5, lw=1)
         small = study.smaller_lr.get(s)
         if small is not None:
-            ax2.plot(small.log["qk"][:, layer], small.log["entropy"][:, layer], "-s", color=c[k], ms=2.5, lw=1,
-                     alpha=0.5, label=f"seed {s}, lr / {SMALLER_LR:g}")
-    ax1.axhline(P / 2, color="0.5", ls=":", lw=1, label="P / 2")
+            ax2.plot(small.log["qk"][:, layer], small.log["entropy"][:, layer], ":s", color=c, ms=2.5, lw=1)
+    ax1.axhline(P / 2, color="0.5", ls=":", lw=1)
     ax1.set(xlabel="epoch", ylabel="effective patches", ylim=(0, P * 1.05))
-    ax1.legend(fontsize=7, ncol=2)
-    ax2.axhline(np.log(P), color="0.5", ls=":", lw=1, label="log P (uniform)")
+    ax2.axhline(np.log(P), color="0.5", ls=":", lw=1)
     ax2.set_xscale("log")
     ax2.set(xlabel=r"$\|W_Q W_K^\top\|_F$ (final layer)", ylabel="attention entropy (nats)")
-    ax2.legend(fontsize=7)
-    fig.tight_layout()
+    # one legend, below the panels: seeds by colour, the kind of curve by line style and marker
+    handles = [plt.Line2D([], [], color=style(k)["color"], lw=2, label=f"seed {s}")
+               for k, s in enumerate(study.seeds)]
+    handles += [plt.Line2D([], [], color="0.3", ls="-", label="per image"),
+                plt.Line2D([], [], color="0.3", ls="--", label="averaged map"),
+                plt.Line2D([], [], color="0.5", ls=":", label="P / 2, log P"),
+                plt.Line2D([], [], color="0.3", marker="o", ms=3, ls="-", label="chosen rate"),
+                plt.Line2D([], [], color="0.3", marker="s", ms=3, ls=":", label=f"rate / {SMALLER_LR:g}")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=4)
     return fig
 
 
 def plot_where(study: Study | None = None, layer: int = -1):
-    """Top: test-averaged final-layer attention over the grid, per seed, and how often each patch is foreground.
-    Bottom: attention mass on foreground patches of the probe batch during training, per seed, against uniform."""
+    """Top row: test-averaged final-layer attention over the grid, per seed (one shared colour scale),
+    and how often each patch is foreground. Bottom: attention mass on foreground patches of the probe
+    batch during training, per seed, against uniform."""
     study = study or run()
     runs = list(study.seeds.values())
     g = runs[0].experiment.model.grid
-    fig, axes = plt.subplots(1, len(runs) + 2, figsize=(3 * (len(runs) + 2), 3.2),
-                             gridspec_kw={"width_ratios": [1] * (len(runs) + 1) + [1.6]})
-    for ax, r in zip(axes, runs):
-        im = ax.imshow(r.test_mean_map[layer].reshape(g, g), cmap="magma", vmin=0)
-        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
-        ax.set(xticks=[], yticks=[], title=f"seed {r.seed}: mean attention")
-        ax.grid(False)
-    im = axes[len(runs)].imshow(runs[0].probe_fg.mean(0).reshape(g, g), cmap="magma", vmin=0)
-    fig.colorbar(im, ax=axes[len(runs)], fraction=0.046, pad=0.04)
-    axes[len(runs)].set(xticks=[], yticks=[], title="foreground frequency")
-    axes[len(runs)].grid(False)
-    ax = axes[-1]
-    c = colors(len(runs))
+    top = [f"s{k}" for k in range(len(runs))] + ["fg"]
+    fig, axd = plt.subplot_mosaic([top, ["line"] * len(top)], figsize=(COLUMN_WIDTH, 4.4),
+                                  height_ratios=[1, 1.1], layout="constrained")
+    vmax = max(float(r.test_mean_map[layer].max()) for r in runs)
+    for key, r in zip(top, runs):
+        im = axd[key].imshow(r.test_mean_map[layer].reshape(g, g), cmap="magma", vmin=0, vmax=vmax)
+    fig.colorbar(im, ax=[axd[key] for key in top[:-1]], fraction=0.05, pad=0.02)
+    im = axd["fg"].imshow(runs[0].probe_fg.mean(0).reshape(g, g), cmap="magma", vmin=0, vmax=1)
+    fig.colorbar(im, ax=axd["fg"], fraction=0.046, pad=0.04)
+    for key in top:
+        axd[key].set(xticks=[], yticks=[])
+        axd[key].grid(False)
+    ax = axd["line"]
     for k, r in enumerate(runs):
-        ax.plot(r.log["epoch"], r.log["fg_share"][:, layer], color=c[k], label=f"seed {r.seed}")
-    ax.axhline(runs[0].probe_fg.mean(), color="0.3", ls="--", lw=1, label="uniform attention")
-    ax.set(xlabel="epoch", ylabel="attention on foreground", ylim=(0, 1), title="during training (validation)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+        ax.plot(r.log["epoch"], r.log["fg_share"][:, layer], label=f"seed {r.seed}", **style(k))
+    ax.axhline(runs[0].probe_fg.mean(), color="0.3", ls=(0, (1, 1)), lw=1, label="uniform attention")
+    ax.set(xlabel="epoch", ylabel="attention on foreground", ylim=(0, 1))
+    ax.legend(loc="lower right", ncol=2)
+    panel_titles([axd[key] for key in top] + [ax],
+                 [f"seed {r.seed}" for r in runs] + ["foreground", "during training (probe images)"])
     return fig
 
 
