@@ -15,7 +15,7 @@ import torch
 from .. import config, geometry, grad, instances, public_code, svm, train
 from ..ledger import Measured, claim
 from ..model import AttentionProblem
-from ..plotting import colors, plot_curves, plot_paths, start_label
+from ..plotting import colors, plot_curves, plot_paths
 
 CHAPTER = "tour"
 
@@ -167,15 +167,18 @@ def plot_picture(r: PictureResult | None = None, first: int = 200):
     10 steps), which stops lengthening once its gradient falls below the ``1e-9`` of its normalization."""
     r = r or published_picture()
     keep = r.steps <= first
-    fig = plot_paths(r.p_stable[keep], directions={"GMM direction": r.gmm},
-                     labels=[start_label(s) for s in r.p_stable[0]])
+    fig = plot_paths(r.p_stable[keep], directions={"GMM direction": r.gmm})
     ax = fig.axes[0]
+    S = r.p_stable.shape[1]
+    for line in ax.lines[0:2 * S:2]:              # plot_paths draws path, start dot per start:
+        line.set_linestyle("-")                   # stable paths solid, so that dashed means public code
+    ax.plot([], [], color="0.35", lw=1.6, label=f"stable, {r.p_stable.shape[1]} starts")   # one entry per bundle
     cs = colors(r.p_public.shape[1])
     for j in range(r.p_public.shape[1]):
         ax.plot(r.p_public[keep, j, 0], r.p_public[keep, j, 1], "--", color=cs[j], lw=1.2)
         ax.plot(r.p_public[keep, j, 0][::10], r.p_public[keep, j, 1][::10], "x", color=cs[j], ms=3)
-    ax.plot([], [], "k--x", ms=3, lw=1.2, label="public code (float32)")
-    ax.legend(loc="best", fontsize=8)
+    ax.plot([], [], "--x", color="0.35", ms=3, lw=1.2, label="public code (float32)")
+    ax.legend(loc="best")
     return fig
 
 
@@ -204,8 +207,11 @@ def plot_tour(r: TourResult | None = None, first: int = 200):
     """Paths of the first ``first`` iterations against the GMM direction."""
     r = r or tour()
     keep = r.steps <= first
-    return plot_paths(r.paths[keep], directions={"GMM direction": r.gmm}, tokens=r.keys,
-                      labels=[start_label(s) for s in r.paths[0]])
+    fig = plot_paths(r.paths[keep], directions={"GMM direction": r.gmm}, tokens=r.keys)
+    ax = fig.axes[0]
+    ax.plot([], [], color="0.35", lw=1.6, label=f"{r.paths.shape[1]} starts (dot: start)")   # one entry
+    ax.legend(loc="best")
+    return fig
 
 
 FIGURES = {"fig-tour-paths": lambda: plot_tour(), "fig-tour-trap": lambda: plot_trap(),

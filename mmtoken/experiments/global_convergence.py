@@ -28,7 +28,7 @@ from scipy.optimize import brentq
 from .. import config, geometry, grad, instances, smoothness, svm, train
 from ..ledger import Measured, claim
 from ..model import AttentionProblem
-from ..plotting import colors, plot_curves, plot_paths, start_label
+from ..plotting import colors, plot_curves, plot_paths, style, subplots
 
 CHAPTER = "02_global"
 LR = 0.1
@@ -374,8 +374,15 @@ def plot_paths_published(r: GlobalResult | None = None, first: int = 200, ax=Non
     """Paths of the first ``first`` steps with the GMM ray and the keys."""
     r = r or run()
     keep = r.published.steps <= first
-    return plot_paths(r.published.p[keep], directions={"GMM direction": r.gmm}, tokens=r.keys,
-                      labels=[start_label(s) for s in r.starts], ax=ax)
+    fig = plot_paths(r.published.p[keep], directions={"GMM direction": r.gmm}, tokens=r.keys, ax=ax)
+    starts_legend(fig.axes[0] if ax is None else ax, len(r.starts))
+    return fig
+
+
+def starts_legend(ax, count: int, what: str = "starts") -> None:
+    """One legend entry for a bundle of paths drawn one colour each (not one entry per start)."""
+    ax.plot([], [], color="0.35", lw=1.6, label=f"{count} {what} (dot: start)")
+    ax.legend(loc="best")
 
 
 def plot_convergence(r: GlobalResult | None = None, ax=None):
@@ -386,14 +393,14 @@ def plot_convergence(r: GlobalResult | None = None, ax=None):
     norm = np.concatenate([r.published.norm[1:], r.long.norm[1:]])
     corr = np.concatenate([r.published.corr[1:], r.long.corr[1:]])
     for j in range(norm.shape[1]):
-        ax.plot(norm[:, j], np.maximum(1 - corr[:, j], 1e-16), color=cs[0], lw=1.0, alpha=0.8,
+        ax.plot(norm[:, j], np.maximum(1 - corr[:, j], 1e-16), color=cs[0], ls="-", lw=1.0, alpha=0.8,
                 label="normalized gd, six starts" if j == 0 else None)
     ax.plot(r.reg.radii, np.maximum(1 - r.reg.corr, 1e-16), "s--", color=cs[1], ms=5, label="regularization path")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(r"$\|p\|$ (gd) or $r$ (regularization path)")
     ax.set_ylabel("1 - correlation with gmm")
-    ax.legend(loc="best", fontsize=8)
+    ax.legend(loc="best")
     return fig
 
 
@@ -407,20 +414,27 @@ def plot_norm(r: GlobalResult | None = None, ax=None):
     return fig
 
 
-def plot_plain(r: PlainRun | None = None, ref=None, axes=None, labels=None):
-    """Plain GD: ``1 - corr`` with ``ref`` (left) and ``||p||`` (right) against the step, log scales."""
+def plot_plain(r: PlainRun | None = None, ref=None, axes=None, groups: dict | None = None):
+    """Plain GD: ``1 - corr`` with ``ref`` (panel "direction") and ``||p||`` (panel "norm") against the step.
+
+    ``groups`` maps a legend label to the indices of the starts drawn as one bundle
+    (one colour and one legend entry per bundle); default: all starts, one bundle.
+    """
     if r is None:
         r, ref = plain_run(), gmm_of(instances.fig1("global")).x
     if axes is None:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        fig, axes = subplots(2, titles=["direction", "norm"])
     fig = axes[0].figure
     keep = r.steps > 0
     corr = geometry.correlation(r.p, ref)
-    cs = colors(r.p.shape[1])
-    for j in range(r.p.shape[1]):
-        lab = None if labels is None else labels[j]
-        axes[0].plot(r.steps[keep], np.maximum(1 - corr[keep, j], 1e-16), color=cs[j], lw=1.4, label=lab)
-        axes[1].plot(r.steps[keep], r.norm[keep, j], color=cs[j], lw=1.4, label=lab)
+    S = r.p.shape[1]
+    groups = groups or {f"{S} starts": list(range(S))}
+    for g, (name, idx) in enumerate(groups.items()):
+        st = style(g)
+        for k, j in enumerate(idx):
+            lab = name if k == 0 else None
+            axes[0].plot(r.steps[keep], np.maximum(1 - corr[keep, j], 1e-16), lw=1.2, label=lab, **st)
+            axes[1].plot(r.steps[keep], r.norm[keep, j], lw=1.2, label=lab, **st)
     axes[0].set_xscale("log")
     axes[0].set_yscale("log")
     axes[0].set_xlabel("iteration k")
@@ -428,10 +442,7 @@ def plot_plain(r: PlainRun | None = None, ref=None, axes=None, labels=None):
     axes[1].set_xscale("log")
     axes[1].set_xlabel("iteration k")
     axes[1].set_ylabel(r"$\|p(k)\|$")
-    axes[0].set_title("direction")
-    axes[1].set_title("norm")
-    if labels is not None:
-        axes[1].legend(loc="best", fontsize=8)
+    axes[1].legend(loc="best")
     return fig
 
 
@@ -439,26 +450,26 @@ def plot_stationary(c: StationaryCounterexample | None = None, axes=None):
     """The counterexample: ``L(p)`` with its stationary point (left), plain GD from both sides of it (right)."""
     c = c or stationary_counterexample()
     if axes is None:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        fig, axes = subplots(2, titles=["loss", "plain gd"])
     fig = axes[0].figure
     cs = colors(3)
     axes[0].plot(c.grid, c.loss, color=cs[0], lw=1.8, label="scores (1, 0, 0.9)")
     axes[0].plot(c.grid, c.loss_equal, color=cs[1], lw=1.8, ls="--", label="scores (1, 0.9, 0.9)")
     L_star = float(np.interp(c.p_star, c.grid, c.loss))
-    axes[0].plot([c.p_star], [L_star], "o", color="k", ms=5, label=f"stationary point p* = {c.p_star:.3f}")
+    axes[0].plot([c.p_star], [L_star], "o", color="k", ms=5, label=f"p* = {c.p_star:.3f}")
     axes[0].set_xlabel("p")
     axes[0].set_ylabel("loss L(p)")
-    axes[0].set_title("loss")
-    axes[0].legend(loc="best", fontsize=8)
+    lo, hi = axes[0].get_ylim()
+    axes[0].set_ylim(lo, hi + 0.45 * (hi - lo))            # room above the curves for the legend
+    axes[0].legend(loc="upper right")
     keep = c.run.steps > 0
-    for j, (name, col) in enumerate((("start p* - 1e-6", cs[2]), ("start p* + 1e-6", cs[0]))):
-        axes[1].plot(c.run.steps[keep], c.run.p[keep, j, 0], color=col, lw=1.8, label=name)
+    for j, (name, col, ls) in enumerate((("start p* - 1e-6", cs[2], "-."), ("start p* + 1e-6", cs[0], "-"))):
+        axes[1].plot(c.run.steps[keep], c.run.p[keep, j, 0], color=col, lw=1.8, ls=ls, label=name)
     axes[1].axhline(c.p_star, color="0.5", lw=1, ls=":")
     axes[1].set_xscale("log")
     axes[1].set_xlabel("iteration k")
     axes[1].set_ylabel("p(k)")
-    axes[1].set_title("plain gd")
-    axes[1].legend(loc="best", fontsize=8)
+    axes[1].legend(loc="best")
     return fig
 
 

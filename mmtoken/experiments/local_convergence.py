@@ -31,7 +31,7 @@ import torch
 from .. import config, cone_path, geometry, instances, train
 from ..ledger import Measured, claim
 from ..model import AttentionProblem
-from ..plotting import colors, plot_paths, start_label
+from ..plotting import DIRECTION_STYLES, colors, plot_paths, subplots
 from . import global_convergence
 
 CHAPTER = "03_local"
@@ -478,8 +478,22 @@ def plot_fig1_local(r: LocalResult | None = None, first: int = 200, ax=None):
     """Fig. 1 (local): the first ``first`` iterations with the GMM and LMM rays."""
     r = (r or run()).fig1
     keep = r.steps <= first
-    return plot_paths(r.paths[keep], directions={"GMM direction": r.gmm, "LMM direction": r.lmm},
-                      tokens=r.keys, labels=[start_label(s) for s in r.paths[0]], ax=ax)
+    fig = plot_paths(r.paths[keep], directions={"GMM direction": r.gmm, "LMM direction": r.lmm},
+                     tokens=r.keys, ax=ax)
+    global_convergence.starts_legend(fig.axes[0] if ax is None else ax, r.paths.shape[1])
+    return fig
+
+
+def plot_plain_local(r=None, axes=None):
+    """Plain GD on Fig. 1 (local), :func:`global_convergence.plot_plain` against each start's limit:
+    the four upper starts (GMM) and the two lowest (LMM) as two bundles."""
+    r = r or plain_run()
+    limits = plain_limits()
+    gmm, _ = fig1_local_directions()
+    to_gmm = np.all(limits == gmm, axis=1)
+    groups = {f"{int(to_gmm.sum())} starts, limit GMM": np.flatnonzero(to_gmm).tolist(),
+              f"{int((~to_gmm).sum())} starts, limit LMM": np.flatnonzero(~to_gmm).tolist()}
+    return global_convergence.plot_plain(r, limits, axes=axes, groups=groups)
 
 
 def _wedge(ax, q, mu, R, color, alpha=0.15):
@@ -490,7 +504,23 @@ def _wedge(ax, q, mu, R, color, alpha=0.15):
     ax.fill(np.r_[R * np.cos(a), 0], np.r_[R * np.sin(a), 0], color=color, alpha=alpha, lw=0)
 
 
-def plot_cones(r: LocalResult | None = None, case: str = "local", upto: int = 400, ax=None):
+def plot_cones_pair(r: LocalResult | None = None, upto: int = 400):
+    """:func:`plot_cones` of both configurations side by side (panels "local case", "global case"),
+    one legend below them: a colour per selected token, solid if locally optimal, dashed if not."""
+    fig, axes = subplots(2, titles=["local case", "global case"], aspect=1.0)
+    for ax, case in zip(axes, ("local", "global")):
+        plot_cones(r, case, upto=upto, ax=ax, legend=False)
+    from matplotlib.lines import Line2D
+
+    # colour: the selected token (its cone shaded); dash: the classification
+    handles = [Line2D([], [], color=col, ls="-", lw=1.5) for col in colors(3)]
+    handles += [Line2D([], [], color="0.3", ls="-", lw=1.5), Line2D([], [], color="0.3", ls="--", lw=1.5)]
+    labels = [f"token {t}" for t in range(3)] + ["locally optimal", "not locally optimal"]
+    fig.legend(handles, labels, loc="outside lower center", ncol=3)
+    return fig
+
+
+def plot_cones(r: LocalResult | None = None, case: str = "local", upto: int = 400, ax=None, legend: bool = True):
     """Cone runs of one configuration: shaded cones around each feasible ``p_mm`` and the paths from their edges."""
     import matplotlib.pyplot as plt
 
@@ -515,7 +545,8 @@ def plot_cones(r: LocalResult | None = None, case: str = "local", upto: int = 40
     ax.set_xlabel("$p_1$")
     ax.set_ylabel("$p_2$")
     ax.set_aspect("equal", adjustable="datalim")
-    ax.legend(loc="best", fontsize=8)
+    if legend:
+        ax.legend(loc="best")
     return fig
 
 
@@ -545,7 +576,7 @@ def plot_counterexample(r: LocalResult | None = None, upto: int = 300, ax=None):
     ax.set_xlabel("$p_1$")
     ax.set_ylabel("$p_2$")
     ax.set_aspect("equal", adjustable="datalim")
-    ax.legend(loc="best", fontsize=8)
+    ax.legend(loc="best")
     return fig
 
 
@@ -564,18 +595,19 @@ def plot_direction_sweep(d: DirectionSweep | None = None, ax=None):
             label="ends on the cone's boundary")
     ax.plot(deg(d.angles[inside]), deg(d.end_angles[inside]), "o", color=cs[1], ms=6, label="ends inside the cone")
     for k, (name, a) in enumerate(d.lmm_angles.items()):
-        ax.axhline(deg(a), color="0.3" if k == 0 else "0.6", ls="--", lw=1, label=f"{name} direction")
+        grey, dash = DIRECTION_STYLES[k % len(DIRECTION_STYLES)]      # each direction its own dash
+        ax.axhline(deg(a), color=grey, ls=dash, lw=1.2, label=f"{name} direction")
     ax.set_xlabel("angle of the cone's axis q (degrees)")
-    ax.set_ylabel("angle of the path's end point (degrees)")
-    ax.legend(loc="best", fontsize=8)
+    ax.set_ylabel("angle of the end point (degrees)")
+    ax.legend(loc="best")
     return fig
 
 
 FIGURES = {
-    "fig-local-plain": lambda: global_convergence.plot_plain(plain_run(), plain_limits()),
+    "fig-local-plain": lambda: plot_plain_local(),
     "fig-local-sweep": lambda: plot_direction_sweep(),
     "fig-local-paths": lambda: plot_fig1_local(),
-    "fig-local-cones": lambda: plot_cones(case="local"),
+    "fig-local-cones": lambda: plot_cones_pair(),
     "fig-local-cones-global": lambda: plot_cones(case="global"),
     "fig-local-counterexample": lambda: plot_counterexample(),
 }

@@ -18,7 +18,7 @@ import torch
 
 from .. import config, geometry, instances, svm, train
 from ..ledger import Measured, claim
-from ..plotting import colors, plot_curves, plot_paths, start_label
+from ..plotting import colors, plot_curves, plot_paths, subplots
 
 CHAPTER = "04_inputs"
 PROB_LEVEL = 0.99
@@ -228,7 +228,7 @@ def plot_keys(r: InputsResult | None = None, ax=None):
         a, b = r.keys[i, r.opt[i]], r.keys[i, t]
         mid = (a + b) / 2
         perp = np.array([-u[1], u[0]])
-        ax.plot(*np.stack([mid - lim * perp, mid + lim * perp]).T, color="0.45", lw=1.2,
+        ax.plot(*np.stack([mid - lim * perp, mid + lim * perp]).T, color="0.45", ls="-", lw=1.2,
                 label="line of an active pair" if k == 0 else None)
         ax.plot(*np.stack([a, b]).T, ":", color="0.45", lw=1.0)
     ax.set_xlim(-lim, lim)
@@ -236,7 +236,7 @@ def plot_keys(r: InputsResult | None = None, ax=None):
     ax.set_xlabel("first key coordinate")
     ax.set_ylabel("second key coordinate")
     ax.set_aspect("equal", adjustable="box")
-    ax.legend(loc="lower left", fontsize=8)
+    ax.legend(loc="lower left")
     return fig
 
 
@@ -244,27 +244,29 @@ def plot_paths_fig2(r: InputsResult | None = None, first: int = 200, ax=None):
     """Normalized-GD paths of the first ``first`` iterations with the GMM direction."""
     r = r or run()
     keep = r.ngd.steps <= first
-    return plot_paths(r.ngd.paths[keep], directions={"GMM direction": r.gmm},
-                      labels=[start_label(s) for s in r.ngd.paths[0]], ax=ax)
+    fig = plot_paths(r.ngd.paths[keep], directions={"GMM direction": r.gmm}, ax=ax)
+    ax = fig.axes[0] if ax is None else ax
+    ax.plot([], [], color="0.35", lw=1.6, label=f"{r.ngd.paths.shape[1]} starts (dot: start)")   # one entry
+    ax.legend(loc="best")
+    return fig
 
 
 def plot_sparsity(r: InputsResult | None = None):
     """Two panels over the plain-GD horizon: mean optimal-token probability and ``||p||``, both methods."""
-    import matplotlib.pyplot as plt
-
     r = r or run()
     N = int(r.gd.steps[-1])
     keep = (r.ngd.steps <= N) & (r.ngd.steps >= 1)
     keep_gd = r.gd.steps >= 1
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (a, b) = subplots(2, titles=["sparsity", "norm"])
     plot_curves(r.gd.steps[keep_gd], {"normalized GD, step 0.1": r.ngd.p_opt.mean(-1)[keep],
                                       "plain GD, step 1": r.gd.p_opt.mean(-1)[keep_gd]},
-                xlabel="iteration", ylabel="mean probability of the optimal token", ax=a, logx=True)
+                xlabel="iteration", ylabel="mean optimal-token probability", ax=a, logx=True)
     a.axhline(PROB_LEVEL, color="0.5", lw=0.8, ls=":")
+    a.get_legend().remove()                       # the same two series in both panels: one legend,
     plot_curves(r.gd.steps[keep_gd], {"normalized GD, step 0.1": r.ngd.norm[keep],
                                       "plain GD, step 1": r.gd.norm[keep_gd]},
                 xlabel="iteration", ylabel="$\\|p\\|$", ax=b, logx=True, logy=True)
-    fig.tight_layout()
+    b.legend(loc="upper left")                    # in the norm panel's empty corner
     return fig
 
 

@@ -35,7 +35,7 @@ from .. import config, geometry, grad, instances, svm, train
 from ..ledger import Measured, claim
 from ..losses import get_loss
 from ..model import AttentionProblem
-from ..plotting import colors
+from ..plotting import colors, style
 from . import global_convergence
 
 CHAPTER = "01_model"
@@ -253,13 +253,13 @@ def plot_w_direction(r: WDirectionRun | None = None, ax=None):
     k = r.steps > 0
     ax.plot(r.steps[k], np.maximum(1 - r.corr[k], 1e-16), color=cs[0], lw=1.6, label="normalized gd on w (step 0.1)")
     k = r.plain_steps > 0
-    ax.plot(r.plain_steps[k], np.maximum(1 - r.plain_corr[k], 1e-16), color=cs[1], lw=1.6,
+    ax.plot(r.plain_steps[k], np.maximum(1 - r.plain_corr[k], 1e-16), color=cs[1], lw=1.6, ls="--",
             label="plain gd on w (step 1)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("iteration k")
     ax.set_ylabel(r"1 - correlation with $W_{mm}$")
-    ax.legend(loc="best", fontsize=8)
+    ax.legend(loc="best")
     return fig
 
 
@@ -272,12 +272,14 @@ def plot_logits(r: WEqualsPResult | None = None, which: str | None = None, ax=No
     cs = colors(pr.logits_W.shape[-1])
     every = max(1, len(pr.steps) // 25)
     for t in range(pr.logits_W.shape[-1]):
-        ax.plot(pr.steps, pr.logits_W[:, j, t], color=cs[t], lw=1.6, label=f"token {t}, W-model")
-        ax.plot(pr.steps[::every], pr.logits_p[::every, j, t], "o", color=cs[t], ms=4, mfc="none",
-                label=f"token {t}, p-model")
+        ax.plot(pr.steps, pr.logits_W[:, j, t], color=cs[t], lw=1.6, ls="-", label=f"token {t}")
+        ax.plot(pr.steps[::every], pr.logits_p[::every, j, t], "o", color=cs[t], ms=4, mfc="none")
+    ax.plot([], [], color="0.3", lw=1.6, ls="-", label="line: W run")        # what line and circle mean
+    ax.plot([], [], "o", color="0.3", ms=4, mfc="none", label="circle: p run")
     ax.set_xlabel("gd step")
     ax.set_ylabel("logit $z_t$")
-    ax.legend(loc="best", fontsize=8, ncol=2)
+    # below the axes: the logits fan out over the whole panel
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=3)
     return fig
 
 
@@ -285,16 +287,17 @@ def plot_gap(r: WEqualsPResult | None = None, ax=None):
     """``max |z_W - z_p|`` per step and ``sigma_2 / sigma_1`` of ``grad_W L`` (log scale)."""
     r = r or run()
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots()
-    cs = colors(2 * len(r.runs))
+    # one colour per keys (planar, raw), one dash per quantity (gap solid, ratio dashed)
     for k, pr in enumerate(r.runs.values()):
-        ax.plot(pr.steps, np.maximum(pr.gap_per_step, 1e-18), color=cs[2 * k], lw=1.4,
+        col = style(k)["color"]
+        ax.plot(pr.steps, np.maximum(pr.gap_per_step, 1e-18), color=col, lw=1.4, ls="-",
                 label=f"logit gap, {pr.name}")
-        ax.plot(pr.steps[1:], np.maximum(pr.sv_ratio.max(1), 1e-18), color=cs[2 * k + 1], lw=1.0, ls="--",
+        ax.plot(pr.steps[1:], np.maximum(pr.sv_ratio.max(1), 1e-18), color=col, lw=1.0, ls="--",
                 label=f"$\\sigma_2/\\sigma_1$ of grad W, {pr.name}")
     ax.set_yscale("log")
     ax.set_xlabel("gd step")
     ax.set_ylabel("size (log scale)")
-    ax.legend(loc="best", fontsize=7)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1)    # below the axes, off the data
     return fig
 
 
