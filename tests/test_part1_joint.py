@@ -207,3 +207,34 @@ def test_analyse_reports_gap_and_infeasible():
     K2 = np.array([[[0.5, 0.5], [1.0, 1.0], [0.0, 0.0]]])   # token 0 is the midpoint: cannot be selected
     rec2 = ri.analyse(K2, gamma, np.array([0]), np.array([1.0, 0.0]))
     assert rec2["feasible"] is False and np.isnan(rec2["corr"])
+
+
+# ---------------------------------------------------------------- figures (issue 16: fig. 5.3 of the reviewed build)
+
+def test_joint_paths_figure_distinct_rays_and_token_names_without_overlap():
+    """Each reference direction has its own dash, and the names of the tokens x_i do not overlap."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    inst = instances.fig3("tight")                # x_1 = (1, 1) and x_3 = (0.5, 1): close together
+    S = 3
+    t = np.linspace(0, 1, S)[:, None]
+    r = joint.JointRun(case="loose", X=inst.X, Y=inst.Y, steps=np.arange(S), p=t * [[18.0, 4.0]], v=t * [[0.3, 20.0]],
+                       probs=np.full((S, 3, 2), 0.5), output_prob=np.full((S, 3), 0.5), alpha=np.ones(3, int),
+                       gd_alpha=np.ones(3, int), v_mm=np.array([0.0, 1.0]), support=[0, 1],
+                       p_mm=np.array([1.25, 0.25]), p_relax=np.array([1.0, 0.0]))
+    from mmtoken import plotting
+
+    fig, axes = plotting.two_panels(["tight", "loose"], aspect=1.0)   # the size it is shown at in the book
+    ax = axes[0]
+    joint.plot_paths_case(r, ax=ax)
+    rays = {ln.get_label(): (ln.get_color(), str(ln.get_linestyle())) for ln in ax.get_lines()
+            if ln.get_label() in ("$p^{mm}$", "$p^{relax}$", "$v^{mm}$")}
+    assert len(rays) == 3 and len({ls for _, ls in rays.values()}) == 3
+    fig.canvas.draw()
+    boxes = [a.get_window_extent() for a in ax.texts]
+    assert len(boxes) == 3
+    assert not any(boxes[i].overlaps(boxes[j]) for i in range(3) for j in range(i + 1, 3))
+    plt.close(fig)

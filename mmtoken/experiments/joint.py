@@ -29,7 +29,7 @@ import torch
 
 from .. import config, geometry, instances, joint_path, train
 from ..ledger import Measured, claim
-from ..plotting import colors, plot_curves, plot_paths
+from ..plotting import colors, plot_curves, style, two_panels
 
 CHAPTER = "05_joint"
 CASES = ("tight", "loose")
@@ -280,84 +280,126 @@ def _claim_probs() -> Measured:
 
 
 # ---------------------------------------------------------------- figures
+#: how each reference direction is drawn: (colour, dash); every direction its own dash
+_RAYS = {"$p^{mm}$": ("0.1", ":"), "$p^{relax}$": ("0.1", "-."), "$v^{mm}$": ("0.55", "-")}
+
+
+def _label_tokens(ax, X: np.ndarray, Y: np.ndarray) -> None:
+    """Mark the non-zero tokens (circles ``Y = 1``, crosses ``Y = -1``) and name them without overlap:
+    the leftmost token's name goes to its left, the others' to their right, each with a leader line."""
+    xs = X[:, 1]
+    left = int(np.argmin(xs[:, 0]))
+    cs = colors(4)
+    for i, x in enumerate(xs):
+        ax.scatter(*x, marker="o" if Y[i] > 0 else "x", color=cs[i % 4] if Y[i] > 0 else "k", s=40, zorder=4)
+        dx = -22 if i == left else 14
+        dy = 12 if Y[i] > 0 else -14
+        ax.annotate(f"$x_{i + 1}$", x, textcoords="offset points", xytext=(dx, dy), fontsize=9,
+                    ha="right" if i == left else "left", va="center",
+                    arrowprops={"arrowstyle": "-", "lw": 0.6, "color": "0.3", "shrinkA": 0, "shrinkB": 3})
+
+
 def plot_paths_case(r: JointRun, first: int = 200, ax=None):
-    """Paths of ``p`` and ``v`` (first ``first`` steps) with ``p_mm``, ``p_relax`` and ``v_mm`` rays."""
+    """Paths of ``p`` and ``v`` (first ``first`` steps) with the ``p_mm``, ``p_relax`` (loose case) and
+    ``v_mm`` rays; the paths in colour, the rays in grey, each ray its own dash."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(5.5, 5.0), layout="constrained")
     keep = r.steps <= first
-    paths = np.stack([r.p[keep], r.v[keep]], axis=1)
+    for k, (name, q) in enumerate((("$p$", r.p[keep]), ("$v$", r.v[keep]))):
+        st = style(k)
+        ax.plot(q[:, 0], q[:, 1], lw=1.8, label=name, **st)
+        ax.plot(q[0, 0], q[0, 1], "o", color=st["color"], ms=4)
     dirs = {"$p^{mm}$": r.p_mm, "$v^{mm}$": r.v_mm}
     if not np.allclose(geometry.correlation(r.p_mm, r.p_relax), 1.0):
         dirs["$p^{relax}$"] = r.p_relax
-    fig = plot_paths(paths, directions=dirs, labels=["$p$", "$v$"], ax=ax)
-    ax = fig.axes[0] if ax is None else ax
-    cs = colors(4)
-    for i, x in enumerate(r.X[:, 1]):
-        ax.scatter(*x, marker="o" if r.Y[i] > 0 else "x", color=cs[i % 4] if r.Y[i] > 0 else "k", s=45, zorder=4)
-        ax.annotate(f"$x_{i + 1}$", x, textcoords="offset points", xytext=(5, 4), fontsize=9)
+    lim = max(np.abs(r.p[keep]).max(), np.abs(r.v[keep]).max()) * 1.05
+    for name, q in dirs.items():
+        q = np.asarray(q, float) / np.linalg.norm(q) * lim
+        color, ls = _RAYS[name]
+        ax.plot([0, q[0]], [0, q[1]], ls=ls, lw=1.3, color=color, label=name)
+    _label_tokens(ax, r.X, r.Y)
     ax.set_xlabel("first coordinate")
     ax.set_ylabel("second coordinate")
-    return fig
+    ax.set_aspect("equal", adjustable="datalim")
+    return ax.figure
+
+
+def _legend_below(fig, ax, ncol: int) -> None:
+    """One legend for all panels, under them (off the data)."""
+    handles, labels = ax.get_legend_handles_labels()
+    for a in fig.axes:
+        if a.get_legend() is not None:
+            a.get_legend().remove()
+    fig.legend(handles, labels, loc="outside lower center", ncol=ncol)
 
 
 def plot_both_paths(res: JointResult | None = None, first: int = 200):
-    """Side by side: the tight and the loose case."""
-    import matplotlib.pyplot as plt
-
+    """Side by side: the tight and the loose case (panel titles), one legend below."""
     res = res or run()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
+    fig, axes = two_panels(["tight", "loose"], aspect=1.0)
     for ax, c in zip(axes, CASES):
         plot_paths_case(res[c], first, ax=ax)
-    fig.tight_layout()
+    _legend_below(fig, axes[1], 5)
     return fig
 
 
-def plot_correlations(res: JointResult | None = None):
-    """``1 - correlation`` of ``v`` with ``v_mm`` and of ``p`` with ``p_mm`` and ``p_relax``."""
-    import matplotlib.pyplot as plt
+def _gap_curves(x, r, ax, xlabel: str) -> None:
+    """``1 - correlation`` of ``v`` with ``v_mm`` and of ``p`` with ``p_mm`` and ``p_relax`` on one panel;
+    three colours and three dashes (``p_mm`` and ``p_relax`` coincide in the tight case: the dotted
+    curve then runs over the dashed one)."""
+    gap = lambda c: np.clip(1 - c, 1e-16, None)
+    plot_curves(x, {"$v$ vs $v^{mm}$": gap(r["v"]), "$p$ vs $p^{mm}$": gap(r["p_mm"]),
+                    "$p$ vs $p^{relax}$": gap(r["p_relax"])},
+                xlabel=xlabel, ylabel="1 - correlation", logx=True, logy=True, ax=ax)
 
+
+def plot_correlations(res: JointResult | None = None):
+    """``1 - correlation`` of ``v`` with ``v_mm`` and of ``p`` with ``p_mm`` and ``p_relax``, per case."""
     res = res or run()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    fig, axes = two_panels(["tight", "loose"], sharey=True)
     for ax, c in zip(axes, CASES):
         r = res[c]
-        s = r.steps[1:]
-        gap = lambda c: np.clip(1 - c[1:], 1e-16, None)
-        plot_curves(s, {"v vs $v^{mm}$": gap(r.corr_v), "p vs $p^{mm}$": gap(r.corr_p_mm),
-                        "p vs $p^{relax}$": gap(r.corr_p_relax)},
-                    xlabel=f"iteration ({c})", ylabel="1 - correlation", logx=True, logy=True, ax=ax,
-                    styles={"p vs $p^{relax}$": "--"})
-    fig.tight_layout()
+        _gap_curves(r.steps[1:], {"v": r.corr_v[1:], "p_mm": r.corr_p_mm[1:], "p_relax": r.corr_p_relax[1:]},
+                    ax, "iteration")
+    axes[1].set_ylabel("")
+    _legend_below(fig, axes[0], 3)
     return fig
 
 
 def plot_probabilities(res: JointResult | None = None, first: int = 200):
-    """Fig. 3(c): selected-token softmax probability and logistic output probability, both cases."""
+    """Paper A, Fig. 3(c): selected-token softmax probability and logistic output probability, both cases;
+    colour and marker tell the quantity, the dash the case."""
+    import matplotlib.pyplot as plt
+
     res = res or run()
-    r0 = res.tight
-    keep = r0.steps <= first
-    ys = {}
-    for c in CASES:
+    fig, ax = plt.subplots(figsize=(6.0, 4.0), layout="constrained")
+    for c, ls in zip(CASES, ("-", "--")):
         r = res[c]
-        ys[f"softmax prob. of selected tokens ({c})"] = r.selected_prob[keep]
-        ys[f"output prob. $\\sigma(Yf)$ ({c})"] = r.mean_output_prob[keep]
-    styles = {k: ("-" if "tight" in k else "--") for k in ys}
-    return plot_curves(r0.steps[keep], ys, xlabel="iteration", ylabel="probability", styles=styles)
+        keep = r.steps <= first
+        for k, (name, y) in enumerate((("selected tokens", r.selected_prob),
+                                       ("output $\\sigma(Yf)$", r.mean_output_prob))):
+            st = style(k, marker=True, markevery=max(1, keep.sum() // 8))
+            st["linestyle"] = ls
+            ax.plot(r.steps[keep], y[keep], lw=1.6, ms=4, label=f"{name}, {c}", **st)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("probability")
+    ax.legend(loc="lower right")           # the curves are near 1 there: the corner is empty
+    return fig
 
 
 def plot_reg_path(res: JointResult | None = None):
     """Two panels (tight, loose): ``1 - correlation`` of the joint regularization path with ``v_mm``, ``p_mm``
     and ``p_relax`` against the common radius ``R = R_v = R_p``."""
-    import matplotlib.pyplot as plt
-
     res = res or run()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    fig, axes = two_panels(["tight", "loose"], sharey=True)
     for ax, c in zip(axes, CASES):
         r = res.paths[c]
-        gap = lambda x: np.clip(1 - x, 1e-16, None)
-        plot_curves(r.radii, {"v vs $v^{mm}$": gap(r.corr_v), "p vs $p^{mm}$": gap(r.corr_p_mm),
-                              "p vs $p^{relax}$": gap(r.corr_p_relax)},
-                    xlabel="radius $R_v = R_p$", ylabel="1 - correlation", logx=True, logy=True, ax=ax,
-                    styles={"p vs $p^{relax}$": "--"})
-        ax.set_title(c)
-    fig.tight_layout()
+        _gap_curves(r.radii, {"v": r.corr_v, "p_mm": r.corr_p_mm, "p_relax": r.corr_p_relax}, ax,
+                    "radius $R_v = R_p$")
+    axes[1].set_ylabel("")
+    _legend_below(fig, axes[0], 3)
     return fig
 
 
@@ -368,7 +410,7 @@ def _angle(q: np.ndarray) -> np.ndarray:
 
 def plot_sweep(res: JointResult | None = None, fine: int = 60):
     """The loose case: angle of ``p`` on the path at ``R_v = rho R_p`` against ``rho`` (markers, one per ``R_p``),
-    the predicted limit (line) and the angles of ``p_mm`` and ``p_relax``."""
+    the predicted limit (line) and the angles of ``p_mm`` and ``p_relax`` (grey, named on the line)."""
     import matplotlib.pyplot as plt
 
     res = res or run()
@@ -376,17 +418,22 @@ def plot_sweep(res: JointResult | None = None, fine: int = 60):
     inst = instances.fig3("loose")
     rho = np.geomspace(sw.rho[0], sw.rho[-1], fine)
     lim = np.stack([joint_path.limit_direction(inst.K, sw.ref.alpha, sw.ref.support, sw.ref.excess, r) for r in rho])
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, ax = plt.subplots(figsize=(6.0, 4.0), layout="constrained")
     cs = colors(len(sw.radii_p) + 1)
     ax.plot(rho, _angle(lim), "-", color=cs[-1], lw=1.8, label="predicted limit")
     for j, Rp in enumerate(sw.radii_p):
         ax.plot(sw.rho, _angle(sw.p[j]), "os^D"[j % 4], color=cs[j], ms=5, label=f"path, $R_p$ = {Rp:g}")
-    for name, q, ls in (("$p^{mm}$", sw.ref.p_mm, ":"), ("$p^{relax}$", sw.ref.p_relax, "--")):
-        ax.axhline(_angle(q), color="0.4", ls=ls, lw=1.0, label=name)
+    # the names sit where no marker is: p_mm under its line at the right, p_relax over its line at the left
+    for name, q, x, off, ha, va in (("$p^{mm}$", sw.ref.p_mm, 1, (-4, -4), "right", "top"),
+                                    ("$p^{relax}$", sw.ref.p_relax, 0, (4, 4), "left", "bottom")):
+        color, ls = _RAYS[name]
+        ax.axhline(_angle(q), color=color, ls=ls, lw=1.0)
+        ax.annotate(name, (x, _angle(q)), xycoords=("axes fraction", "data"), xytext=off,
+                    textcoords="offset points", ha=ha, va=va, fontsize=9)
     ax.set_xscale("log")
     ax.set_xlabel(r"$\rho = R_v / R_p$")
     ax.set_ylabel("angle of $p$ (degrees)")
-    ax.legend(loc="best", fontsize=8)
+    ax.legend(loc="center left")
     return fig
 
 

@@ -25,7 +25,7 @@ import torch
 from .. import config, geometry, grad, instances, losses, svm, train
 from ..ledger import Measured, claim
 from ..model import AttentionProblem
-from ..plotting import colors
+from ..plotting import LINESTYLES, colors, three_panels
 
 CHAPTER = "07_losses"
 LOSS_NAMES = ("correlation", "logistic", "exponential")
@@ -143,25 +143,25 @@ def _claim_transient() -> Measured:
 
 # ---------------------------------------------------------------- figures
 def plot_paths_by_loss(r: LossResult | None = None, first: int = EARLY):
-    """One panel per loss: the paths for every ``C`` (first ``first`` iterations) and the GMM ray."""
-    import matplotlib.pyplot as plt
+    """One titled panel per loss: the paths for every ``C`` (first ``first`` iterations) and the GMM ray;
+    one legend under the panels."""
+    import seaborn as sns
 
     r = r or run()
     keep = r.steps <= first
-    fig, axes = plt.subplots(1, len(r.losses), figsize=(12, 4.2))
-    import seaborn as sns
-
-    cs = sns.color_palette("viridis", len(r.C))
+    fig, axes = three_panels(list(r.losses), aspect=1.5, sharex=True, sharey=True)
+    cs = sns.color_palette("viridis", len(r.C))        # C is ordered: a sequential palette, dashes cycled
     lim = np.abs(r.p[keep]).max() * 1.05
     for ax, (j, loss) in zip(axes, enumerate(r.losses)):
         for c, C in enumerate(r.C):
-            ax.plot(r.p[keep, j, c, 0], r.p[keep, j, c, 1], color=cs[c], lw=1.4, label=f"C = {C:g}")
-        ax.plot([0, lim], [0, 0], "--", color="0.2", lw=1.2, label="GMM direction")
-        ax.set_xlabel(f"$p_1$ ({loss})")
-        ax.set_aspect("equal", adjustable="datalim")
+            ax.plot(r.p[keep, j, c, 0], r.p[keep, j, c, 1], color=cs[c], lw=1.4, label=f"C = {C:g}",
+                    linestyle=LINESTYLES[c % len(LINESTYLES)])
+        ax.plot([0, lim], [0, 0], color="0.2", lw=1.0, ls=(0, (1, 1)), label="GMM direction")
+        ax.set_xlabel("$p_1$")
+        ax.set_aspect("equal", adjustable="box")     # angles as they are; shared axes need "box"
     axes[0].set_ylabel("$p_2$")
-    axes[-1].legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=6)
     return fig
 
 
@@ -171,15 +171,15 @@ def plot_side(r: LossResult | None = None):
 
     r = r or run()
     side = r.early_side()
-    fig, ax = plt.subplots(figsize=(6, 3.8))
+    fig, ax = plt.subplots(figsize=(6, 3.8), layout="constrained")
     cs = colors(len(r.losses))
     for j, loss in enumerate(r.losses):
-        ax.plot(np.arange(len(r.C)), side[j], "o-", color=cs[j], label=loss)
+        ax.plot(np.arange(len(r.C)), side[j], color=cs[j], marker="osD"[j % 3], ls=LINESTYLES[j], label=loss)
     ax.axhline(0, color="0.3", lw=0.8)
     ax.set_xticks(np.arange(len(r.C)), [f"{C:g}" for C in r.C])
     ax.set_xlabel("score c of the first input")
     ax.set_ylabel("mean $p_2 / \\|p\\|$, iterations 1-200")
-    ax.legend(loc="best", fontsize=8)
+    ax.legend(loc="best")
     return fig
 
 

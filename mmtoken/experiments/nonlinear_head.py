@@ -315,7 +315,7 @@ def plot_path(r: NonlinearResult | None = None):
     import matplotlib.pyplot as plt
 
     r = r or run()
-    fig, ax = plt.subplots(figsize=(5.8, 5.0))
+    fig, ax = plt.subplots(figsize=(5.8, 5.0), layout="constrained")
     cs = colors(len(r.inst.K))
     markers = "os^D"
     opt = ~r.inst.nonopt_mask()
@@ -329,7 +329,7 @@ def plot_path(r: NonlinearResult | None = None):
     ax.set_xlabel("first key coordinate")
     ax.set_ylabel("second key coordinate")
     ax.set_aspect("equal", adjustable="datalim")
-    ax.legend(loc="best", fontsize=8)
+    ax.legend(loc="upper left")            # the keys and the path lie to the right and below
     return fig
 
 

@@ -143,36 +143,51 @@ def _claim_trap() -> Measured:
                     bool(f32 < 0.99 and rising))
 
 
+def _legend_below(fig, ax, ncol: int) -> None:
+    """The legend under the axes (off the curves), in the theme's font size."""
+    handles, labels = ax.get_legend_handles_labels()
+    if ax.get_legend() is not None:
+        ax.get_legend().remove()
+    fig.legend(handles, labels, loc="outside lower center", ncol=ncol)
+
+
 def plot_corr(r: SaturationResult | None = None, ax=None):
-    """``1 - corr`` with the GMM for the four computations, six starts each."""
+    """``1 - corr`` with the GMM for the four computations, six starts each (one legend entry per computation)."""
+    import matplotlib.pyplot as plt
+
     r = r or run()
-    return plot_curves(r.steps, {m: np.maximum(1 - r.corr[m], 1e-16) for m in METHODS}, xlabel="iteration",
-                       ylabel="1 - correlation with gmm", logy=True, ax=ax)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.0, 4.4), layout="constrained")
+    fig = plot_curves(r.steps, {m: np.maximum(1 - r.corr[m], 1e-16) for m in METHODS}, xlabel="iteration",
+                      ylabel="1 - correlation with the GMM", logy=True, ax=ax)
+    _legend_below(fig, ax, 2)
+    return fig
 
 
 def plot_gaps(r: SaturationResult | None = None, start: int = 2, ax=None):
     """``1 - s_top`` and ``gamma_top - f`` along the stable path of one start: naive (float32, float64) vs stable.
 
-    Exact zeros (everything cancelled) are drawn at the bottom of the axis.
+    Exact zeros (everything cancelled) are drawn at the bottom of the axis. Colour tells the computation,
+    the dash the quantity.
     """
     import matplotlib.pyplot as plt
 
     r = r or run()
     if ax is None:
-        fig, ax = plt.subplots()
+        fig, ax = plt.subplots(figsize=(6.0, 4.4), layout="constrained")
     fig = ax.figure
     cs = colors(3)
     floor = 1e-320
     x = r.norm[:, start]
     for k, name in enumerate(("stable", "float64", "float32")):
         ax.plot(x, np.maximum(np.abs(r.gap_s[name][:, start]), floor), "-", color=cs[k], lw=1.8,
-                label=f"1 - s_top, {name}")
+                label=f"$1 - s_{{top}}$, {name}")
         ax.plot(x, np.maximum(np.abs(r.gap_f[name][:, start]), floor), "--", color=cs[k], lw=1.2,
-                label=f"gamma_top - f, {name}")
+                label=f"$\\gamma_{{top}} - f$, {name}")
     ax.set_yscale("log")
     ax.set_xlabel(r"$\|p\|$ along the stable path")
     ax.set_ylabel("size (zero drawn at 1e-320)")
-    ax.legend(loc="best", fontsize=7)
+    _legend_below(fig, ax, 3)
     return fig
 
 
