@@ -57,8 +57,8 @@ def test_naive_differences_round_to_zero_but_stable_ones_do_not():
     inst = instances.fig1("global")
     pr = inst.problem()
     P = torch.tensor([[[-10.0, 100.0]]], dtype=torch.float64)      # deep in saturation
-    s32, f32 = saturation._naive(pr, P, torch.float32)
-    s64, f64 = saturation._naive(pr, P, torch.float64)
+    s32, f32 = saturation.naive_gap(pr, P, torch.float32)
+    s64, f64 = saturation.naive_gap(pr, P, torch.float64)
     assert float(s32) == 0.0 and float(s64) == 0.0
     sat = grad.saturation(pr, P)
     assert float(-sat.u_minus_top[..., 0]) > 0

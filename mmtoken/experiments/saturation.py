@@ -74,7 +74,7 @@ class SaturationResult:
         return out
 
 
-def _naive(problem, P: torch.Tensor, dtype: torch.dtype):
+def naive_gap(problem, P: torch.Tensor, dtype: torch.dtype):
     """``1 - s_top`` and ``gamma_top - f`` the obvious way, in ``dtype`` (n = 1)."""
     K, gamma = problem.K.to(dtype), problem.gamma.to(dtype)
     z = (K @ P.to(dtype).unsqueeze(-2).unsqueeze(-1)).squeeze(-1)
@@ -113,7 +113,7 @@ def _run(scale: str) -> SaturationResult:
         g_stable = grad.grad_p(problem, P).direction
         gap_s, gap_f, cos = {"stable": stable_s.numpy()}, {"stable": stable_f.numpy()}, {}
         for name, dt in (("float64", torch.float64), ("float32", torch.float32)):
-            a, b = _naive(problem, P, dt)
+            a, b = naive_gap(problem, P, dt)
             gap_s[name], gap_f[name] = a.numpy(), b.numpy()
             g = grad.autograd_grad(problem, P, "logistic", dtype=dt).double()
             gn = g.norm(dim=-1)
