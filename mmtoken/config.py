@@ -117,6 +117,26 @@ def _checked_device(name: str) -> torch.device:
     return dev
 
 
+@contextmanager
+def single_thread() -> Iterator[None]:
+    """One intra-op torch thread while small tensor operations run on the CPU (nothing changes on a GPU).
+
+    The training loops of Part II work on tiny tensors (gathers over a few
+    hundred short rows): threads gain nothing there, and on a shared 2-core
+    machine OpenMP threads waiting for each other made runs ten times slower.
+    One thread also makes float32 results independent of the core count.
+    """
+    if device().type != "cpu":
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
 def seed_everything(seed: int) -> torch.Generator:
     """Seed Python, NumPy and torch; return a CPU torch generator seeded with ``seed``."""
     seed = validate.count(seed, "seed")

@@ -15,27 +15,12 @@ step budgets), and joint gradient descent on ``(E, p)`` with ``v`` fixed
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-
-@contextmanager
-def _one_thread():
-    """One intra-op torch thread while a loop of small tensor operations runs on the CPU.
-
-    The tensors of these problems are tiny (``N T`` = a few thousand entries),
-    so threads gain nothing, and on a shared machine threads waiting for each
-    other slow every operation down by an order of magnitude.
-    """
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
+from . import config
 
 
 def _check(E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor) -> None:
@@ -289,7 +274,7 @@ def train_cls_batch(E: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, labe
     p = torch.zeros(S, d, dtype=E.dtype)
     parts: list[list[History]] = [[] for _ in range(S)]
     done = 0
-    with torch.inference_mode(), _one_thread():
+    with torch.inference_mode(), config.single_thread():
         while done < budgets.max():
             active = np.flatnonzero(budgets > done)
             stop = min(done + chunk * record_every, int(budgets[active].min()))
@@ -400,7 +385,7 @@ def joint_gd(E0: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, labels: to
     p = torch.zeros(*E0.shape[:-2], E0.shape[-1], dtype=E0.dtype, device=E0.device) if p0 is None else p0.clone()
     record = set(range(0, steps + 1, record_every)) | {steps}
     rows: dict[str, list] = {"step": [], "E": [], "p": [], "loss": []}
-    with torch.inference_mode(), _one_thread():
+    with torch.inference_mode(), config.single_thread():
         for k in range(steps + 1):
             gE, gp, L = joint_gradient(E, p, v, tokens, labels, mask)
             if k in record:

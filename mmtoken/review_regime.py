@@ -38,7 +38,7 @@ CONTROL = {"n_pos": 30, "n_neg": 30, "T": 24, "min_len": 8}
 
 def run(data: Data, seed: int, s: Setup = REGIME) -> tuple[dict, dict]:
     """The two-phase protocol under ``s`` on ``data`` for one seed (test split touched once, at the end)."""
-    with review_runs.single_thread():
+    with config.single_thread():
         return _run(data, seed, s)
 
 

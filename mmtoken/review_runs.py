@@ -24,7 +24,6 @@ the code of this computation, the configuration and the data.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import sys
 import time
@@ -92,27 +91,6 @@ def cache_fingerprint(s: Setup, data_fp: str, extra: dict | None = None, modules
     code = resultcache.code_fingerprint([reviews, phase_two, token_mod, tokenize, losses, sys.modules[__name__],
                                          *modules])
     return resultcache.fingerprint(code, {"setup": asdict(s), **(extra or {})}, data_fp)
-
-
-@contextlib.contextmanager
-def single_thread():
-    """One intra-op thread on CPU while training.
-
-    The per-batch operations (gathers over a few hundred short rows) are too
-    small to gain from threads, and on a shared 2-core machine OpenMP threads
-    waiting for each other made an IMDB run ten times slower. One thread also
-    makes the float32 results independent of the machine's core count. (On
-    2 cores the chapter runs two seeds at a time in two processes instead.)
-    """
-    if config.device().type != "cpu":
-        yield
-        return
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 # ----------------------------------------------------------------------------- data
@@ -308,7 +286,7 @@ def examples(data: Data, params: Params, seed: int, per_class: int = 2) -> tuple
 
 def run_seed(s: Setup, data: Data, seed: int) -> tuple[dict, dict]:
     """Every attention run of one seed: per-token arrays and metrics (see the module docstring)."""
-    with single_thread():
+    with config.single_thread():
         return _run_seed(s, data, seed)
 
 
@@ -353,7 +331,7 @@ def profile(s: Setup, ds: text.TextDataset, data: Data) -> dict:
     the step ``E^1_s v = (eta/2) alpha_s`` up to terms of the size of ``E^0``),
     if the logits were free (:func:`mmtoken.phase_two.selection_conflicts`).
     """
-    with single_thread():
+    with config.single_thread():
         return _profile(s, ds, data)
 
 

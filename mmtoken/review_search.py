@@ -18,10 +18,10 @@ from dataclasses import asdict
 
 import numpy as np
 
-from . import resultcache
+from . import config, resultcache
 from .datasets import text
 from .review_runs import (DEV_SEED, VALIDATION, Setup, cache_fingerprint, init, prepare, result_path, run_bow,
-                          single_thread, train_model)
+                          train_model)
 
 # Where the validation search starts (the previous chapter's choices) and what it tries.
 START = {
@@ -59,7 +59,7 @@ def search(s0: Setup, ds: text.TextDataset) -> tuple[Setup, list[dict]]:
 
     Returns the chosen setup and one record per trial.
     """
-    with single_thread():
+    with config.single_thread():
         return _search(s0, ds)
 
 

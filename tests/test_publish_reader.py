@@ -30,6 +30,7 @@ IN_CI = bool(os.environ.get("CI"))
 
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 sys.path.insert(0, str(ROOT / "scripts"))
+import bookcheck  # noqa: E402  (tests/, on the path as for test_browser)
 import project_meta as pm  # noqa: E402
 import reader_notebooks as rn  # noqa: E402
 
@@ -184,19 +185,7 @@ def _need_build():
 
 def chapter_docnames() -> list[str]:
     """Docnames in ``_toc.yml`` order whose source is a MyST notebook (gets launch buttons)."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files = [toc["root"]]
-
-    def walk(entries):
-        for e in entries or []:
-            if "file" in e:
-                files.append(e["file"])
-            walk(e.get("sections"))
-            walk(e.get("chapters"))
-
-    for part in toc.get("parts", []):
-        walk(part.get("chapters"))
-    return [f for f in files if (ROOT / f"{f}.md").read_text().startswith("---\njupytext:")]
+    return [f for f in bookcheck.toc_files(ROOT) if (ROOT / f"{f}.md").read_text().startswith("---\njupytext:")]
 
 
 class _Page(HTMLParser):
