@@ -117,6 +117,18 @@ def _checked_device(name: str) -> torch.device:
     return dev
 
 
+def device_report() -> str:
+    """Two lines for a chapter's setup cell: the device found and how to switch the scale.
+
+    The text depends on the machine (a GPU's name), so chapters print it in a
+    cell whose output nbval does not compare.
+    """
+    dev = device()
+    found = f"{dev} ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else f"{dev} (no CUDA GPU found)"
+    other = "paper" if scale() == "quick" else "quick"
+    return f"device: {found}\nscale: {scale()}; for the other: config.set_scale({other!r})"
+
+
 @contextmanager
 def single_thread() -> Iterator[None]:
     """One intra-op torch thread while small tensor operations run on the CPU (nothing changes on a GPU).
