@@ -191,10 +191,11 @@ def progress_enabled(total_work: int, threshold: int = 200_000) -> bool:
         return True
     if mode == "off":
         return False
-    return total_work >= threshold and (_on_terminal() or _in_jupyter())
+    return total_work >= threshold and (on_terminal() or _in_jupyter())
 
 
-def _on_terminal() -> bool:
+def on_terminal() -> bool:
+    """Whether stderr is a terminal (progress bars are drawn there); False when stderr is replaced or closed."""
     try:
         return sys.stderr is not None and sys.stderr.isatty()
     except (AttributeError, ValueError):  # replaced or closed stderr
@@ -240,3 +241,10 @@ def set_progress(mode: str) -> None:
     if mode not in PROGRESS_MODES:
         raise ConfigError(f"progress mode {mode!r} is not one of on/off/auto")
     _progress = mode
+
+
+def reset() -> None:
+    """Forget :func:`set_scale` and :func:`set_progress`: back to the environment variables and defaults."""
+    global _scale, _progress
+    _scale = None
+    _progress = None

@@ -474,8 +474,7 @@ def _own_data(tmp_path, monkeypatch):
     monkeypatch.delenv("MMTOKEN_SCALE", raising=False)
     monkeypatch.setenv("MMTOKEN_PROGRESS", "off")
     yield
-    config._scale = None
-    config._progress = None
+    config.reset()
 
 
 @pytest.mark.parametrize("name, fn, expect", CASES, ids=[c[0] for c in CASES])

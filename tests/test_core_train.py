@@ -260,7 +260,7 @@ def test_auto_progress_shows_in_a_jupyter_kernel_for_long_runs(monkeypatch):
         pass
 
     monkeypatch.setenv("MMTOKEN_PROGRESS", "auto")
-    monkeypatch.setattr(config, "_on_terminal", lambda: False)
+    monkeypatch.setattr(config, "on_terminal", lambda: False)
     monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: ZMQInteractiveShell()))
     assert config.progress_enabled(10**7) and not config.progress_enabled(10)
     monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))

