@@ -627,7 +627,8 @@ def test_plots_draw_from_a_tiny_study(tiny_data):
     assert list(table.index) == [0, 1] and {"test_acc", "qk_growth", "v_growth", "eff_mean"} <= set(table)
     for fig in (vs.plot_training(study), vs.plot_attention_maps(r0), vs.plot_norms(study), vs.plot_sparsity(study),
                 vs.plot_where(study)):
-        assert fig.axes
+        drawn = [ax for ax in fig.axes if ax.get_visible()]
+        assert drawn and all(ax.has_data() for ax in drawn), fig  # every visible panel shows something
         plt.close(fig)
     assert set(vs.FIGURES) == {"fig-vit-training", "fig-vit-maps", "fig-vit-norms", "fig-vit-sparsity",
                                "fig-vit-where"}
@@ -649,6 +650,8 @@ def test_cifar_like_experiment_runs(tmp_path, monkeypatch):
     assert not r.probe_fg.any() and r.log["step"].tolist() == [0, 2, 4]
     assert r.experiment.epochs_mapped == (0, 1) and r.probe_attention.shape[0] == 2
     fig = vs.plot_attention_maps(r, n_examples=3)
+    rows = len(vs.example_indices(r, 3))
+    assert rows >= 1 and len(fig.axes) == rows * 3 and all(ax.images for ax in fig.axes)  # image + 2 stored epochs
     import matplotlib.pyplot as plt
     plt.close(fig)
 
