@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from common import machine_meta  # benchmarks/ is on sys.path (run directly or from run_all)
+
 from mmtoken import config, fastpath
 from mmtoken.experiments import random_instances as ri
 

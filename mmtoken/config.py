@@ -18,9 +18,10 @@ from __future__ import annotations
 import os
 import random
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -143,7 +144,7 @@ def seed_everything(seed: int) -> torch.Generator:
     if seed >= 2**32:
         raise ValueError(f"seed must be below 2**32 (NumPy's legacy seeding), got {seed}")
     random.seed(seed)
-    np.random.seed(seed)
+    np.random.seed(seed)  # noqa: NPY002 -- code that uses NumPy's global generator is seeded too
     torch.manual_seed(seed)
     return torch.Generator().manual_seed(seed)
 

@@ -122,13 +122,13 @@ class JointLoss:
     total: torch.Tensor
     top: torch.Tensor
 
-    def lower_than(self, other: "JointLoss") -> torch.Tensor:
+    def lower_than(self, other: JointLoss) -> torch.Tensor:
         """Where ``L(self) < L(other)``: by the split where the selections agree, by ``total`` elsewhere."""
         same = (self.top == other.top).all(-1)
         split = (self.base - other.base) + (self.excess - other.excess) < 0
         return torch.where(same, split, self.total < other.total)
 
-    def where(self, mask: torch.Tensor, other: "JointLoss") -> "JointLoss":
+    def where(self, mask: torch.Tensor, other: JointLoss) -> JointLoss:
         return JointLoss(*(torch.where(m, a, b) for m, a, b in (
             (mask, self.base, other.base), (mask, self.excess, other.excess), (mask, self.total, other.total),
             (mask[..., None], self.top, other.top))))

@@ -23,9 +23,9 @@ import json
 import os
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
 
 import numpy as np
 

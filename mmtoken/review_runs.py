@@ -24,7 +24,6 @@ the code of this computation, the configuration and the data.
 """
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -32,7 +31,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from . import config, losses, phase_two, resultcache, reviews, tokens as token_mod
+from . import config, losses, phase_two, resultcache, reviews
+from . import tokens as token_mod
 from .datasets import text, tokenize
 from .datasets.registry import cache_dir
 from .reviews import Chunks, Params

@@ -26,6 +26,7 @@ from scipy import sparse
 from . import config
 from .datasets.tokenize import PAD_ID
 
+
 def outputs(a: torch.Tensor, b: torch.Tensor, tokens: torch.Tensor,
             counts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Model output ``(B,)`` and attention ``(B, T)`` from per-token logits ``a = E p`` and values ``b = E v``.
@@ -120,7 +121,7 @@ class Chunks:
 
     @classmethod
     def build(cls, tokens: np.ndarray, labels: np.ndarray, size: int = 2048, dtype=torch.float32,
-              device=None) -> "Chunks":
+              device=None) -> Chunks:
         tokens, labels = np.asarray(tokens), np.asarray(labels)
         if tokens.ndim != 2 or labels.shape != (tokens.shape[0],):
             raise ValueError(f"tokens must be (N, T) and labels (N,), got {tokens.shape} and {labels.shape}")

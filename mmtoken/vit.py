@@ -21,9 +21,9 @@ softmax to select tokens.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Iterator
 
 import torch
 from torch import nn
@@ -385,7 +385,7 @@ class Normalizer:
         self.std = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
 
     @classmethod
-    def fit(cls, images: torch.Tensor, chunk: int = 8192) -> "Normalizer":
+    def fit(cls, images: torch.Tensor, chunk: int = 8192) -> Normalizer:
         """Per-channel mean and (unbiased) standard deviation of ``images / 255``, ``(N, C, H, W)``.
 
         Accumulated in float64 over chunks of ``chunk`` images, so memory stays small.

@@ -13,8 +13,9 @@ traceback from numpy, scipy, torch or the compiled kernel, a NaN table, a proces
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest

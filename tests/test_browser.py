@@ -28,9 +28,9 @@ from collections import defaultdict
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+import bookcheck
 import pytest
 
-import bookcheck
 from mmtoken import report
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import grad, instances, losses, svm, geometry
+from mmtoken import geometry, grad, instances, losses, svm
 from mmtoken.model import AttentionProblem
 
 

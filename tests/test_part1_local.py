@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from mmtoken import cone_path, geometry, grad, instances, svm, train
-from mmtoken.model import AttentionProblem
 from mmtoken.experiments import local_convergence as lc
 from mmtoken.experiments import many_inputs as mi
+from mmtoken.model import AttentionProblem
 
 
 # ---------------------------------------------------------------- chapter 3

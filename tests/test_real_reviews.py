@@ -422,7 +422,8 @@ def test_cache_roundtrip_and_each_kind_of_damage(tmp_path):
     damaged(missing_array)
 
     def pickled():  # an object array cannot be read without unpickling: refused
-        import io, json, zipfile
+        import io
+        import json
         buf = io.BytesIO()
         np.savez(buf, __header__=np.array(json.dumps({"format": 1, "name": "real_reviews/imdb/seed10",
                                                       "fingerprint": "fp1", "meta": {}, "shapes": {"a": [1]},

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from mmtoken import vit
-from mmtoken.datasets.registry import sha256_file
 from mmtoken import vit_runs as runs
+from mmtoken.datasets.registry import sha256_file
 from mmtoken.experiments import vit_sparsity as vs
 from mmtoken.experiments import vit_tuning as vt
 
@@ -165,7 +165,7 @@ def test_train_is_deterministic_and_learns():
         torch.manual_seed(0)
         model = vit.ViT(small())
         calls = []
-        vit.train(model, x, y, cfg, norm, log_points=[0, 8, 80], on_log=lambda s, e, l: calls.append((s, e, l)))
+        vit.train(model, x, y, cfg, norm, log_points=[0, 8, 80], on_log=lambda s, e, l, calls=calls: calls.append((s, e, l)))
         states.append(model.state_dict())
         logs.append(calls)
     for k in states[0]:

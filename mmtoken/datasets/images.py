@@ -43,14 +43,26 @@ import io
 import os
 import pickle
 import tarfile
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
-from .registry import (DOWNLOAD_DEADLINE, DatasetError, DatasetMissing, atomic_write_bytes, cache_dir,
-                       download_file, fit_line, read_origins, record_origin, sha256_file, sweep_partial, url_host)
+from .registry import (
+    DOWNLOAD_DEADLINE,
+    DatasetError,
+    DatasetMissing,
+    atomic_write_bytes,
+    cache_dir,
+    download_file,
+    fit_line,
+    read_origins,
+    record_origin,
+    sha256_file,
+    sweep_partial,
+    url_host,
+)
 
 # --------------------------------------------------------------------------- Fashion-MNIST
 

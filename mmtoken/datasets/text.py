@@ -61,15 +61,25 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
 from ..config import ConfigError
-from .registry import (DatasetError, DatasetMissing, atomic_write_bytes, cache_dir, download_file, fit_line,
-                       sha256_file, sweep_partial, url_host, verify_sha256)
+from .registry import (
+    DatasetError,
+    DatasetMissing,
+    atomic_write_bytes,
+    cache_dir,
+    download_file,
+    fit_line,
+    sha256_file,
+    sweep_partial,
+    url_host,
+    verify_sha256,
+)
 
 CACHE_FORMAT = 1
 NAMES = ("imdb", "rt", "yelp")

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-
 from scipy.optimize import brentq
 
 from .. import config, geometry, grad, instances, smoothness, svm, train

@@ -185,7 +185,7 @@ def _run(scale: str) -> RandomResult:
         t0 = time.perf_counter()
         out = train_batch(b["K"], b["gamma"], b["mask"], grid.steps, grid.lr)
         t1 = time.perf_counter()
-        for j, (n, T, dd, k) in enumerate(b["meta"]):
+        for j, (n, T, _d, k) in enumerate(b["meta"]):
             K, G = b["K"][j, :n, :T], b["gamma"][j, :n, :T]
             a = out["alpha"][j, :n]
             s_sel = np.exp(out["log_s"][j, np.arange(n), a])

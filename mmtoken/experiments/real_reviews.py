@@ -306,7 +306,7 @@ def ushape_table(res: Result, run: str = "joint") -> pd.DataFrame:
     """The U-shape statistics of ``run`` (tokens seen >= 100 times), seed ranges."""
     rows = []
     for name, r in res.datasets.items():
-        u = lambda k: r.values(run, "u_shape", k)  # noqa: E731
+        u = lambda k, r=r: r.values(run, "u_shape", k)  # noqa: E731
         rows.append({"data": name, "tokens": int(u("n")[0]), "spearman(pE, |Delta|)": span(u("spearman")),
                      "partial, given log count": span(u("partial")), "arm Delta > 0": span(u("positive")),
                      "arm Delta < 0": span(u("negative")), "spearman(pE, Delta)": span(u("signed")),
