@@ -29,7 +29,7 @@ from types import ModuleType
 
 import numpy as np
 
-from .datasets.registry import atomic_write_bytes
+from .datasets.download import atomic_write_bytes
 
 FORMAT = 1
 HEADER = "__header__"

@@ -46,7 +46,7 @@ import torch
 
 from . import config, vit
 from .datasets import images as image_data
-from .datasets.registry import cache_dir, sha256_file
+from .datasets.download import cache_dir, sha256_file
 
 CACHE_NAME = "vit_sparsity"
 CACHE_VERSION = 2

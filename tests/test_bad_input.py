@@ -23,7 +23,7 @@ import torch
 
 from mmtoken import config, explore, geometry, grad, svm, train
 from mmtoken.datasets import images, text
-from mmtoken.datasets.registry import DatasetError, DatasetMissing
+from mmtoken.datasets.download import DatasetError, DatasetMissing
 from mmtoken.losses import get_loss
 from mmtoken.model import AttentionProblem, as_tensor
 

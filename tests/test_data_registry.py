@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mmtoken.datasets import images, text
-from mmtoken.datasets.registry import DataFolderError, DatasetError, atomic_write_bytes, sweep_partial
+from mmtoken.datasets.download import DataFolderError, DatasetError, atomic_write_bytes, sweep_partial
 
 DOC = (Path(__file__).resolve().parent.parent / "data" / "registry.md").read_text()
 

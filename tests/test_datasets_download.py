@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from mmtoken.datasets import images, text
-from mmtoken.datasets.registry import LINE_WIDTH, DatasetError, DatasetMissing, read_origins
+from mmtoken.datasets.download import LINE_WIDTH, DatasetError, DatasetMissing, read_origins
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 CIFAR_FIXTURE = FIX / "images" / "cifar-10-python.tar.gz"

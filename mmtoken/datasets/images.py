@@ -31,7 +31,7 @@ CIFAR-10 (Krizhevsky 2009)
     an unpickler that only admits plain containers and NumPy arrays.
 
 No reader substitutes one dataset for another: a missing dataset raises
-:class:`~mmtoken.datasets.registry.DatasetMissing` saying how to get it.
+:class:`~mmtoken.datasets.download.DatasetMissing` saying how to get it.
 Images come back as ``uint8`` arrays of shape ``(N, C, H, W)`` and labels as
 ``int64`` arrays of shape ``(N,)``.
 """
@@ -49,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .registry import (
+from .download import (
     DOWNLOAD_DEADLINE,
     DatasetError,
     DatasetMissing,

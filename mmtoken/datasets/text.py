@@ -68,7 +68,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import ConfigError
-from .registry import (
+from .download import (
     DatasetError,
     DatasetMissing,
     atomic_write_bytes,
@@ -362,7 +362,7 @@ def download(url: str, dest: str | os.PathLike, sha256: str, timeout: float = 30
     """Download ``url`` to ``dest`` through a temporary file; verify before renaming.
 
     ``timeout`` bounds each wait for the server, ``deadline`` (default
-    :data:`mmtoken.datasets.registry.DOWNLOAD_DEADLINE`) the whole download.
+    :data:`mmtoken.datasets.download.DOWNLOAD_DEADLINE`) the whole download.
     Raises :class:`DatasetMissing` when the address cannot be reached, a wait
     times out or the deadline passes, and :class:`DatasetError` when the bytes
     received have the wrong checksum (``dest`` is then left as it was).

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from .. import config, embedding, geometry, synthetic
+from ..corpus_stats import TokenStats, token_stats
 from ..ledger import Measured, claim
 from ..plotting import colors, subplots, token_scatter
-from ..tokens import TokenStats, token_stats
 
 CHAPTER = "10_one_step"
 

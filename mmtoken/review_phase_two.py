@@ -19,7 +19,7 @@ import torch
 
 from .datasets.tokenize import PAD_ID
 from .losses import get_loss
-from .reviews import Chunks, collapse
+from .review_model import Chunks, collapse
 
 LOGISTIC = get_loss("logistic")
 

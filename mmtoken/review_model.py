@@ -6,7 +6,7 @@ vectors once and gathers them per position (:func:`outputs`). Batches are
 formed from reviews of similar length (:func:`length_batches`), so little
 time goes into padding. Used by :mod:`mmtoken.review_runs`.
 
-Phase two of the theory (``p`` with ``E`` fixed) is in :mod:`mmtoken.phase_two`.
+Phase two of the theory (``p`` with ``E`` fixed) is in :mod:`mmtoken.review_phase_two`.
 
 Token ids are ``(N, T)`` integer arrays with ``PAD_ID`` at padding. A review
 left without any in-vocabulary word has no input for the model: training
