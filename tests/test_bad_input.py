@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from mmtoken import config, explore, geometry, grad, svm, train
-from mmtoken.datasets import images, text
+from mmtoken.datasets import cli, corpus, images, parsers, text
 from mmtoken.datasets.download import DatasetError, DatasetMissing
 from mmtoken.losses import get_loss
 from mmtoken.model import AttentionProblem, as_tensor
@@ -426,7 +426,7 @@ def _text_cli(argv, file_env=False):
             f.write_text("x")
             ctx.monkeypatch.setenv("MMTOKEN_DATA", str(f))
         try:
-            return text.main(argv)
+            return cli.main(argv)
         except SystemExit as exc:
             return exc.code
     return run
@@ -443,12 +443,12 @@ add("text.load list", lambda ctx: text.load(["imdb"]), Err("unknown text dataset
 add("text.fetch unknown", lambda ctx: text.fetch("x"), Err("unknown text dataset"))
 add("text.available unknown", lambda ctx: text.available("x"), Err("unknown text dataset"))
 add("text.load yelp offline", lambda ctx: text.load("yelp", download=False), Err("Yelp polarity", DatasetMissing))
-add("text.read_cache missing", lambda ctx: text.read_cache(ctx.tmp_path / "none.npz"), Err("does not exist", DatasetMissing))
-add("text.read_cache garbage", lambda ctx: (ctx.tmp_path.joinpath("g.npz").write_bytes(b"junk"),
-                                            text.read_cache(ctx.tmp_path / "g.npz"))[1], Err("damaged", DatasetError))
-add("text.download unreachable", lambda ctx: text.download("http://127.0.0.1:9/x", ctx.tmp_path / "x", "0" * 64,
+add("corpus.read_cache missing", lambda ctx: corpus.read_cache(ctx.tmp_path / "none.npz"), Err("does not exist", DatasetMissing))
+add("corpus.read_cache garbage", lambda ctx: (ctx.tmp_path.joinpath("g.npz").write_bytes(b"junk"),
+                                            corpus.read_cache(ctx.tmp_path / "g.npz"))[1], Err("damaged", DatasetError))
+add("text.download_verified unreachable", lambda ctx: text.download_verified("http://127.0.0.1:9/x", ctx.tmp_path / "x", "0" * 64,
                                                            timeout=2), Err("cannot download", DatasetMissing))
-add("text.download bad url", lambda ctx: text.download("not a url", ctx.tmp_path / "x", "0" * 64),
+add("text.download_verified bad url", lambda ctx: text.download_verified("not a url", ctx.tmp_path / "x", "0" * 64),
     Err("cannot download", DatasetMissing))
 add("images unknown", lambda ctx: images.load_images("mnist", "train"), Err("unknown image dataset"))
 add("fashion split", lambda ctx: images.load_fashion_mnist("val"), Err("unknown split"))
@@ -457,8 +457,8 @@ add("cifar offline", lambda ctx: images.load_cifar10("train", download=False), E
 add("parse_idx junk", lambda ctx: images.parse_idx(b"xx"), Err("not an idx file", DatasetError))
 add("parse_idx truncated", lambda ctx: images.parse_idx(b"\x00\x00\x08\x01\x00\x00\x00\x05ab"),
     Err("truncated or corrupt", DatasetError))
-add("parse_yelp_csv empty", lambda ctx: text.parse_yelp_csv(b""), Err("empty", DatasetError))
-add("make_dataset labels 0/1", lambda ctx: text.make_dataset("x", ["a", "b"], [1, 0], [0, 1]), Err("labels", DatasetError))
+add("parse_yelp_csv empty", lambda ctx: parsers.parse_yelp_csv(b""), Err("empty", DatasetError))
+add("make_dataset labels 0/1", lambda ctx: corpus.make_dataset("x", ["a", "b"], [1, 0], [0, 1]), Err("labels", DatasetError))
 
 
 # ----------------------------------------------------------------------------- the runner

@@ -27,7 +27,7 @@ from mmtoken import (
     review_runs,
     review_search,
 )
-from mmtoken.datasets import text, tokenize
+from mmtoken.datasets import corpus, text, tokenize
 from mmtoken.datasets.download import cache_dir
 from mmtoken.experiments import real_reviews as rr
 
@@ -41,7 +41,7 @@ def data_dir(tmp_path, monkeypatch):
     torch.set_num_threads(1)
 
 
-def toy_dataset(n_train=240, n_test=120, seed=0, name="toy") -> text.TextDataset:
+def toy_dataset(n_train=240, n_test=120, seed=0, name="toy") -> corpus.TextDataset:
     """Reviews of 8-16 neutral words and one or two words of their polarity (the paper's data model),
     plus one training and one test review made of a word seen nowhere else."""
     rng = np.random.default_rng(seed)
@@ -55,7 +55,7 @@ def toy_dataset(n_train=240, n_test=120, seed=0, name="toy") -> text.TextDataset
         labels.append(y)
         split.append(0 if k < n_train else 1)
     texts[n_train + 1] = "unseenword"  # a test review without any in-vocabulary word (min_count 2)
-    return text.make_dataset(name, texts, labels, split, {"source": "test"})
+    return corpus.make_dataset(name, texts, labels, split, {"source": "test"})
 
 
 TINY = review_runs.Setup("toy", min_count=2, max_len=24, d=16, batch=32, lr=0.03, epochs=12, init_std=0.1,
@@ -336,7 +336,7 @@ def test_prepare_counts_empty_reviews():
 
 
 def test_verbatim_overlap():
-    ds = text.make_dataset("dup", ["a b", "c d", "a b", "e f", "c d"], [1, -1, 1, 1, -1], [0, 0, 1, 1, 1])
+    ds = corpus.make_dataset("dup", ["a b", "c d", "a b", "e f", "c d"], [1, -1, 1, 1, -1], [0, 0, 1, 1, 1])
     assert review_runs.verbatim_overlap(ds) == 2
 
 

@@ -241,3 +241,17 @@ def record_origin(folder: str | os.PathLike, files: dict[str, str], url: str | N
     for name, origin in files.items():
         record[name] = {"origin": origin, "url": url}
     atomic_write_bytes(Path(folder) / ORIGIN_FILE, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
+
+
+def download_verified(url: str, dest: str | os.PathLike, sha256: str, timeout: float = 30.0,
+                      deadline: float | None = None) -> Path:
+    """Download ``url`` to ``dest`` through a temporary file; verify before renaming.
+
+    ``timeout`` bounds each wait for the server, ``deadline`` (default
+    :data:`mmtoken.datasets.download.DOWNLOAD_DEADLINE`) the whole download.
+    Raises :class:`DatasetMissing` when the address cannot be reached, a wait
+    times out or the deadline passes, and :class:`DatasetError` when the bytes
+    received have the wrong checksum (``dest`` is then left as it was).
+    """
+    kw = {} if deadline is None else {"deadline": deadline}
+    return download_file(url, dest, check=lambda part: verify_sha256(part, sha256), timeout=timeout, **kw)
