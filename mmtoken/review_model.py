@@ -25,6 +25,7 @@ from scipy import sparse
 
 from . import config
 from .datasets.tokenize import PAD_ID
+from .embedding import gather_outputs
 
 
 def outputs(a: torch.Tensor, b: torch.Tensor, tokens: torch.Tensor,
@@ -35,15 +36,9 @@ def outputs(a: torch.Tensor, b: torch.Tensor, tokens: torch.Tensor,
     token. If ``counts (B, T)`` is given, entry ``t`` stands for ``counts[:, t]``
     occurrences of the same token (see :func:`collapse`): its logit gets
     ``log counts`` added and its attention is the total over those occurrences,
-    which gives the same output. Equals :func:`mmtoken.embedding.forward`, at
-    the cost of two gathers.
+    which gives the same output: :func:`mmtoken.embedding.gather_outputs` with the padding mask.
     """
-    mask = tokens != PAD_ID
-    z = a[tokens]
-    if counts is not None:
-        z = z + torch.log(counts.to(z.dtype))
-    s = torch.softmax(z.masked_fill(~mask, float("-inf")), dim=-1)
-    return (s * b[tokens]).sum(-1), s
+    return gather_outputs(a, b, tokens, tokens != PAD_ID, counts)
 
 
 def collapse(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

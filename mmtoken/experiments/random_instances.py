@@ -31,6 +31,7 @@ import pandas as pd
 import torch
 
 from .. import config, geometry, grad, instances, svm, train
+from ..corpus_stats import spearman
 from ..ledger import Measured, claim
 from ..model import AttentionProblem
 from ..plotting import colors
@@ -244,10 +245,8 @@ def gmm_rate_by_d(r: RandomResult) -> pd.DataFrame:
 
 def spearman_gmm(r: RandomResult) -> float:
     """Spearman correlation between ``d`` and the GMM fraction over all grid cells."""
-    from scipy.stats import spearmanr
-
     rate = gmm_rate_by_d(r).stack(["n", "T"], future_stack=True).reset_index(name="rate")
-    return float(spearmanr(rate.d, rate.rate).statistic)
+    return spearman(rate.d.to_numpy(), rate.rate.to_numpy())
 
 
 @claim("A.random.correlation", chapter=CHAPTER,
