@@ -215,12 +215,6 @@ add("in_cone mu nan", lambda ctx: geometry.in_cone(STARTS, V, np.nan, 1.0), Err(
 add("in_cone R -1", lambda ctx: geometry.in_cone(STARTS, V, 0.1, -1.0), Err("R must be"))
 add("in_cone q zero", lambda ctx: geometry.in_cone(STARTS, [0.0, 0.0], 0.1, 1.0), Err("q must be a non-zero"))
 add("in_cone R 0", lambda ctx: geometry.in_cone(STARTS, V, 0.1, 0), Ok(lambda r: r.shape == (2,)))
-add("cone_start n_starts 0", lambda ctx: geometry.cone_start(V, 0.1, 1.0, 0), Err("n_starts"))
-add("cone_start n_starts 2.5", lambda ctx: geometry.cone_start(V, 0.1, 1.0, 2.5), Err("n_starts"))
-add("cone_start R 0", lambda ctx: geometry.cone_start(V, 0.1, 0.0, 2), Err("R must be"))
-add("cone_start q zero", lambda ctx: geometry.cone_start([0.0, 0.0], 0.1, 1.0, 2), Err("q must be a non-zero"))
-add("cone_start mu inf", lambda ctx: geometry.cone_start(V, np.inf, 1.0, 2), Err("mu must be"))
-add("cone_start seed -1", lambda ctx: geometry.cone_start(V, 0.1, 1.0, 2, seed=-1), Err("seed"))
 
 # ----------------------------------------------------------------------------- train
 for lr in (0, -0.1, np.nan, np.inf, "0.1", True, 1j, None):
