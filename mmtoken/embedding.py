@@ -61,11 +61,6 @@ def _check_mask(mask: torch.Tensor | None, tokens: torch.Tensor) -> None:
             raise ValueError("a sequence holds only padding")
 
 
-def token_logits_values(E: torch.Tensor, p: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token attention logit ``E p`` and value ``E v``, both ``(V,)``."""
-    return E @ p, E @ v
-
-
 def attention(E: torch.Tensor, p: torch.Tensor, tokens: torch.Tensor,
               mask: torch.Tensor | None = None) -> torch.Tensor:
     """Softmax attention of the <cls> token over each sequence.
