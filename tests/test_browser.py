@@ -33,6 +33,8 @@ import pytest
 
 from mmtoken import report
 
+pytestmark = pytest.mark.slow  # needs the built book and a browser: `make slow` / `make test`
+
 ROOT = Path(__file__).resolve().parent.parent
 HTML_DIR = Path(os.environ.get("MMTOKEN_BOOK_HTML", ROOT / "_build" / "html"))  # another build: set this
 IN_CI = bool(os.environ.get("CI"))
