@@ -56,6 +56,7 @@ def test_limit_direction_closed_forms():
     assert np.isclose(m[1], m[2] + 0.25 * 0.5, atol=1e-6) and m[0] > m[1]
 
 
+@pytest.mark.slow
 def test_joint_path_lies_on_both_spheres_and_reaches_the_predictions():
     inst = instances.fig3("loose")
     a0, b0 = joint.start_pairs()

@@ -446,6 +446,7 @@ def test_key_changes_with_config_code_and_data():
     assert runs.cache_key(fp) != runs.cache_key({**fp, "code": "other"})
 
 
+@pytest.mark.slow
 def test_training_is_bit_identical_in_worker_processes(tiny_data, tmp_path):
     """Two seeds trained in two spawned processes give the same files as in this process."""
     exps = [TINY, TINY.with_seed(1)]
@@ -656,6 +657,7 @@ def test_cifar_like_experiment_runs(tmp_path, monkeypatch):
     plt.close(fig)
 
 
+@pytest.mark.slow
 def test_a_failing_worker_is_reported(tiny_data):
     x = np.zeros((64, 1, 28, 28), np.uint8)
     raw = runs.RawData("fashion-mnist", x, np.zeros(64, np.int64), x[:8], np.zeros(8, np.int64),
