@@ -98,12 +98,13 @@ class Attention(nn.Module):
         self.v = nn.Linear(width, width)
         self.out = nn.Linear(width, width)
 
-    def _split(self, x: torch.Tensor) -> torch.Tensor:
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, T, width)`` -> ``(B, heads, T, head_dim)``: the per-head view of a projection."""
         b, t, _ = x.shape
         return x.view(b, t, self.heads, self.head_dim).transpose(1, 2)  # (B, h, T, dh)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        q, k, v = self._split(self.q(x)), self._split(self.k(x)), self._split(self.v(x))
+        q, k, v = self.split_heads(self.q(x)), self.split_heads(self.k(x)), self.split_heads(self.v(x))
         logits = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
         attn = logits.softmax(dim=-1)
         y = (attn @ v).transpose(1, 2).reshape(x.shape)
@@ -498,7 +499,7 @@ def cls_logits(model: ViT, inputs: torch.Tensor, layer: int = -1) -> torch.Tenso
     block = model.blocks[layer]
     u = block.ln1(x)
     att = block.attn
-    q, k = att._split(att.q(u)), att._split(att.k(u))
+    q, k = att.split_heads(att.q(u)), att.split_heads(att.k(u))
     return (q[:, :, :1] @ k[:, :, 1:].transpose(-1, -2)).squeeze(2) / math.sqrt(att.head_dim)
 
 
