@@ -6,7 +6,7 @@ NOTEBOOKS := $(shell find book -name '*.ipynb' -not -path '*/.ipynb_checkpoints/
 export MMTOKEN_PROGRESS ?= off
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup book build test unit nbval strict sync claims figures bench clean reader meta
+.PHONY: setup book build test unit slow lint nbval strict sync claims figures bench clean reader meta
 
 setup:
 	bash scripts/setup.sh
@@ -23,13 +23,21 @@ book: build  ## build the book, then open it in a browser when one is available
 strict: setup  ## -W build: a failing cell, a warning or a broken reference fails
 	$(JB) build . --builder html -W -n --keep-going
 
-unit: setup
-	$(PY) -m pytest tests
+unit: setup  ## the fast unit tests (end-to-end tests marked `slow` are left out; `make slow` runs them)
+	$(PY) -m pytest tests -m "not slow"
+
+slow: setup  ## only the slow end-to-end tests
+	$(PY) -m pytest tests -m slow
+
+lint: setup  ## ruff: the lint rules and the format of pyproject.toml (`ruff format .` applies the format)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) scripts/check_sync.py
 
 nbval: setup
 	$(PY) -m pytest --nbval $(NOTEBOOKS) --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=3600
 
-test: strict  ## everything, ending with the pytest summary
+test: lint strict  ## everything, ending with the pytest summary
 	$(PY) -m pytest tests $(NOTEBOOKS) --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=3600
 
 sync: setup  ## update each chapter's .ipynb from its .md (the source), then re-execute the references

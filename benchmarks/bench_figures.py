@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from common import machine_meta  # benchmarks/ is on sys.path (run directly or from run_all)
 from torch import nn
 
-from common import machine_meta  # benchmarks/ is on sys.path (run directly or from run_all)
 from mmtoken import instances, train
 from mmtoken.model import AttentionProblem
 
@@ -84,7 +84,7 @@ def cases():
     problem4 = AttentionProblem(np.stack([i.K for i in fig4]), np.stack([i.gamma for i in fig4]))
     for loss in ("logistic",):
         out.append((f"fig4 (11 values of C, {loss})",
-                    lambda: train.train_p(problem4, np.zeros((len(Cs), 2)), steps=STEPS, record_every=10, loss=loss),
+                    lambda loss=loss: train.train_p(problem4, np.zeros((len(Cs), 2)), steps=STEPS, record_every=10, loss=loss),
                     lambda: [public_loop(i, i.starts[0]) for i in fig4]))
     return out
 

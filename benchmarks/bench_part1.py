@@ -16,11 +16,11 @@ def main():
     scale = config.scale()
     svm.att_svm([[[0.0, 1.0], [1.0, 0.0]]], [0])            # warm up cvxpy outside the timings
     rows = [
-        ("01 W = p (2 key maps x 6 starts x 500 GD steps)", lambda: w_equals_p._run(scale)),
-        ("02 Fig. 1 global, published 1000 steps (6 starts)", lambda: gc._published()),
-        ("02 continuation to 10k/200k steps (6 starts)", lambda: gc._long(scale)),
-        ("02 regularization path (radii x 12 starts)", lambda: gc._reg(scale)),
-        ("app. saturation trap (3 gradients x 6 starts)", lambda: saturation._run(scale)),
+        ("01 W = p (2 key maps x 6 starts x 500 GD steps)", lambda: w_equals_p.run(scale)),
+        ("02 Fig. 1 global, published 1000 steps (6 starts)", lambda: gc.published(scale)),
+        ("02 continuation to 10k/200k steps (6 starts)", lambda: gc.long_run(scale)),
+        ("02 regularization path (radii x 12 starts)", lambda: gc.reg_path(scale)),
+        ("app. saturation trap (3 gradients x 6 starts)", lambda: saturation.run(scale)),
     ]
     print_timings(rows, scale, torch.get_num_threads())
 

@@ -22,11 +22,11 @@ def main():
     n_gd = config.pick(quick=2000, paper=20_000, which=scale)
     rows = [
         ("03 whole chapter: Fig. 1 local (6 starts) + 12 cone runs, batched; "
-         "counterexample (16 starts); 10 SVMs", lambda: lc._run(scale)),
+         "counterexample (16 starts); 10 SVMs", lambda: lc.run(scale)),
         (f"04 Fig. 2 normalized GD, {n_ngd} steps (6 starts, every step recorded)",
-         lambda: mi._train(inst, opt, gmm, "normalized", 0.1, n_ngd, 1)),
+         lambda: mi.train_run(inst, opt, gmm, "normalized", 0.1, n_ngd, 1)),
         (f"04 Fig. 2 plain GD, {n_gd} steps (6 starts, every step recorded)",
-         lambda: mi._train(inst, opt, gmm, "gd", 1.0, n_gd, 1)),
+         lambda: mi.train_run(inst, opt, gmm, "gd", 1.0, n_gd, 1)),
     ]
     print_timings(rows, scale, torch.get_num_threads())
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from common import machine_meta  # benchmarks/ is on sys.path (run directly or from run_all)
+
 from mmtoken import config, fastpath
 from mmtoken.experiments import random_instances as ri
 
@@ -62,7 +62,7 @@ def main(loop_instances: int = 20, steps: int = 300, d: int = 8):
         os.environ["MMTOKEN_FASTPATH"] = flag
         print(f"{name}; d = {d}, {steps} steps:")
         row = compare(b, steps, grid.lr, loop_instances)
-        ri._run.cache_clear()
+        ri.clear_cache()
         r, wall, cpu = timed(lambda: ri.run(scale))
         print(f"  full sweep ({scale}): {len(r.table)} instances, {grid.steps} steps: wall {wall:.1f} s, "
               f"cpu {cpu:.1f} s (training {r.seconds_train:.1f} s, SVMs {r.seconds_svm:.1f} s)")

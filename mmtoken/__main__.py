@@ -72,7 +72,7 @@ def _figures(args) -> int:
         for fig_name, make in getattr(module, "FIGURES", {}).items():
             if args.only and not any(o in fig_name or o == name for o in args.only):
                 continue
-            fig = _make_figure(module, make)
+            fig = _make_figure(make)
             for path in save(fig, str(out / fig_name)):
                 print(path)
             plt.close(fig)
@@ -83,13 +83,9 @@ def _figures(args) -> int:
     return 0
 
 
-def _make_figure(module, make):
-    """Call a ``FIGURES`` entry: with no argument, or with the module's ``run()`` result."""
-    import inspect
-
-    required = [p for p in inspect.signature(make).parameters.values()
-                if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    fig = make(module.run()) if required else make()
+def _make_figure(make):
+    """Call a ``FIGURES`` entry (every one takes no argument: it runs, or reads, its own results)."""
+    fig = make()
     return fig if hasattr(fig, "savefig") else fig.figure
 
 

@@ -24,7 +24,7 @@ import torch
 from .grad import grad_p, loss_parts
 from .losses import Loss, get_loss
 from .model import AttentionProblem, as_tensor
-from .train import sphere_step
+from .train import accept, sphere_step
 
 
 def project_to_cone(w: torch.Tensor, q: torch.Tensor, mu: float) -> torch.Tensor:
@@ -95,8 +95,7 @@ def cone_regularization_path(problem: AttentionProblem, radii, q, mu: float, w0=
         # compare base + excess part by part: the excess keeps the digits L itself loses
         ok = ((b_new - base) + (e_new - excess)) < 0
         base, excess = torch.where(ok, b_new, base), torch.where(ok, e_new, excess)
-        w = torch.where(ok[..., None], cand, w)
-        theta = torch.where(ok, (theta * 1.5).clamp_max(1.0), theta * 0.5)
+        w, theta = accept(ok, cand, w, theta)
     return (R * w).cpu()
 
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 import os
 import random
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -155,7 +156,7 @@ def seed_everything(seed: int) -> torch.Generator:
     if seed >= 2**32:
         raise ValueError(f"seed must be below 2**32 (NumPy's legacy seeding), got {seed}")
     random.seed(seed)
-    np.random.seed(seed)
+    np.random.seed(seed)  # noqa: NPY002 -- code that uses NumPy's global generator is seeded too
     torch.manual_seed(seed)
     return torch.Generator().manual_seed(seed)
 
@@ -203,10 +204,11 @@ def progress_enabled(total_work: int, threshold: int = 200_000) -> bool:
         return True
     if mode == "off":
         return False
-    return total_work >= threshold and (_on_terminal() or _in_jupyter())
+    return total_work >= threshold and (on_terminal() or _in_jupyter())
 
 
-def _on_terminal() -> bool:
+def on_terminal() -> bool:
+    """Whether stderr is a terminal (progress bars are drawn there); False when stderr is replaced or closed."""
     try:
         return sys.stderr is not None and sys.stderr.isatty()
     except (AttributeError, ValueError):  # replaced or closed stderr
@@ -252,3 +254,10 @@ def set_progress(mode: str) -> None:
     if mode not in PROGRESS_MODES:
         raise ConfigError(f"progress mode {mode!r} is not one of on/off/auto")
     _progress = mode
+
+
+def reset() -> None:
+    """Forget :func:`set_scale` and :func:`set_progress`: back to the environment variables and defaults."""
+    global _scale, _progress
+    _scale = None
+    _progress = None

@@ -33,9 +33,32 @@ def _check(E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, tokens: torch.Tens
         raise TypeError(f"tokens must be an integer tensor, got {tokens.dtype}")
 
 
-def token_logits_values(E: torch.Tensor, p: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token attention logit ``E p`` and value ``E v``, both ``(V,)``."""
-    return E @ p, E @ v
+def gather_outputs(a: torch.Tensor, b: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor | None = None,
+                   counts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gather model: output ``(N,)`` and attention ``(N, T)`` from per-token logits and values.
+
+    ``a = E p`` and ``b = E v`` are ``(V,)``; ``tokens`` int ``(N, T)``; ``mask`` bool ``(N, T)``, True at
+    real tokens (None: no padding). With ``counts (N, T)`` entry ``t`` stands for ``counts[:, t]``
+    occurrences of one token (rows collapsed by :func:`mmtoken.review_model.collapse`): its logit gets
+    ``log counts`` and its attention is the total over those occurrences, so the output is unchanged.
+    The one implementation of the model's forward pass: :func:`forward` and
+    :func:`mmtoken.review_model.outputs` call it (no argument checks here; they check).
+    """
+    z = a[tokens]
+    if counts is not None:
+        z = z + torch.log(counts.to(z.dtype))
+    if mask is not None:
+        z = z.masked_fill(~mask, float("-inf"))
+    s = torch.softmax(z, dim=-1)
+    return (s * b[tokens]).sum(-1), s
+
+
+def _check_mask(mask: torch.Tensor | None, tokens: torch.Tensor) -> None:
+    if mask is not None:
+        if mask.shape != tokens.shape:
+            raise ValueError(f"mask shape {tuple(mask.shape)} differs from tokens {tuple(tokens.shape)}")
+        if not bool(mask.any(dim=-1).all()):
+            raise ValueError("a sequence holds only padding")
 
 
 def attention(E: torch.Tensor, p: torch.Tensor, tokens: torch.Tensor,
@@ -62,11 +85,8 @@ def attention(E: torch.Tensor, p: torch.Tensor, tokens: torch.Tensor,
     else:
         _check(E, p, p, tokens)
         z = (E @ p)[tokens]
+    _check_mask(mask, tokens)
     if mask is not None:
-        if mask.shape != tokens.shape:
-            raise ValueError(f"mask shape {tuple(mask.shape)} differs from tokens {tuple(tokens.shape)}")
-        if not bool(mask.any(dim=-1).all()):
-            raise ValueError("a sequence holds only padding")
         z = z.masked_fill(~mask, float("-inf"))
     return torch.softmax(z, dim=-1)
 
@@ -75,8 +95,8 @@ def forward(E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, tokens: torch.Ten
             mask: torch.Tensor | None = None) -> torch.Tensor:
     """Model output ``f(X_i) = sum_t s_it E_{x_it}^T v`` for each sequence, ``(N,)``."""
     _check(E, p, v, tokens)
-    s = attention(E, p, tokens, mask)
-    return (s * (E @ v)[tokens]).sum(dim=-1)
+    _check_mask(mask, tokens)
+    return gather_outputs(E @ p, E @ v, tokens, mask)[0]
 
 
 # ---------------------------------------------------------------------------

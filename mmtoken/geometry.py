@@ -5,7 +5,6 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from . import validate
 from .svm import InfeasibleSVM, SVMSolution, att_svm
@@ -144,38 +143,7 @@ def in_cone(p, q, mu: float, R: float) -> np.ndarray | bool:
     return bool(ok) if np.ndim(ok) == 0 else ok
 
 
-def cone_start(q, mu: float, R: float, n_starts: int, seed: int = 0) -> np.ndarray:
-    """``n_starts`` random points of norm ``R`` on the boundary-ish of the cone ``C_{mu,R}(q)``.
-
-    Each is ``R`` times a unit vector at correlation exactly ``1 - mu/2`` with ``q``.
-    """
-    mu, R = _cone_params(mu, R)
-    n_starts = validate.count(n_starts, "n_starts", minimum=1)
-    seed = validate.count(seed, "seed")
-    q = _np(q, "q", ndim=1)
-    if not np.any(q):
-        raise ValueError("q must be a non-zero vector (the cone's axis)")
-    u = q / np.linalg.norm(q)
-    rng = np.random.default_rng(seed)
-    c = 1 - mu / 2
-    out = []
-    for _ in range(n_starts):
-        r = rng.normal(size=u.shape)
-        r -= (r @ u) * u
-        if np.linalg.norm(r) == 0:
-            out.append(R * u)
-            continue
-        r /= np.linalg.norm(r)
-        out.append(R * (c * u + np.sqrt(1 - c * c) * r))
-    return np.array(out)
-
-
 def _cone_params(mu, R, zero_radius: bool = False) -> tuple[float, float]:
     """``mu`` in ``(0, 2]`` and a positive (or, for membership, non-negative) radius ``R``."""
     mu = validate.positive(mu, "mu", maximum=2.0)
     return mu, (validate.nonnegative(R, "R") if zero_radius else validate.positive(R, "R"))
-
-
-def to_numpy(t: torch.Tensor | np.ndarray) -> np.ndarray:
-    """A finite float64 NumPy copy of ``t`` (tensor or array)."""
-    return _np(t, "t")

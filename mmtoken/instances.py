@@ -52,6 +52,16 @@ class Instance:
     def problem(self) -> AttentionProblem:
         return AttentionProblem(self.K, self.gamma)
 
+    def gmm(self):
+        """The Att-SVM solution for the globally optimal tokens (the GMM direction is its ``x``, ``(m,)``).
+
+        Returns :class:`mmtoken.svm.SVMSolution` for ``svm.att_svm(K, geometry.optimal_tokens(gamma))``;
+        raises :class:`mmtoken.svm.InfeasibleSVM` when the optimal tokens cannot be separated.
+        """
+        from . import geometry, svm  # the solver (cvxpy) is imported when a GMM is asked for
+
+        return svm.att_svm(self.K, geometry.optimal_tokens(self.gamma))
+
     def starts_tensor(self) -> torch.Tensor:
         return torch.as_tensor(self.starts, dtype=torch.float64)
 

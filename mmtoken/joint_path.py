@@ -122,13 +122,13 @@ class JointLoss:
     total: torch.Tensor
     top: torch.Tensor
 
-    def lower_than(self, other: "JointLoss") -> torch.Tensor:
+    def lower_than(self, other: JointLoss) -> torch.Tensor:
         """Where ``L(self) < L(other)``: by the split where the selections agree, by ``total`` elsewhere."""
         same = (self.top == other.top).all(-1)
         split = (self.base - other.base) + (self.excess - other.excess) < 0
         return torch.where(same, split, self.total < other.total)
 
-    def where(self, mask: torch.Tensor, other: "JointLoss") -> "JointLoss":
+    def where(self, mask: torch.Tensor, other: JointLoss) -> JointLoss:
         return JointLoss(*(torch.where(m, a, b) for m, a, b in (
             (mask, self.base, other.base), (mask, self.excess, other.excess), (mask, self.total, other.total),
             (mask[..., None], self.top, other.top))))
@@ -185,17 +185,15 @@ def joint_regularization_path(X, Y, radii_v, radii_p, a0, b0, *, W=None, loss: s
         cand = train.sphere_step(a, train.grad_v(X, Y, sat, loss), theta_v)
         new = joint_loss(X, Y, K, Rv * cand, Rp * b, loss)
         ok = new.lower_than(cur)
-        a = torch.where(ok[..., None], cand, a)
+        a, theta_v = train.accept(ok, cand, a, theta_v)
         cur = new.where(ok, cur)
-        theta_v = torch.where(ok, (theta_v * 1.5).clamp_max(1.0), theta_v * 0.5)
 
         problem = AttentionProblem(K, scores(X, Y, Rv * a))
         cand = train.sphere_step(b, grad.grad_p(problem, Rp * b, loss).direction, theta_p)
         new = joint_loss(X, Y, K, Rv * a, Rp * cand, loss)
         ok = new.lower_than(cur)
-        b = torch.where(ok[..., None], cand, b)
+        b, theta_p = train.accept(ok, cand, b, theta_p)
         cur = new.where(ok, cur)
-        theta_p = torch.where(ok, (theta_p * 1.5).clamp_max(1.0), theta_p * 0.5)
     return (Rv * a).cpu(), (Rp * b).cpu()
 
 

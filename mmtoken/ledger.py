@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 KINDS = ("theorem", "observation", "consistency")
 

@@ -6,8 +6,8 @@ stays finite where ``l'(u)`` itself underflows (large margins ``u``).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import torch
 
 from . import validate
-from .config import DTYPE, device as default_device
+from .config import DTYPE
+from .config import device as default_device
 
 
 def as_tensor(x, name: str, dtype: torch.dtype = DTYPE, device=None) -> torch.Tensor:
@@ -143,7 +144,7 @@ class AttentionProblem:
                 raise ValueError("an input holds only padding")
 
     @classmethod
-    def from_data(cls, X, Y, v, W=None, mask=None) -> "AttentionProblem":
+    def from_data(cls, X, Y, v, W=None, mask=None) -> AttentionProblem:
         """Build from tokens ``X (..., n, T, d)``, labels ``Y (..., n)``, head ``v (d,)`` and ``W (d, m)`` (identity if None)."""
         X = as_tensor(X, "X")
         Y = as_tensor(Y, "Y", device=X.device)

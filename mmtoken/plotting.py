@@ -16,14 +16,13 @@ high-density screens.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import matplotlib
-from cycler import cycler
-
 import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
+from cycler import cycler
 
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000", "#F0E442")
 """Okabe and Ito's colour-blind-safe palette, ordered so that any first k colours are far apart

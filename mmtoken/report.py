@@ -16,9 +16,10 @@ from __future__ import annotations
 import html
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .ledger import Result
 
@@ -228,7 +229,6 @@ class Group:
 def ledger_groups(results: Iterable[Result | dict], root: Path = ROOT) -> list[Group]:
     """Rows grouped by chapter, in book order; claims of no page of the book come last."""
     order = book_order(root)
-    by_stem = {p.stem: p for p in order}
     rows: dict[str, list[dict]] = {}
     for r in results:
         d = _row(r)

@@ -23,13 +23,13 @@ import json
 import os
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
 
 import numpy as np
 
-from .datasets.registry import atomic_write_bytes
+from .datasets.download import atomic_write_bytes
 
 FORMAT = 1
 HEADER = "__header__"

@@ -23,8 +23,7 @@ import time
 import numpy as np
 import torch
 
-from . import config, review_runs, reviews, synthetic
-from . import tokens as token_mod
+from . import config, corpus_stats, review_model, review_runs, synthetic
 from .datasets import text, tokenize
 from .review_runs import Data, Setup
 
@@ -44,7 +43,7 @@ def run(data: Data, seed: int, s: Setup = REGIME) -> tuple[dict, dict]:
 
 def _run(data: Data, seed: int, s: Setup) -> tuple[dict, dict]:
     start = time.process_time()
-    top = torch.as_tensor(reviews.top_decile(data.stats.count, data.stats.delta, review_runs.TOP_COUNT),
+    top = torch.as_tensor(review_model.top_decile(data.stats.count, data.stats.delta, review_runs.TOP_COUNT),
                           device=config.device())
     v, E_small, _ = review_runs.init(s, data.V, seed)
     metrics, arrays = review_runs.two_phase(s, data, v, E_small, top, conflicts=True)
@@ -72,7 +71,7 @@ def control_data(rt: Data, seed: int = 0) -> Data:
     corpus = tokenize.TokenizedCorpus("control", vocab, tokens, lengths, lengths.copy(), labels, split,
                                       tokenize.TokenizerConfig(min_count=1, max_len=c["T"]))
     fit, evaluation = np.arange(n_train), np.arange(n_train, n_train + n_test)
-    stats = token_mod.token_stats(tokens[fit], labels[fit].astype(int), corpus.vocab_size, pad_id=tokenize.PAD_ID)
+    stats = corpus_stats.token_stats(tokens[fit], labels[fit].astype(int), corpus.vocab_size, pad_id=tokenize.PAD_ID)
     return Data(corpus, "test", fit, evaluation, 0, 0, stats)
 
 

@@ -24,7 +24,6 @@ the code of this computation, the configuration and the data.
 """
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -32,11 +31,11 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from . import config, losses, phase_two, resultcache, reviews, tokens as token_mod
+from . import config, corpus_stats, losses, resultcache, review_model, review_phase_two
+from .corpus_stats import TokenStats
 from .datasets import text, tokenize
-from .datasets.registry import cache_dir
-from .reviews import Chunks, Params
-from .tokens import TokenStats
+from .datasets.download import cache_dir
+from .review_model import Chunks, Params
 
 DATASETS = ("imdb", "rt", "yelp")
 SEEDS = (10, 11, 12, 13, 14)
@@ -88,7 +87,7 @@ class Setup:
 
 def cache_fingerprint(s: Setup, data_fp: str, extra: dict | None = None, modules: tuple = ()) -> str:
     """Fingerprint of a result: this computation's code (and ``modules``), the setup (and ``extra``) and the data."""
-    code = resultcache.code_fingerprint([reviews, phase_two, token_mod, tokenize, losses, sys.modules[__name__],
+    code = resultcache.code_fingerprint([review_model, review_phase_two, corpus_stats, tokenize, losses, sys.modules[__name__],
                                          *modules])
     return resultcache.fingerprint(code, {"setup": asdict(s), **(extra or {})}, data_fp)
 
@@ -145,7 +144,7 @@ def prepare(s: Setup, ds: text.TextDataset, part: str = "test") -> Data:
         train, test = validation_split(corpus.labels, train, VALIDATION["fraction"], VALIDATION["seed"])
     has = corpus.lengths > 0
     fit, evaluation = train[has[train]], test[has[test]]
-    stats = token_mod.token_stats(corpus.tokens[fit], corpus.labels[fit].astype(int), corpus.vocab_size,
+    stats = corpus_stats.token_stats(corpus.tokens[fit], corpus.labels[fit].astype(int), corpus.vocab_size,
                                   pad_id=tokenize.PAD_ID)
     return Data(corpus, part, fit, evaluation, int((~has[train]).sum()), int((~has[test]).sum()), stats)
 
@@ -164,7 +163,7 @@ class Tensors:
 def tensors(data: Data, dtype=torch.float32) -> Tensors:
     """:class:`Tensors` of ``data`` in ``dtype`` on the package device."""
     c, dev = data.corpus, config.device()
-    ids, counts = reviews.collapse(c.tokens[data.fit])
+    ids, counts = review_model.collapse(c.tokens[data.fit])
     return Tensors(torch.as_tensor(ids, dtype=torch.long, device=dev), torch.as_tensor(counts, dtype=dtype, device=dev),
                    torch.as_tensor(c.labels[data.fit], dtype=dtype, device=dev),
                    Chunks.build(c.tokens[data.fit], c.labels[data.fit], dtype=dtype),
@@ -190,14 +189,14 @@ def init(s: Setup, V: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch
 
 
 def train_model(s: Setup, data: Data, v: torch.Tensor, E0: torch.Tensor, run: str, seed: int,
-                t: Tensors | None = None, record_val: bool = False) -> tuple[Params, reviews.FitHistory]:
+                t: Tensors | None = None, record_val: bool = False) -> tuple[Params, review_model.FitHistory]:
     """Train one of the runs ``joint`` (E, p), ``joint_v`` (E, p, v), ``uniform`` / ``uniform_tuned`` (E; p = 0)."""
     t = t or tensors(data)
     train, lr, epochs = {"joint": (("E", "p"), s.lr, s.epochs), "joint_v": (("E", "p", "v"), s.lr_v, s.epochs_v),
                          "uniform": (("E",), s.lr, s.epochs),
                          "uniform_tuned": (("E",), s.lr_uniform, s.epochs_uniform)}[run]
     params = Params(E0.clone(), torch.zeros_like(v, dtype=E0.dtype), v.to(E0.dtype).clone())
-    hist = reviews.fit(params, t.X, t.y, counts=t.counts, train=train, epochs=epochs, lr=lr, batch=s.batch,
+    hist = review_model.fit(params, t.X, t.y, counts=t.counts, train=train, epochs=epochs, lr=lr, batch=s.batch,
                        seed=seed + 1, warmup=s.warmup, val=(t.test, data.n_empty_eval) if record_val else None)
     return params, hist
 
@@ -205,11 +204,11 @@ def train_model(s: Setup, data: Data, v: torch.Tensor, E0: torch.Tensor, run: st
 def describe(params: Params, data: Data, test: Chunks, train: Chunks, top: torch.Tensor) -> tuple[dict, dict]:
     """Metrics of a trained model and its per-token arrays (``logits = E p``, ``values = E v``)."""
     a, b = params.per_token()
-    m = reviews.evaluate(params, test, data.n_empty_eval, top)
-    m["train_accuracy"] = reviews.evaluate(params, train, data.n_empty_fit)["accuracy"]
+    m = review_model.evaluate(params, test, data.n_empty_eval, top)
+    m["train_accuracy"] = review_model.evaluate(params, train, data.n_empty_fit)["accuracy"]
     keep = data.stats.count >= TOP_COUNT
-    m["alignment"] = token_mod.spearman(b[keep], data.stats.alpha[keep])
-    m["u_shape"] = token_mod.u_shape(a, data.stats, U_COUNT).as_dict() if np.ptp(a[1:]) > 0 else None
+    m["alignment"] = corpus_stats.spearman(b[keep], data.stats.alpha[keep])
+    m["u_shape"] = corpus_stats.u_shape(a, data.stats, U_COUNT).as_dict() if np.ptp(a[1:]) > 0 else None
     m["p_norm"] = float(params.p.norm())
     pn, vn = float(params.p.norm()), float(params.v.norm())
     m["cos_p_v"] = float(params.p.double() @ params.v.double()) / (pn * vn) if pn > 0 else 0.0
@@ -225,38 +224,38 @@ def two_phase(s: Setup, data: Data, v: torch.Tensor, E_small: torch.Tensor, top:
     the test split. ``attends_optimal`` is the share of training reviews whose
     most attended token is their optimal one (largest ``y_i E_s^T v``); with
     ``conflicts`` the selection the run makes is also checked for feasibility
-    (:func:`mmtoken.phase_two.selection_conflicts`).
+    (:func:`mmtoken.review_phase_two.selection_conflicts`).
     """
     c = data.corpus
     t = tensors(data, torch.float64)
     train, test = t.train, t.test
     zero = torch.zeros_like(v)
     start = Params(E_small, zero, v)
-    p1, eta = reviews.one_step_E(start, train)
+    p1, eta = review_model.one_step_E(start, train)
     b0, b1 = (E_small @ v).cpu().numpy(), (p1.E @ v).cpu().numpy()
-    f0 = reviews.predict(start, train)
-    coef = reviews.one_step_closed_form(c.tokens[data.fit], c.labels[data.fit], f0, data.V)
+    f0 = review_model.predict(start, train)
+    coef = review_model.one_step_closed_form(c.tokens[data.fit], c.labels[data.fit], f0, data.V)
     step = b1 - b0
     keep = data.stats.count >= TOP_COUNT
-    one = reviews.evaluate(p1, test, data.n_empty_eval, top)  # right after the step: p = 0, uniform attention
-    one.update(eta=eta, alignment=token_mod.spearman(b1[keep], data.stats.alpha[keep]),
+    one = review_model.evaluate(p1, test, data.n_empty_eval, top)  # right after the step: p = 0, uniform attention
+    one.update(eta=eta, alignment=corpus_stats.spearman(b1[keep], data.stats.alpha[keep]),
                closed_form_error=float(np.abs(step - eta * coef * float(v @ v))[1:].max() / np.abs(step).max()),
                first_order_error=float(np.abs(step - eta / 2 * data.stats.alpha)[1:].max() / np.abs(step).max()))
     scale_c = float(np.abs(b1).max())
     scan = {"c": list(s.scan), "loss": [], "accuracy": []}
     for c_ in s.scan:  # on the training split: the landscape phase two descends
-        e = reviews.evaluate(Params(p1.E, (c_ / scale_c) * v, v), train, data.n_empty_fit)
+        e = review_model.evaluate(Params(p1.E, (c_ / scale_c) * v, v), train, data.n_empty_fit)
         scan["loss"].append(e["loss"])
         scan["accuracy"].append(e["accuracy"])
-    ph = phase_two.phase_two(p1.E, v, train, steps=s.p2_steps)
+    ph = review_phase_two.phase_two(p1.E, v, train, steps=s.p2_steps)
     end = Params(p1.E, ph.p, v)
     m, arrays = describe(end, data, test, train, top)
-    attended = phase_two.top_tokens(p1.E @ ph.p, train)
-    optimal = phase_two.top_tokens(p1.E @ v, train, labels=True)
+    attended = review_phase_two.top_tokens(p1.E @ ph.p, train)
+    optimal = review_phase_two.top_tokens(p1.E @ v, train, labels=True)
     m.update(c=float(ph.p @ v) * scale_c, stop=ph.stop, accepted=ph.accepted, train_loss=ph.loss[-1],
              unsaturated=ph.unsaturated[-1], steps=ph.steps[-1], attends_optimal=float((attended == optimal).mean()))
     if conflicts:
-        m["attended_conflicts"] = phase_two.selection_conflicts(c.tokens[data.fit], attended, data.V)
+        m["attended_conflicts"] = review_phase_two.selection_conflicts(c.tokens[data.fit], attended, data.V)
     history = {"steps": ph.steps, "loss": ph.loss, "p_norm": ph.p_norm, "step_size": ph.step_size,
                "grad_log_norm": ph.grad_log_norm, "unsaturated": ph.unsaturated}
     return {"one_step": one, "two_phase": m, "scan": scan, "phase_two": history}, \
@@ -278,7 +277,7 @@ def examples(data: Data, params: Params, seed: int, per_class: int = 2) -> tuple
         pool = [int(i) for i in data.evaluation if lo <= c.lengths[i] <= hi and c.labels[i] == label]
         for i in sorted(rng.choice(pool, min(per_class, len(pool)), replace=False)) if pool else []:
             tok = torch.as_tensor(c.tokens[i:i + 1, : c.lengths[i]], dtype=torch.long, device=a.device)
-            f, att = reviews.outputs(a, b, tok)
+            f, att = review_model.outputs(a, b, tok)
             arrays[f"example/{len(out)}"] = att[0].detach().double().cpu().numpy()
             out.append({"row": int(i), "words": c.decode(i), "label": int(label), "output": float(f[0])})
     return out, arrays
@@ -293,7 +292,7 @@ def run_seed(s: Setup, data: Data, seed: int) -> tuple[dict, dict]:
 def _run_seed(s: Setup, data: Data, seed: int) -> tuple[dict, dict]:
     start = time.process_time()
     t = tensors(data)
-    top_np = reviews.top_decile(data.stats.count, data.stats.delta, TOP_COUNT)
+    top_np = review_model.top_decile(data.stats.count, data.stats.delta, TOP_COUNT)
     top = torch.as_tensor(top_np, device=config.device())
     v, E_small, E_init = init(s, data.V, seed)
     metrics, arrays = two_phase(s, data, v, E_small, top)
@@ -314,7 +313,7 @@ def _run_seed(s: Setup, data: Data, seed: int) -> tuple[dict, dict]:
 def run_bow(s: Setup, data: Data) -> dict:
     """The bag-of-words logistic regression (deterministic: no seed)."""
     c = data.corpus
-    r = reviews.bow_logistic(c.tokens[data.fit], c.labels[data.fit],
+    r = review_model.bow_logistic(c.tokens[data.fit], c.labels[data.fit],
                              {"eval": (c.tokens[data.evaluation], c.labels[data.evaluation])},
                              data.V, C=s.bow_C)
     n = data.evaluation.size
@@ -325,11 +324,11 @@ def run_bow(s: Setup, data: Data) -> dict:
 def profile(s: Setup, ds: text.TextDataset, data: Data) -> dict:
     """What does not depend on a seed: the bag-of-words baseline and how the data meet paper B's data model.
 
-    ``polarity``: :func:`mmtoken.tokens.polarity_mix` of the training reviews.
+    ``polarity``: :func:`mmtoken.corpus_stats.polarity_mix` of the training reviews.
     ``optimal_conflicts``: whether one ``p`` could make every training review
     attend to its optimal token after the step (largest ``y_i alpha_s``: after
     the step ``E^1_s v = (eta/2) alpha_s`` up to terms of the size of ``E^0``),
-    if the logits were free (:func:`mmtoken.phase_two.selection_conflicts`).
+    if the logits were free (:func:`mmtoken.review_phase_two.selection_conflicts`).
     """
     with config.single_thread():
         return _profile(s, ds, data)
@@ -339,10 +338,10 @@ def _profile(s: Setup, ds: text.TextDataset, data: Data) -> dict:
     c = data.corpus
     alpha = torch.as_tensor(data.stats.alpha)
     train = Chunks.build(c.tokens[data.fit], c.labels[data.fit], dtype=torch.float64)
-    optimal = phase_two.top_tokens(alpha, train, labels=True)
+    optimal = review_phase_two.top_tokens(alpha, train, labels=True)
     return {"bow": run_bow(s, data),
-            "polarity": token_mod.polarity_mix(c.tokens[data.fit], c.labels[data.fit], data.stats).as_dict(),
-            "optimal_conflicts": phase_two.selection_conflicts(c.tokens[data.fit], optimal, data.V),
+            "polarity": corpus_stats.polarity_mix(c.tokens[data.fit], c.labels[data.fit], data.stats).as_dict(),
+            "optimal_conflicts": review_phase_two.selection_conflicts(c.tokens[data.fit], optimal, data.V),
             "optimal_positive": float((data.stats.alpha[optimal] * c.labels[data.fit] > 0).mean()),
             "verbatim_overlap": verbatim_overlap(ds), "n_train": int(data.fit.size + data.n_empty_fit),
             "n_test": int(data.evaluation.size + data.n_empty_eval), "empty_train": data.n_empty_fit,

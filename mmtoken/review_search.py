@@ -20,8 +20,17 @@ import numpy as np
 
 from . import config, resultcache
 from .datasets import text
-from .review_runs import (DEV_SEED, VALIDATION, Setup, cache_fingerprint, init, prepare, result_path, run_bow,
-                          train_model)
+from .review_runs import (
+    DEV_SEED,
+    VALIDATION,
+    Setup,
+    cache_fingerprint,
+    init,
+    prepare,
+    result_path,
+    run_bow,
+    train_model,
+)
 
 # Where the validation search starts (the previous chapter's choices) and what it tries.
 START = {

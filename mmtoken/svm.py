@@ -181,7 +181,7 @@ def _passes(measures: dict) -> bool:
 # the solvers (Clarabel, NNLS) and the exact polish
 # ---------------------------------------------------------------------------
 
-def _ldp(G: np.ndarray, h: np.ndarray):
+def least_distance(G: np.ndarray, h: np.ndarray):
     """Least-distance programming ``min ||y|| s.t. G y >= h`` by NNLS (Lawson & Hanson, ch. 23).
 
     Returns ``("feasible", y, mu)`` with ``y = G^T mu, mu >= 0``, or
@@ -201,7 +201,7 @@ def _ldp(G: np.ndarray, h: np.ndarray):
     return "infeasible", u, bound
 
 
-def _clarabel(G: np.ndarray, h: np.ndarray):
+def clarabel_qp(G: np.ndarray, h: np.ndarray):
     """Clarabel on ``min 1/2||y||^2 s.t. G y >= h``: ``(y, mu, status)`` (``y`` None unless solved)."""
     y = cp.Variable(G.shape[1])
     constraint = G @ y >= h
@@ -284,14 +284,14 @@ def _solve_min_norm(D: np.ndarray, b: np.ndarray, rows: list, what: str, data: s
 
     # 1. Clarabel on the problem as given (the book's stored answers), as a starting point
     with np.errstate(all="ignore"):
-        x0, lam0, status0 = _clarabel(D[keep], b[keep])
+        x0, lam0, status0 = clarabel_qp(D[keep], b[keep])
         starts = []
         if x0 is not None and np.isfinite(x0).all() and np.isfinite(lam0 * r[keep]).all():
             starts.append((x0 / c, lam0 * r[keep] / c))
     # 2. Clarabel on the normalised problem where that failed
     status = status0
     if not starts:
-        y1, mu1, status = _clarabel(G, h)
+        y1, mu1, status = clarabel_qp(G, h)
         if y1 is not None:
             starts.append((y1, mu1))
     # an exact point: the start polished on its active set, else the NNLS least-distance solution
@@ -301,7 +301,7 @@ def _solve_min_norm(D: np.ndarray, b: np.ndarray, rows: list, what: str, data: s
         if y_p is not None and (m := verified(y_p, mu_p)) is not None:
             exact = (y_p, mu_p, m, "clarabel+polish")
     if exact is None:
-        kind, out, extra = _ldp(G, h)
+        kind, out, extra = least_distance(G, h)
         if kind == "feasible":
             if (m := verified(out, extra)) is not None:
                 exact = (out, extra, m, "nnls")
@@ -336,7 +336,7 @@ def _solve_min_norm(D: np.ndarray, b: np.ndarray, rows: list, what: str, data: s
 
 def _feasible(G: np.ndarray, h: np.ndarray) -> bool:
     """Feasibility of normalised rows by the NNLS route (a certificate decides infeasibility)."""
-    kind, _, bound = _ldp(G, h)
+    kind, _, bound = least_distance(G, h)
     return kind == "feasible" or bound > CERTIFICATE_TOL
 
 
@@ -509,7 +509,7 @@ def min_norm_nnls(D, b) -> np.ndarray:
         return np.zeros(D.shape[1])  # x = 0 meets every constraint (also when there is none)
     c = _representable(D, b, r, keep, "D and b")
     G = D[keep] / r[keep, None]
-    kind, y, bound = _ldp(G, _unit_rhs(b[keep], r[keep], c))
+    kind, y, bound = least_distance(G, _unit_rhs(b[keep], r[keep], c))
     if kind == "infeasible":
         raise InfeasibleSVM(f"least-distance problem is infeasible (certificate bounds the margin by {bound:.1e})")
     return c * y

@@ -196,6 +196,18 @@ def sphere_step(w: torch.Tensor, direction: torch.Tensor, theta: torch.Tensor) -
     return new / new.norm(dim=-1, keepdim=True)
 
 
+def accept(ok: torch.Tensor, candidate: torch.Tensor, current: torch.Tensor,
+           theta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The monotone line search of every regularization path, one step: keep what lowered the loss.
+
+    ``ok (...)`` says where ``candidate (..., m)`` lowered the loss; there it replaces ``current (..., m)``
+    and its rotation angle grows by 1.5 (at most 1 radian), elsewhere ``current`` stays and the angle
+    ``theta (...)`` halves. Returns the new points and angles; the loss never increases.
+    """
+    return (torch.where(ok[..., None], candidate, current),
+            torch.where(ok, (theta * 1.5).clamp_max(1.0), theta * 0.5))
+
+
 def _log_excess(problem: AttentionProblem, p: torch.Tensor, loss: Loss) -> tuple[torch.Tensor, torch.Tensor]:
     """First-order excess loss ``(1/n) sum_i |l'(g_i)| sum_t s_it (g_i - gamma_it)`` as ``log`` of its
     positive and negative parts, ``(...)`` each: finite where the excess itself underflows."""
@@ -275,8 +287,7 @@ def regularization_path(problem: AttentionProblem, radii, w0, *, loss: str | Los
         cand = sphere_step(w, g.direction, theta)
         ok, cand_parts = _better(problem, R * cand, R * w, loss, parts)
         parts = tuple(torch.where(ok, new, old) for new, old in zip(cand_parts, parts))
-        w = torch.where(ok[..., None], cand, w)
-        theta = torch.where(ok, (theta * 1.5).clamp_max(1.0), theta * 0.5)
+        w, theta = accept(ok, cand, w, theta)
     return (R * w).cpu()
 
 
@@ -413,5 +424,5 @@ def grad_v(X: torch.Tensor, Y: torch.Tensor, sat: Saturation, loss: Loss) -> tor
     return torch.where(norm > 0, G / norm.clamp_min(1e-300), torch.zeros_like(G))
 
 
-__all__ = ["History", "train_p", "train_joint", "regularization_path", "best_of_starts", "sphere_step", "grad_v",
+__all__ = ["History", "train_p", "train_joint", "regularization_path", "best_of_starts", "sphere_step", "accept", "grad_v",
            "loss_value"]

@@ -21,9 +21,9 @@ softmax to select tokens.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Iterator
 
 import torch
 from torch import nn
@@ -98,12 +98,13 @@ class Attention(nn.Module):
         self.v = nn.Linear(width, width)
         self.out = nn.Linear(width, width)
 
-    def _split(self, x: torch.Tensor) -> torch.Tensor:
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, T, width)`` -> ``(B, heads, T, head_dim)``: the per-head view of a projection."""
         b, t, _ = x.shape
         return x.view(b, t, self.heads, self.head_dim).transpose(1, 2)  # (B, h, T, dh)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        q, k, v = self._split(self.q(x)), self._split(self.k(x)), self._split(self.v(x))
+        q, k, v = self.split_heads(self.q(x)), self.split_heads(self.k(x)), self.split_heads(self.v(x))
         logits = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
         attn = logits.softmax(dim=-1)
         y = (attn @ v).transpose(1, 2).reshape(x.shape)
@@ -385,7 +386,7 @@ class Normalizer:
         self.std = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
 
     @classmethod
-    def fit(cls, images: torch.Tensor, chunk: int = 8192) -> "Normalizer":
+    def fit(cls, images: torch.Tensor, chunk: int = 8192) -> Normalizer:
         """Per-channel mean and (unbiased) standard deviation of ``images / 255``, ``(N, C, H, W)``.
 
         Accumulated in float64 over chunks of ``chunk`` images, so memory stays small.
@@ -498,7 +499,7 @@ def cls_logits(model: ViT, inputs: torch.Tensor, layer: int = -1) -> torch.Tenso
     block = model.blocks[layer]
     u = block.ln1(x)
     att = block.attn
-    q, k = att._split(att.q(u)), att._split(att.k(u))
+    q, k = att.split_heads(att.q(u)), att.split_heads(att.k(u))
     return (q[:, :, :1] @ k[:, :, 1:].transpose(-1, -2)).squeeze(2) / math.sqrt(att.head_dim)
 
 

@@ -37,16 +37,16 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import numpy as np
 import torch
 
 from . import config, vit
 from .datasets import images as image_data
-from .datasets.registry import cache_dir, sha256_file
+from .datasets.download import cache_dir, sha256_file
 
 CACHE_NAME = "vit_sparsity"
 CACHE_VERSION = 2
@@ -120,7 +120,7 @@ class Experiment:
         """The epochs whose maps and checkpoints are stored."""
         return tuple(range(self.train.epochs + 1)) if self.map_epochs is None else self.map_epochs
 
-    def with_seed(self, seed: int) -> "Experiment":
+    def with_seed(self, seed: int) -> Experiment:
         return replace(self, train=replace(self.train, seed=seed))
 
 

@@ -37,9 +37,10 @@ import argparse
 import difflib
 import re
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 PLACEHOLDER = "https://github.com/mmtoken/mmtoken"  # no public repository of the book exists yet
@@ -123,7 +124,7 @@ def load(root: Path = ROOT) -> Meta:
         authors=tuple(a["name"] for a in project.get("authors", [])) or ("The mmtoken authors",),
         repository=repository,
     )
-    meta.org_repo  # validates the repository URL
+    _ = meta.org_repo  # validates the repository URL
     return meta
 
 

@@ -13,16 +13,17 @@ traceback from numpy, scipy, torch or the compiled kernel, a NaN table, a proces
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
 from mmtoken import config, explore, geometry, grad, svm, train
-from mmtoken.datasets import images, text
-from mmtoken.datasets.registry import DatasetError, DatasetMissing
+from mmtoken.datasets import cli, corpus, images, parsers, text
+from mmtoken.datasets.download import DatasetError, DatasetMissing
 from mmtoken.losses import get_loss
 from mmtoken.model import AttentionProblem, as_tensor
 
@@ -214,12 +215,6 @@ add("in_cone mu nan", lambda ctx: geometry.in_cone(STARTS, V, np.nan, 1.0), Err(
 add("in_cone R -1", lambda ctx: geometry.in_cone(STARTS, V, 0.1, -1.0), Err("R must be"))
 add("in_cone q zero", lambda ctx: geometry.in_cone(STARTS, [0.0, 0.0], 0.1, 1.0), Err("q must be a non-zero"))
 add("in_cone R 0", lambda ctx: geometry.in_cone(STARTS, V, 0.1, 0), Ok(lambda r: r.shape == (2,)))
-add("cone_start n_starts 0", lambda ctx: geometry.cone_start(V, 0.1, 1.0, 0), Err("n_starts"))
-add("cone_start n_starts 2.5", lambda ctx: geometry.cone_start(V, 0.1, 1.0, 2.5), Err("n_starts"))
-add("cone_start R 0", lambda ctx: geometry.cone_start(V, 0.1, 0.0, 2), Err("R must be"))
-add("cone_start q zero", lambda ctx: geometry.cone_start([0.0, 0.0], 0.1, 1.0, 2), Err("q must be a non-zero"))
-add("cone_start mu inf", lambda ctx: geometry.cone_start(V, np.inf, 1.0, 2), Err("mu must be"))
-add("cone_start seed -1", lambda ctx: geometry.cone_start(V, 0.1, 1.0, 2, seed=-1), Err("seed"))
 
 # ----------------------------------------------------------------------------- train
 for lr in (0, -0.1, np.nan, np.inf, "0.1", True, 1j, None):
@@ -425,7 +420,7 @@ def _text_cli(argv, file_env=False):
             f.write_text("x")
             ctx.monkeypatch.setenv("MMTOKEN_DATA", str(f))
         try:
-            return text.main(argv)
+            return cli.main(argv)
         except SystemExit as exc:
             return exc.code
     return run
@@ -442,12 +437,12 @@ add("text.load list", lambda ctx: text.load(["imdb"]), Err("unknown text dataset
 add("text.fetch unknown", lambda ctx: text.fetch("x"), Err("unknown text dataset"))
 add("text.available unknown", lambda ctx: text.available("x"), Err("unknown text dataset"))
 add("text.load yelp offline", lambda ctx: text.load("yelp", download=False), Err("Yelp polarity", DatasetMissing))
-add("text.read_cache missing", lambda ctx: text.read_cache(ctx.tmp_path / "none.npz"), Err("does not exist", DatasetMissing))
-add("text.read_cache garbage", lambda ctx: (ctx.tmp_path.joinpath("g.npz").write_bytes(b"junk"),
-                                            text.read_cache(ctx.tmp_path / "g.npz"))[1], Err("damaged", DatasetError))
-add("text.download unreachable", lambda ctx: text.download("http://127.0.0.1:9/x", ctx.tmp_path / "x", "0" * 64,
+add("corpus.read_cache missing", lambda ctx: corpus.read_cache(ctx.tmp_path / "none.npz"), Err("does not exist", DatasetMissing))
+add("corpus.read_cache garbage", lambda ctx: (ctx.tmp_path.joinpath("g.npz").write_bytes(b"junk"),
+                                            corpus.read_cache(ctx.tmp_path / "g.npz"))[1], Err("damaged", DatasetError))
+add("text.download_verified unreachable", lambda ctx: text.download_verified("http://127.0.0.1:9/x", ctx.tmp_path / "x", "0" * 64,
                                                            timeout=2), Err("cannot download", DatasetMissing))
-add("text.download bad url", lambda ctx: text.download("not a url", ctx.tmp_path / "x", "0" * 64),
+add("text.download_verified bad url", lambda ctx: text.download_verified("not a url", ctx.tmp_path / "x", "0" * 64),
     Err("cannot download", DatasetMissing))
 add("images unknown", lambda ctx: images.load_images("mnist", "train"), Err("unknown image dataset"))
 add("fashion split", lambda ctx: images.load_fashion_mnist("val"), Err("unknown split"))
@@ -456,8 +451,8 @@ add("cifar offline", lambda ctx: images.load_cifar10("train", download=False), E
 add("parse_idx junk", lambda ctx: images.parse_idx(b"xx"), Err("not an idx file", DatasetError))
 add("parse_idx truncated", lambda ctx: images.parse_idx(b"\x00\x00\x08\x01\x00\x00\x00\x05ab"),
     Err("truncated or corrupt", DatasetError))
-add("parse_yelp_csv empty", lambda ctx: text.parse_yelp_csv(b""), Err("empty", DatasetError))
-add("make_dataset labels 0/1", lambda ctx: text.make_dataset("x", ["a", "b"], [1, 0], [0, 1]), Err("labels", DatasetError))
+add("parse_yelp_csv empty", lambda ctx: parsers.parse_yelp_csv(b""), Err("empty", DatasetError))
+add("make_dataset labels 0/1", lambda ctx: corpus.make_dataset("x", ["a", "b"], [1, 0], [0, 1]), Err("labels", DatasetError))
 
 
 # ----------------------------------------------------------------------------- the runner
@@ -474,8 +469,7 @@ def _own_data(tmp_path, monkeypatch):
     monkeypatch.delenv("MMTOKEN_SCALE", raising=False)
     monkeypatch.setenv("MMTOKEN_PROGRESS", "off")
     yield
-    config._scale = None
-    config._progress = None
+    config.reset()
 
 
 @pytest.mark.parametrize("name, fn, expect", CASES, ids=[c[0] for c in CASES])

@@ -9,10 +9,9 @@ import os
 import shutil
 from pathlib import Path
 
+import bookcheck
 import matplotlib.pyplot as plt
 import pytest
-
-import bookcheck
 
 ROOT = Path(__file__).resolve().parent.parent
 CSS = (ROOT / "_static" / "mmtoken.css").as_uri()

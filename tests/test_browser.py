@@ -28,10 +28,12 @@ from collections import defaultdict
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+import bookcheck
 import pytest
 
-import bookcheck
 from mmtoken import report
+
+pytestmark = pytest.mark.slow  # needs the built book and a browser: `make slow` / `make test`
 
 ROOT = Path(__file__).resolve().parent.parent
 HTML_DIR = Path(os.environ.get("MMTOKEN_BOOK_HTML", ROOT / "_build" / "html"))  # another build: set this

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from mmtoken.datasets import images, text
-from mmtoken.datasets.registry import DataFolderError, DatasetError, atomic_write_bytes, sweep_partial
+from mmtoken.datasets import images, sources
+from mmtoken.datasets.download import DataFolderError, DatasetError, atomic_write_bytes, sweep_partial
 
 DOC = (Path(__file__).resolve().parent.parent / "data" / "registry.md").read_text()
 
 
 def test_every_checksum_in_the_code_is_documented():
-    digests = [s["sha256"] for s in text.SOURCES.values() if s.get("sha256")]
+    digests = [s["sha256"] for s in sources.SOURCES.values() if s.get("sha256")]
     digests += [f["sha256"] for split in images.FASHION_MNIST.values() for f in split.values()]
     digests += [images.CIFAR10["sha256"], images.CIFAR10["md5"]]
     missing = [d for d in digests if d not in DOC]

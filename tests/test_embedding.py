@@ -58,7 +58,7 @@ def test_one_step_batched_over_leading_dims():
 
 
 def test_small_init_gives_half_alpha_line():
-    from mmtoken.tokens import token_stats
+    from mmtoken.corpus_stats import token_stats
 
     data, E, v = _setup(scale=1e-8)
     E1 = embedding.one_step(E, v, data.tokens, data.labels, 5.0, data.mask)
@@ -203,7 +203,7 @@ def test_first_joint_step_is_the_one_step_and_batching():
 
 @pytest.mark.parametrize("scale", [1e-3, 0.5, 5.0])
 def test_one_step_error_within_the_bound(scale):
-    from mmtoken.tokens import token_stats
+    from mmtoken.corpus_stats import token_stats
 
     data, E, v = _setup(scale=scale)
     eta = 7.0

@@ -1,8 +1,8 @@
 """environment.yml must mirror pyproject.toml (conda cannot run on the CI machines)."""
 import re
-import tomllib
 from pathlib import Path
 
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent

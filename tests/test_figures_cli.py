@@ -14,6 +14,20 @@ def test_figures_cli_writes_png_and_pdf(tmp_path, capsys):
     assert (tmp_path / "fig-tour-paths.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_every_figure_entry_takes_no_argument():
+    """The CLI calls each FIGURES entry with no argument; an entry that needs one would fail only there."""
+    import inspect
+
+    from mmtoken.experiments import load_all
+
+    entries = {f: make for m in load_all().values() for f, make in getattr(m, "FIGURES", {}).items()}
+    assert len(entries) >= 40
+    for name, make in entries.items():
+        required = [p for p in inspect.signature(make).parameters.values()
+                    if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        assert not required, f"{name} requires {required}"
+
+
 def test_figures_cli_unknown_name(tmp_path):
     assert main(["figures", "--only", "no-such-figure", "--out", str(tmp_path)]) == 2
 

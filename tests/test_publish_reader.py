@@ -288,6 +288,7 @@ def _smallest_two() -> list[str]:
     return docs[:2]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", [0, 1])
 def test_two_reader_notebooks_execute(index, tmp_path):
     """A reader notebook runs top to bottom at quick scale (install cell included: mmtoken is present)."""

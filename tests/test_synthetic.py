@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mmtoken import synthetic
-from mmtoken.tokens import token_stats
+from mmtoken.corpus_stats import token_stats
 
 
 def test_structure_and_shapes():

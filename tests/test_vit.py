@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from mmtoken import vit
-from mmtoken.datasets.registry import sha256_file
 from mmtoken import vit_runs as runs
+from mmtoken.datasets.download import sha256_file
 from mmtoken.experiments import vit_sparsity as vs
 from mmtoken.experiments import vit_tuning as vt
 
@@ -165,7 +165,7 @@ def test_train_is_deterministic_and_learns():
         torch.manual_seed(0)
         model = vit.ViT(small())
         calls = []
-        vit.train(model, x, y, cfg, norm, log_points=[0, 8, 80], on_log=lambda s, e, l: calls.append((s, e, l)))
+        vit.train(model, x, y, cfg, norm, log_points=[0, 8, 80], on_log=lambda s, e, l, calls=calls: calls.append((s, e, l)))
         states.append(model.state_dict())
         logs.append(calls)
     for k in states[0]:
@@ -446,6 +446,7 @@ def test_key_changes_with_config_code_and_data():
     assert runs.cache_key(fp) != runs.cache_key({**fp, "code": "other"})
 
 
+@pytest.mark.slow
 def test_training_is_bit_identical_in_worker_processes(tiny_data, tmp_path):
     """Two seeds trained in two spawned processes give the same files as in this process."""
     exps = [TINY, TINY.with_seed(1)]
@@ -627,7 +628,8 @@ def test_plots_draw_from_a_tiny_study(tiny_data):
     assert list(table.index) == [0, 1] and {"test_acc", "qk_growth", "v_growth", "eff_mean"} <= set(table)
     for fig in (vs.plot_training(study), vs.plot_attention_maps(r0), vs.plot_norms(study), vs.plot_sparsity(study),
                 vs.plot_where(study)):
-        assert fig.axes
+        drawn = [ax for ax in fig.axes if ax.get_visible()]
+        assert drawn and all(ax.has_data() for ax in drawn), fig  # every visible panel shows something
         plt.close(fig)
     assert set(vs.FIGURES) == {"fig-vit-training", "fig-vit-maps", "fig-vit-norms", "fig-vit-sparsity",
                                "fig-vit-where"}
@@ -649,10 +651,13 @@ def test_cifar_like_experiment_runs(tmp_path, monkeypatch):
     assert not r.probe_fg.any() and r.log["step"].tolist() == [0, 2, 4]
     assert r.experiment.epochs_mapped == (0, 1) and r.probe_attention.shape[0] == 2
     fig = vs.plot_attention_maps(r, n_examples=3)
+    rows = len(vs.example_indices(r, 3))
+    assert rows >= 1 and len(fig.axes) == rows * 3 and all(ax.images for ax in fig.axes)  # image + 2 stored epochs
     import matplotlib.pyplot as plt
     plt.close(fig)
 
 
+@pytest.mark.slow
 def test_a_failing_worker_is_reported(tiny_data):
     x = np.zeros((64, 1, 28, 28), np.uint8)
     raw = runs.RawData("fashion-mnist", x, np.zeros(64, np.int64), x[:8], np.zeros(8, np.int64),

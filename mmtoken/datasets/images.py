@@ -31,7 +31,7 @@ CIFAR-10 (Krizhevsky 2009)
     an unpickler that only admits plain containers and NumPy arrays.
 
 No reader substitutes one dataset for another: a missing dataset raises
-:class:`~mmtoken.datasets.registry.DatasetMissing` saying how to get it.
+:class:`~mmtoken.datasets.download.DatasetMissing` saying how to get it.
 Images come back as ``uint8`` arrays of shape ``(N, C, H, W)`` and labels as
 ``int64`` arrays of shape ``(N,)``.
 """
@@ -43,14 +43,26 @@ import io
 import os
 import pickle
 import tarfile
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
-from .registry import (DOWNLOAD_DEADLINE, DatasetError, DatasetMissing, atomic_write_bytes, cache_dir,
-                       download_file, fit_line, read_origins, record_origin, sha256_file, sweep_partial, url_host)
+from .download import (
+    DOWNLOAD_DEADLINE,
+    DatasetError,
+    DatasetMissing,
+    atomic_write_bytes,
+    cache_dir,
+    download_file,
+    fit_line,
+    read_origins,
+    record_origin,
+    sha256_file,
+    sweep_partial,
+    url_host,
+)
 
 # --------------------------------------------------------------------------- Fashion-MNIST
 

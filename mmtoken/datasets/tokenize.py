@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..resultcache import sweep
-from .registry import DatasetError, atomic_write_bytes, cache_dir
+from .download import DatasetError, atomic_write_bytes, cache_dir
 from .text import TextDataset
 
 PAD = "<pad>"

@@ -26,9 +26,9 @@ import numpy as np
 import torch
 
 from .. import config, embedding, geometry, svm, synthetic
+from ..corpus_stats import TokenStats, token_stats
 from ..ledger import Measured, claim
 from ..plotting import style, subplots, token_scatter
-from ..tokens import TokenStats, token_stats
 from .one_step import ETA, data, head, init
 
 CHAPTER = "11_cls_margin"

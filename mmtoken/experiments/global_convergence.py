@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-
 from scipy.optimize import brentq
 
 from .. import config, geometry, grad, instances, smoothness, svm, train
@@ -93,11 +92,6 @@ class GlobalResult:
         return self.published.p[0]
 
 
-def gmm_of(inst: instances.Instance) -> svm.SVMSolution:
-    """The ATT-SVM solution for the globally optimal tokens."""
-    return svm.att_svm(inst.K, geometry.optimal_tokens(inst.gamma))
-
-
 def published(scale: str | None = None) -> PublishedRun:
     """The published run: Fig. 1 (global), six starts batched, 1000 normalized steps of size 0.1."""
     return _published()
@@ -106,7 +100,7 @@ def published(scale: str | None = None) -> PublishedRun:
 @functools.lru_cache(maxsize=None)
 def _published() -> PublishedRun:
     inst = instances.fig1("global")
-    gmm = gmm_of(inst).x
+    gmm = inst.gmm().x
     with torch.inference_mode():
         h = train.train_p(inst.problem(), inst.starts, steps=PUBLISHED_STEPS, lr=LR, record_every=1,
                           record_probs=False)
@@ -124,7 +118,7 @@ def _long(scale: str) -> LongRun:
     total = config.pick(quick=10_000, paper=200_000, which=scale)
     every = config.pick(quick=100, paper=1000, which=scale)
     inst = instances.fig1("global")
-    gmm = gmm_of(inst).x
+    gmm = inst.gmm().x
     pub = _published()
     with torch.inference_mode():
         h = train.train_p(inst.problem(), pub.p[-1], steps=total - PUBLISHED_STEPS, lr=LR, record_every=every,
@@ -151,7 +145,7 @@ def _reg(scale: str) -> RegPath:
     w0 = np.stack([np.cos(angles), np.sin(angles)], -1)      # 12 start directions
     inst = instances.fig1("global")
     problem = inst.problem()
-    gmm = gmm_of(inst).x
+    gmm = inst.gmm().x
     with torch.inference_mode():
         pts = train.regularization_path(problem, radii, w0, iters=config.pick(quick=300, paper=1000, which=scale))
         best = train.best_of_starts(problem, pts).numpy()
@@ -301,7 +295,7 @@ def run(scale: str | None = None) -> GlobalResult:
     """The whole chapter: SVM, published run, long run, regularization path."""
     scale = scale or config.scale()
     inst = instances.fig1("global")
-    sol = gmm_of(inst)
+    sol = inst.gmm()
     return GlobalResult(inst.K, inst.gamma, sol.x, sol, _published(), _long(scale), _reg(scale))
 
 
@@ -341,7 +335,7 @@ def _claim_plain_gd() -> Measured:
     inst = instances.fig1("global")
     sm = smoothness_of(inst)
     r = plain_run()
-    d = decade_summary(r, gmm_of(inst).x)
+    d = decade_summary(r, inst.gmm().x)
     ok = sm.step_ok and d["corr"].min() >= 0.97 and d["rising"] and d["log_growth"]
     return Measured({"steps": d["steps"], "lr": r.lr, "L_bound": sm.bound, "min_corr": float(d["corr"].min()),
                      "min_corr_decade_before": float(d["corr_decade_before"].min()), "rising": d["rising"],
@@ -421,7 +415,7 @@ def plot_plain(r: PlainRun | None = None, ref=None, axes=None, groups: dict | No
     (one colour and one legend entry per bundle); default: all starts, one bundle.
     """
     if r is None:
-        r, ref = plain_run(), gmm_of(instances.fig1("global")).x
+        r, ref = plain_run(), instances.fig1("global").gmm().x
     if axes is None:
         fig, axes = subplots(2, titles=["direction", "norm"])
     fig = axes[0].figure

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .. import config, cone_path, geometry, instances, train
+from .. import cone_path, config, geometry, instances, train
 from ..ledger import Measured, claim
 from ..model import AttentionProblem
 from ..plotting import DIRECTION_STYLES, colors, plot_paths, subplots

@@ -152,7 +152,7 @@ def plot_paths_by_loss(r: LossResult | None = None, first: int = EARLY):
     fig, axes = three_panels(list(r.losses), aspect=1.5, sharex=True, sharey=True)
     cs = sns.color_palette("viridis", len(r.C))        # C is ordered: a sequential palette, dashes cycled
     lim = np.abs(r.p[keep]).max() * 1.05
-    for ax, (j, loss) in zip(axes, enumerate(r.losses)):
+    for ax, j in zip(axes, range(len(r.losses))):
         for c, C in enumerate(r.C):
             ax.plot(r.p[keep, j, c, 0], r.p[keep, j, c, 1], color=cs[c], lw=1.4, label=f"C = {C:g}",
                     linestyle=LINESTYLES[c % len(LINESTYLES)])

@@ -64,7 +64,12 @@ def run(scale: str | None = None) -> InputsResult:
     return _run(scale or config.scale())
 
 
-def _train(inst, opt, gmm, method: str, lr: float, steps: int, every: int) -> Run:
+def train_run(inst, opt, gmm, method: str, lr: float, steps: int, every: int) -> Run:
+    """Train ``inst`` from its starts with ``method`` (``"gd"`` or ``"normalized"``) and record a :class:`Run`.
+
+    ``opt`` are the optimal tokens ``(n,)``, ``gmm`` the Att-SVM solution ``(d,)`` the correlations are
+    measured against; ``every`` is the recording stride. The chapter's two runs are made with it.
+    """
     with torch.inference_mode():
         h = train.train_p(inst.problem(), inst.starts, steps=steps, lr=lr, method=method,
                           record_every=every, record_probs=True)
@@ -81,8 +86,8 @@ def _run(scale: str) -> InputsResult:
     opt = geometry.optimal_tokens(inst.gamma)
     sol = svm.att_svm(inst.K, opt)
     nb = geometry.svm_neighbours(inst.K, opt, sol.x)
-    ngd = _train(inst, opt, sol.x, "normalized", 0.1, steps_ngd, 1)
-    gd = _train(inst, opt, sol.x, "gd", 1.0, steps_gd, 1)
+    ngd = train_run(inst, opt, sol.x, "normalized", 0.1, steps_ngd, 1)
+    gd = train_run(inst, opt, sol.x, "gd", 1.0, steps_gd, 1)
     return InputsResult(inst.K, inst.gamma, opt, sol.x, nb, ngd, gd)
 
 

@@ -39,7 +39,7 @@ import torch
 from .. import config, geometry, losses, svm
 from ..ledger import Measured, claim
 from ..plotting import colors, plot_curves
-from ..train import sphere_step
+from ..train import accept, sphere_step
 
 CHAPTER = "06_nonlinear"
 
@@ -154,8 +154,7 @@ def reg_path(risk: ExcessRisk, radii, n_starts: int = 12, iters: int = 400, thet
         with torch.no_grad():
             cand = sphere_step(w, g, theta)
             ok = risk(R * cand) < val
-            w = torch.where(ok[..., None], cand, w)
-            theta = torch.where(ok, (theta * 1.5).clamp_max(1.0), theta * 0.5)
+            w, theta = accept(ok, cand, w, theta)
     return (R * w).detach().numpy()
 
 

@@ -14,14 +14,13 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
 from .. import config, embedding, geometry, synthetic
+from ..corpus_stats import TokenStats, token_stats
 from ..ledger import Measured, claim
 from ..plotting import colors, subplots, token_scatter
-from ..tokens import TokenStats, token_stats
 
 CHAPTER = "10_one_step"
 

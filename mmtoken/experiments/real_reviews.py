@@ -2,7 +2,7 @@
 
 The computation lives in :mod:`mmtoken.review_runs` (splits, validation
 search, held-out seeds, baselines, the results cache) on top of
-:mod:`mmtoken.reviews` (the model and its training). This module gathers the
+:mod:`mmtoken.review_model` (the model and its training). This module gathers the
 results of every seed into one object per data set, and holds the chapter's
 tables, figures and claims. Every observation claim is judged on the worst of
 the held-out seeds :data:`mmtoken.review_runs.SEEDS`.
@@ -22,13 +22,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from .. import config, plotting, review_regime, review_runs, review_search, reviews
+from .. import config, plotting, review_model, review_regime, review_runs, review_search
+from ..corpus_stats import TokenStats
 from ..datasets import text
-from ..datasets.registry import DatasetMissing
+from ..datasets.download import DatasetMissing
 from ..ledger import Measured, claim
 from ..plotting import colors, token_scatter
 from ..review_runs import RUNS, SEEDS, Setup  # noqa: F401  (re-exported for the chapter)
-from ..tokens import TokenStats
 
 CHAPTER = "12_real_reviews"
 
@@ -105,7 +105,7 @@ def _run_dataset(dataset: str, scale: str) -> DatasetResult:
     s = setup(dataset, scale)
     ds = text.load(dataset, download=dataset != "yelp")
     data = review_runs.prepare(s, ds)
-    top = reviews.top_decile(data.stats.count, data.stats.delta, review_runs.TOP_COUNT)
+    top = review_model.top_decile(data.stats.count, data.stats.delta, review_runs.TOP_COUNT)
     r = DatasetResult(s, data.corpus.vocab, data.stats, top, review_runs.cached_profile(s, ds, data))
     compute_in_parallel(s, [seed for seed in SEEDS if not review_runs.seed_cached(s, ds, seed)])
     for seed in SEEDS:
@@ -306,7 +306,7 @@ def ushape_table(res: Result, run: str = "joint") -> pd.DataFrame:
     """The U-shape statistics of ``run`` (tokens seen >= 100 times), seed ranges."""
     rows = []
     for name, r in res.datasets.items():
-        u = lambda k: r.values(run, "u_shape", k)  # noqa: E731
+        u = lambda k, r=r: r.values(run, "u_shape", k)  # noqa: E731
         rows.append({"data": name, "tokens": int(u("n")[0]), "spearman(pE, |Delta|)": span(u("spearman")),
                      "partial, given log count": span(u("partial")), "arm Delta > 0": span(u("positive")),
                      "arm Delta < 0": span(u("negative")), "spearman(pE, Delta)": span(u("signed")),

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import config, geometry, grad, instances, public_code, svm, train
+from .. import config, geometry, grad, instances, public_code, train
 from ..ledger import Measured, claim
 from ..plotting import colors, plot_curves
 
@@ -96,7 +96,7 @@ def _run(scale: str) -> SaturationResult:
     every = config.pick(quick=10, paper=100, which=scale)
     inst = instances.fig1("global")
     problem = inst.problem()
-    gmm = svm.att_svm(inst.K, geometry.optimal_tokens(inst.gamma)).x
+    gmm = inst.gmm().x
     with torch.inference_mode():
         h = train.train_p(problem, inst.starts, steps=steps, lr=LR, record_every=every, record_probs=False)
     p = {"stable float64": h.p.clone()}

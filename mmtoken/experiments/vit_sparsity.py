@@ -23,8 +23,8 @@ runs, their cache and its validation live in :mod:`mmtoken.vit_runs`.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Mapping
 
 import matplotlib.pyplot as plt
 import numpy as np

@@ -11,7 +11,7 @@ retraining every candidate (about 45 CPU minutes).
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd

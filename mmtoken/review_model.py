@@ -6,7 +6,7 @@ vectors once and gathers them per position (:func:`outputs`). Batches are
 formed from reviews of similar length (:func:`length_batches`), so little
 time goes into padding. Used by :mod:`mmtoken.review_runs`.
 
-Phase two of the theory (``p`` with ``E`` fixed) is in :mod:`mmtoken.phase_two`.
+Phase two of the theory (``p`` with ``E`` fixed) is in :mod:`mmtoken.review_phase_two`.
 
 Token ids are ``(N, T)`` integer arrays with ``PAD_ID`` at padding. A review
 left without any in-vocabulary word has no input for the model: training
@@ -25,6 +25,8 @@ from scipy import sparse
 
 from . import config
 from .datasets.tokenize import PAD_ID
+from .embedding import gather_outputs
+
 
 def outputs(a: torch.Tensor, b: torch.Tensor, tokens: torch.Tensor,
             counts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -34,15 +36,9 @@ def outputs(a: torch.Tensor, b: torch.Tensor, tokens: torch.Tensor,
     token. If ``counts (B, T)`` is given, entry ``t`` stands for ``counts[:, t]``
     occurrences of the same token (see :func:`collapse`): its logit gets
     ``log counts`` added and its attention is the total over those occurrences,
-    which gives the same output. Equals :func:`mmtoken.embedding.forward`, at
-    the cost of two gathers.
+    which gives the same output: :func:`mmtoken.embedding.gather_outputs` with the padding mask.
     """
-    mask = tokens != PAD_ID
-    z = a[tokens]
-    if counts is not None:
-        z = z + torch.log(counts.to(z.dtype))
-    s = torch.softmax(z.masked_fill(~mask, float("-inf")), dim=-1)
-    return (s * b[tokens]).sum(-1), s
+    return gather_outputs(a, b, tokens, tokens != PAD_ID, counts)
 
 
 def collapse(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -120,7 +116,7 @@ class Chunks:
 
     @classmethod
     def build(cls, tokens: np.ndarray, labels: np.ndarray, size: int = 2048, dtype=torch.float32,
-              device=None) -> "Chunks":
+              device=None) -> Chunks:
         tokens, labels = np.asarray(tokens), np.asarray(labels)
         if tokens.ndim != 2 or labels.shape != (tokens.shape[0],):
             raise ValueError(f"tokens must be (N, T) and labels (N,), got {tokens.shape} and {labels.shape}")

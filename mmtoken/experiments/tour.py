@@ -99,7 +99,7 @@ def _trap(scale: str) -> TrapResult:
     steps = config.pick(quick=10_500, paper=50_000, which=scale)
     every = 100
     inst = instances.fig1("global")
-    gmm = svm.att_svm(inst.K, geometry.optimal_tokens(inst.gamma)).x
+    gmm = inst.gmm().x
     with torch.inference_mode():
         h = train.train_p(inst.problem(), inst.starts, steps=steps, lr=0.1, record_every=every, record_probs=False)
     rep = public_code.run_instance(inst, steps=steps, lr=0.1, eps=public_code.EPS_FIG1, record_every=every)
@@ -155,7 +155,7 @@ class PictureResult:
 def published_picture(steps: int = 1000) -> PictureResult:
     """Fig. 1 (global) as published (step 0.1, 1000 steps, six starts): the stable path and the public code's."""
     inst = instances.fig1("global")
-    gmm = svm.att_svm(inst.K, geometry.optimal_tokens(inst.gamma)).x
+    gmm = inst.gmm().x
     with torch.inference_mode():
         h = train.train_p(inst.problem(), inst.starts, steps=steps, lr=0.1, record_every=1, record_probs=False)
     rep = public_code.run_instance(inst, steps=steps, lr=0.1, eps=public_code.EPS_FIG1, record_every=1)
@@ -196,7 +196,7 @@ class TourResult:
 def tour(steps: int = 1000) -> TourResult:
     """The published Fig. 1 (global) run: normalized GD, step 0.1, 1000 steps, six starts batched."""
     inst = instances.fig1("global")
-    gmm = svm.att_svm(inst.K, geometry.optimal_tokens(inst.gamma)).x
+    gmm = inst.gmm().x
     with torch.inference_mode():
         h = train.train_p(inst.problem(), inst.starts, steps=steps, lr=0.1, record_every=5, record_probs=False)
     ps = h.p.numpy()

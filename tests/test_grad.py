@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import grad, instances, losses, svm, geometry
+from mmtoken import geometry, grad, instances, losses
 from mmtoken.model import AttentionProblem
 
 
@@ -45,7 +45,7 @@ def test_margin_is_convex_combination_of_scores():
 def test_direction_survives_where_the_gradient_underflows():
     """At ||p|| = 1e4 every weight underflows float64; the direction must not."""
     inst = instances.fig1("global")
-    gmm = svm.att_svm(inst.K, geometry.optimal_tokens(inst.gamma)).x
+    gmm = inst.gmm().x
     p = torch.as_tensor(1e4 * gmm / np.linalg.norm(gmm))
     g = grad.grad_p(inst.problem(), p)
     assert torch.isfinite(g.log_norm).all() and g.log_norm.item() < math.log(1e-300)

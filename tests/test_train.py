@@ -260,8 +260,18 @@ def test_auto_progress_shows_in_a_jupyter_kernel_for_long_runs(monkeypatch):
         pass
 
     monkeypatch.setenv("MMTOKEN_PROGRESS", "auto")
-    monkeypatch.setattr(config, "_on_terminal", lambda: False)
+    monkeypatch.setattr(config, "on_terminal", lambda: False)
     monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: ZMQInteractiveShell()))
     assert config.progress_enabled(10**7) and not config.progress_enabled(10)
     monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))
     assert not config.progress_enabled(10**7)                # a plain script without a terminal stays silent
+
+
+def test_accept_keeps_only_what_lowered_the_loss():
+    """The one monotone line search: candidate and grown angle where ok, current and halved angle elsewhere."""
+    current, candidate = torch.zeros(3, 2), torch.ones(3, 2)
+    ok = torch.tensor([True, False, True])
+    theta = torch.tensor([0.2, 0.2, 0.9])
+    w, th = train.accept(ok, candidate, current, theta)
+    assert w.tolist() == [[1.0, 1.0], [0.0, 0.0], [1.0, 1.0]]
+    assert torch.allclose(th, torch.tensor([0.3, 0.1, 1.0]), atol=1e-7)  # 0.9 * 1.5 is capped at 1 radian

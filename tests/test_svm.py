@@ -125,7 +125,7 @@ def test_a_wrong_solver_answer_is_caught_by_the_check(monkeypatch):
     K, a = _issue_instance()
     true = svm.att_svm(K, a).x
     c = 1 / np.abs(K[np.arange(3), a][:, None] - K).max()       # any positive scale: the fake ignores it
-    monkeypatch.setattr(svm, "_clarabel", lambda G, h: (3.7 * true / c, np.zeros(len(h)), "optimal"))
+    monkeypatch.setattr(svm, "clarabel_qp", lambda G, h: (3.7 * true / c, np.zeros(len(h)), "optimal"))
     sol = svm.att_svm(K, a)
     assert sol.check["method"] != "clarabel"                        # the raw point was refused
     np.testing.assert_allclose(sol.x, true, rtol=1e-9)
@@ -133,10 +133,10 @@ def test_a_wrong_solver_answer_is_caught_by_the_check(monkeypatch):
 
 def test_infeasibility_is_confirmed_independently(monkeypatch):
     K, a = _issue_instance()
-    monkeypatch.setattr(svm, "_clarabel", lambda G, h: (None, None, "infeasible"))  # a solver that lies
+    monkeypatch.setattr(svm, "clarabel_qp", lambda G, h: (None, None, "infeasible"))  # a solver that lies
     sol = svm.att_svm(K, a)                                                             # the NNLS route answers
     assert sol.check["method"] == "nnls"
-    monkeypatch.setattr(svm, "_ldp", lambda G, h: ("infeasible", np.zeros(len(h)), 0.3))  # no certificate
+    monkeypatch.setattr(svm, "least_distance", lambda G, h: ("infeasible", np.zeros(len(h)), 0.3))  # no certificate
     with pytest.raises(svm.SolverFailed, match="cannot be decided"):
         svm.att_svm(K, a)
 

@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from mmtoken import geometry, grad, instances, joint_path, losses, svm, train
-from mmtoken.experiments import joint, loss_shapes, nonlinear_head as nh, random_instances as ri
+from mmtoken.experiments import joint, loss_shapes
+from mmtoken.experiments import nonlinear_head as nh
+from mmtoken.experiments import random_instances as ri
 from mmtoken.model import AttentionProblem
 
 
@@ -54,6 +56,7 @@ def test_limit_direction_closed_forms():
     assert np.isclose(m[1], m[2] + 0.25 * 0.5, atol=1e-6) and m[0] > m[1]
 
 
+@pytest.mark.slow
 def test_joint_path_lies_on_both_spheres_and_reaches_the_predictions():
     inst = instances.fig3("loose")
     a0, b0 = joint.start_pairs()
@@ -191,7 +194,7 @@ def test_padding_does_not_change_training():
     out = ri.train_batch(b["K"], b["gamma"], b["mask"], grid.steps, grid.lr)
     loop = ri.train_one_by_one(b["K"], b["gamma"], b["mask"], grid.steps, grid.lr)
     assert np.allclose(out["p"], loop, atol=1e-12)
-    for j, (n, T, d, k) in enumerate(b["meta"]):            # padding: same as training the real instance alone
+    for j, (n, T, _d, _k) in enumerate(b["meta"]):            # padding: same as training the real instance alone
         pr = AttentionProblem(b["K"][j, :n, :T], b["gamma"][j, :n, :T])
         h = train.train_p(pr, np.zeros(3), steps=grid.steps, lr=grid.lr, record_every=grid.steps, record_probs=False)
         assert np.allclose(h.p[-1].numpy(), out["p"][j], atol=1e-12)

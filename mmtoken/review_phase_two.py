@@ -19,7 +19,7 @@ import torch
 
 from .datasets.tokenize import PAD_ID
 from .losses import get_loss
-from .reviews import Chunks, collapse
+from .review_model import Chunks, collapse
 
 LOGISTIC = get_loss("logistic")
 
@@ -40,6 +40,12 @@ def logit_gradient(a: torch.Tensor, b: torch.Tensor, data: Chunks) -> tuple[torc
     with its weights assembled in log space and rescaled by their largest value.
     (A test checks it against :func:`mmtoken.grad.grad_p` on the materialised
     keys.) Works on gathered scalars, so no ``(N, T, d)`` key tensor is formed.
+    Why it does not call :func:`mmtoken.grad.grad_p`: that function contracts
+    the weights with keys ``K (n, T, m)`` it is given, and on a corpus the keys
+    ``E_{x_it}`` would be ``N T d`` floats (IMDB: ~10^9); here the weights are
+    summed per vocabulary entry instead (``index_add`` over ``V``), over
+    chunks of collapsed rows (``log counts`` added to the logits), each chunk
+    rescaled by its largest weight. The saturation-safe steps are the same.
 
     Returns
     -------

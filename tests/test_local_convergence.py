@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from mmtoken import cone_path, geometry, grad, instances, svm, train
-from mmtoken.model import AttentionProblem
 from mmtoken.experiments import local_convergence as lc
 from mmtoken.experiments import many_inputs as mi
+from mmtoken.model import AttentionProblem
 
 
 # ---------------------------------------------------------------- chapter 3
@@ -110,6 +110,7 @@ def test_cone_path_stays_on_sphere_and_in_cone():
     np.testing.assert_allclose(c, 0.99, atol=1e-9)                      # pushed to the boundary
 
 
+@pytest.mark.slow
 def test_cone_path_with_a_wide_cone_is_the_regularization_path():
     """With mu near 2 the cone is (almost) the whole sphere: the two sphere descents must agree."""
     inst = instances.fig1("global")

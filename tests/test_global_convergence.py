@@ -32,9 +32,9 @@ def test_w_run_detects_a_wrong_start():
     assert (zW - zp).abs().max() > 0.1
 
 
-def test_gmm_of_fig1_global_closed_form():
+def test_instance_gmm_fig1_global_closed_form():
     """Only token 2 is active: p = (k0 - k2)/||k0 - k2||^2 = (-0.1, 1)/1.01; token 1 keeps slack."""
-    sol = global_convergence.gmm_of(instances.fig1("global"))
+    sol = instances.fig1("global").gmm()
     np.testing.assert_allclose(sol.x, np.array([-0.1, 1.0]) / 1.01, atol=1e-7)
     K = instances.fig1("global").K[0]
     assert (K[0] - K[1]) @ sol.x > 1.05
@@ -48,7 +48,7 @@ def test_regularization_path_lies_on_sphere_and_improves_with_radius():
     pts = train.regularization_path(pr, radii, w0, iters=80)
     best = train.best_of_starts(pr, pts).numpy()
     np.testing.assert_allclose(np.linalg.norm(best, axis=-1), radii, rtol=1e-12)
-    gmm = global_convergence.gmm_of(inst).x
+    gmm = inst.gmm().x
     c = (best @ gmm) / (np.linalg.norm(best, axis=-1) * np.linalg.norm(gmm))
     assert c[1] > c[0]
 

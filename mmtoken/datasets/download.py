@@ -28,8 +28,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..config import data_dir
 
@@ -109,18 +109,26 @@ def verify_sha256(path: str | os.PathLike, expected: str) -> None:
         )
 
 
+def _temp_beside(path: Path, suffix: str) -> tuple[int, str]:
+    """A new temporary file in ``path``'s folder (created if needed), to be renamed onto ``path``.
+
+    Raises :class:`DataFolderError` naming ``path`` when the folder cannot be written.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=suffix)
+    except OSError as exc:
+        raise DataFolderError(f"cannot write {path} ({exc.strerror or exc}); make {path.parent} writable or "
+                              "point MMTOKEN_DATA at a writable folder") from None
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename.
 
     Raises :class:`DataFolderError` when the folder cannot be written (``path`` is then untouched).
     """
     path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    except OSError as exc:
-        raise DataFolderError(f"cannot write {path} ({exc.strerror or exc}); make {path.parent} writable or "
-                              "point MMTOKEN_DATA at a writable folder") from None
+    fd, tmp = _temp_beside(path, ".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -156,12 +164,7 @@ def download_file(url: str, dest: str | os.PathLike, *, check: Callable[[Path], 
     if not (timeout > 0 and deadline > 0):
         raise ValueError(f"timeout and deadline must be positive, got {timeout}, {deadline}")
     dest = Path(dest)
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".part")
-    except OSError as exc:
-        raise DataFolderError(f"cannot write into {dest.parent} ({exc.strerror or exc}); make it writable or "
-                              "point MMTOKEN_DATA at a writable folder") from None
+    fd, tmp = _temp_beside(dest, ".part")
     start = time.monotonic()
     received = 0
     try:
@@ -241,3 +244,17 @@ def record_origin(folder: str | os.PathLike, files: dict[str, str], url: str | N
     for name, origin in files.items():
         record[name] = {"origin": origin, "url": url}
     atomic_write_bytes(Path(folder) / ORIGIN_FILE, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
+
+
+def download_verified(url: str, dest: str | os.PathLike, sha256: str, timeout: float = 30.0,
+                      deadline: float | None = None) -> Path:
+    """Download ``url`` to ``dest`` through a temporary file; verify before renaming.
+
+    ``timeout`` bounds each wait for the server, ``deadline`` (default
+    :data:`mmtoken.datasets.download.DOWNLOAD_DEADLINE`) the whole download.
+    Raises :class:`DatasetMissing` when the address cannot be reached, a wait
+    times out or the deadline passes, and :class:`DatasetError` when the bytes
+    received have the wrong checksum (``dest`` is then left as it was).
+    """
+    kw = {} if deadline is None else {"deadline": deadline}
+    return download_file(url, dest, check=lambda part: verify_sha256(part, sha256), timeout=timeout, **kw)
