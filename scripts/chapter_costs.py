@@ -22,6 +22,7 @@ checks that it is up to date.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -37,7 +38,7 @@ from torch.utils.flop_counter import FlopCounterMode, flop_registry
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mmtoken import config, grad, reviews, train, vit  # noqa: E402
+from mmtoken import config, grad, review_model, train, vit  # noqa: E402
 from mmtoken.experiments import random_instances, real_reviews, vit_sparsity  # noqa: E402
 from mmtoken.model import AttentionProblem  # noqa: E402
 
@@ -96,10 +97,10 @@ class Work:
     ops: float
     dtype: str
 
-    def __add__(self, other: "Work") -> "Work":
+    def __add__(self, other: Work) -> Work:
         return Work(self.flops + other.flops, self.ops + other.ops, self.dtype)
 
-    def __mul__(self, k: float) -> "Work":
+    def __mul__(self, k: float) -> Work:
         return Work(self.flops * k, self.ops * k, self.dtype)
 
 
@@ -125,6 +126,26 @@ def torch_path():
             os.environ["MMTOKEN_FASTPATH"] = old
 
 
+def _random_step(pr: AttentionProblem, p0: torch.Tensor, lr: float) -> str:
+    with torch_path(), torch.inference_mode():
+        train.train_p(pr, p0, steps=1, lr=lr, record_every=1, record_probs=False)
+        grad.saturation(pr, p0)
+    return "float64"
+
+
+def _vit_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> str:
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return "float32"
+
+
+def _fit_step(params, rows, y, counts, names, batch) -> str:
+    review_model.fit(params, rows, y, counts=counts, train=names, epochs=1, lr=1e-3, batch=batch, seed=0)
+    return "float32"
+
+
 def random_work(scale: str) -> Work:
     """Chapter 8: normalized GD on every padded batch of the grid (one batch per key dimension ``d``)."""
     grid = random_instances.grid_for(scale)
@@ -134,12 +155,7 @@ def random_work(scale: str) -> Work:
         pr = AttentionProblem(b["K"], b["gamma"], b["mask"])
         p0 = torch.zeros(pr.K.shape[0], d, dtype=pr.K.dtype)
 
-        def step():
-            with torch_path(), torch.inference_mode():
-                train.train_p(pr, p0, steps=1, lr=grid.lr, record_every=1, record_probs=False)
-                grad.saturation(pr, p0)
-            return "float64"
-        total = total + count(step) * grid.steps
+        total = total + count(functools.partial(_random_step, pr, p0, grid.lr)) * grid.steps
     return total
 
 
@@ -154,14 +170,7 @@ def vit_work(scale: str, batch: int = 2) -> Work:
             opt = torch.optim.AdamW(model.parameters(), lr=tc.lr)
             x = torch.zeros(batch, c.channels, c.image_size, c.image_size)
             y = torch.zeros(batch, dtype=torch.long)
-
-            def step():
-                loss = torch.nn.functional.cross_entropy(model(x), y)
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-                return "float32"
-            per = count(step)
+            per = count(functools.partial(_vit_step, model, opt, x, y))
             steps = math.ceil((n_train[exp.dataset] - exp.n_validation) / tc.batch_size) * tc.epochs
             # FLOPs grow with the batch; the number of launches does not
             total = total + Work(per.flops / batch * tc.batch_size * steps, per.ops * steps, "float32")
@@ -170,8 +179,8 @@ def vit_work(scale: str, batch: int = 2) -> Work:
 
 def reviews_work(scale: str) -> Work:
     """Chapter 12: the four Adam fits of every seed on IMDB and Rotten Tomatoes (two-phase runs left out)."""
-    from mmtoken.review_runs import RUNS, SEEDS, prepare, tensors
     from mmtoken.datasets import text
+    from mmtoken.review_runs import RUNS, SEEDS, prepare, tensors
 
     total = Work(0.0, 0.0, "float32")
     for name in ("imdb", "rt"):
@@ -180,15 +189,11 @@ def reviews_work(scale: str) -> Work:
         t = tensors(data)
         N = t.X.shape[0]
         rows = t.X[: s.batch]
-        params = reviews.Params(torch.zeros(data.V, s.d), torch.zeros(s.d), torch.ones(s.d))
+        params = review_model.Params(torch.zeros(data.V, s.d), torch.zeros(s.d), torch.ones(s.d))
         for run in RUNS:
             names, epochs = {"joint": (("E", "p"), s.epochs), "joint_v": (("E", "p", "v"), s.epochs_v),
                              "uniform": (("E",), s.epochs), "uniform_tuned": (("E",), s.epochs_uniform)}[run]
-
-            def step():
-                reviews.fit(params, rows, t.y[: s.batch], counts=t.counts[: s.batch], train=names, epochs=1,
-                            lr=1e-3, batch=s.batch, seed=0)
-                return "float32"
+            step = functools.partial(_fit_step, params, rows, t.y[: s.batch], t.counts[: s.batch], names, s.batch)
             total = total + count(step) * (math.ceil(N / s.batch) * epochs * len(SEEDS))
     return total
 
