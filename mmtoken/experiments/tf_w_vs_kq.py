@@ -208,7 +208,8 @@ def summary(r: WvsKQ | None = None) -> list[dict]:
        checks="Transformers as SVMs (2308.16898): convergence of GD on W to the Frobenius Att-SVM of the "
               "(locally optimal) tokens it selects (reconstructed); normalized GD, the algorithm of the paper's "
               "experiments, is an extension beyond the plain GD of its theorems",
-       statement="On 10 random instances (25 at paper scale) of each size (n = T = 4, d = 6 and n = 6, T = 8, d = 10), normalized GD "
+       statement="On 10 random instances (25 at paper scale) of each size (n = T = 4, d = 6 and n = 6, T = 8, "
+                 "d = 10), normalized GD "
                  "on W (step 0.1, saturation-safe gradient, 20 000 steps) converges in direction to the Frobenius "
                  "Att-SVM of the selection it makes, and that selection is locally optimal.",
        threshold="every instance: correlation >= 0.9999 with the Frobenius Att-SVM of its selection, and "
