@@ -44,7 +44,7 @@ if fastpath.available():
     _fp_gradient = fastpath.gradient
 
     @njit(cache=True)
-    def _kq_kernel(Kx, gamma, mask, Kf, Qf, steps, lr, record, out_K, out_Q):
+    def _kq_kernel(Kx, gamma, mask, Kf, Qf, steps, lr, separate, record, out_K, out_Q):
         """Normalized GD on ``(K, Q)`` for every batch element, compiled.
 
         ``Kx (B, n, T, d*d)`` keys, ``gamma (B, n, T)``, ``mask (B, n, T)``; ``Kf, Qf (B, d, m)``
@@ -73,6 +73,8 @@ if fastpath.available():
                 gQ = Gm.T @ Kf[b]             # grad_Q = G^T K, taken at the same point
                 nK = math.sqrt((gK * gK).sum())
                 nQ = math.sqrt((gQ * gQ).sum())
+                if not separate:              # one unit step for the pair (K, Q)
+                    nK = nQ = math.sqrt(nK * nK + nQ * nQ)
                 if nK > 0:
                     Kf[b] -= (lr / nK) * gK
                 if nQ > 0:
@@ -155,7 +157,8 @@ def _square(W, d: int, name: str = "W") -> torch.Tensor:
 
 
 def logits(X, Z, W) -> torch.Tensor:
-    """Attention logits ``x_it^T W z_i``: ``X (..., n, T, d)``, ``Z (..., n, d)``, ``W (..., d, d)`` -> ``(..., n, T)``."""
+    """Attention logits ``x_it^T W z_i``: ``X (..., n, T, d)``, ``Z (..., n, d)``, ``W (..., d, d)``
+    -> ``(..., n, T)``."""
     X, Z = _tokens_queries(X, Z)
     W = _square(W, X.shape[-1]).to(X.device)
     Wz = (W.unsqueeze(-3) @ Z.unsqueeze(-1)).squeeze(-1)     # (..., n, d)
@@ -228,7 +231,8 @@ def _dim(problem: AttentionProblem) -> int:
     return d
 
 
-def kq_grad(problem: AttentionProblem, K: torch.Tensor, Q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def kq_grad(problem: AttentionProblem, K: torch.Tensor,
+            Q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Directions of ``grad_K L = G Q`` and ``grad_Q L = G^T K`` at ``W = K Q^T``, from the stable ``G``.
 
     ``G = grad_W L`` is paper A's saturation-safe ``p``-gradient on the keys
@@ -258,7 +262,7 @@ def _unit(A: torch.Tensor) -> torch.Tensor:
 
 
 def train_kq(problem: AttentionProblem, K0, Q0, *, steps: int, lr: float = 0.1,
-             record_every: int = 100) -> Run:
+             record_every: int = 100, separate: bool = True) -> Run:
     """Normalized GD on ``(K, Q)``: ``K <- K - lr dK``, ``Q <- Q - lr dQ`` (each its own unit step).
 
     The directions come from :func:`kq_grad` (stable ``G``); both factors are
@@ -270,6 +274,9 @@ def train_kq(problem: AttentionProblem, K0, Q0, *, steps: int, lr: float = 0.1,
     problem : :func:`w_problem` (keys ``(..., n, T, d*d)``).
     K0, Q0 : ``(..., d, m)`` starts (batch broadcasting against the problem's).
     steps : whole number >= 0; lr : positive step; record_every : whole number >= 1.
+    separate : ``True`` (default, the public code): each factor its own unit step;
+        ``False``: one unit step for the pair, ``(K, Q) -= lr (G Q, G^T K) / ||(G Q, G^T K)||``
+        (normalized GD on the joint parameter, a time change of gradient flow).
 
     Returns
     -------
@@ -294,7 +301,7 @@ def train_kq(problem: AttentionProblem, K0, Q0, *, steps: int, lr: float = 0.1,
     K, Q = K.expand(*batch, d, m).clone(), Q.expand(*batch, d, m).clone()
     record = sorted(set(range(0, steps + 1, record_every)) | {steps})
     if fastpath.available() and problem.K.device.type == "cpu" and problem.mask is None:
-        Ks, Qs = _train_kq_compiled(problem, K, Q, steps, lr, record)
+        Ks, Qs = _train_kq_compiled(problem, K, Q, steps, lr, record, bool(separate))
         W = Ks @ Qs.transpose(-1, -2)
         return Run(np.array(record), W, grad.saturation(problem, W.flatten(-2)).probs, Ks, Qs)
     rows_k, rows_K, rows_Q = [], [], []
@@ -306,7 +313,14 @@ def train_kq(problem: AttentionProblem, K0, Q0, *, steps: int, lr: float = 0.1,
                 rows_Q.append(Q.clone())
             if k == steps:
                 break
-            dK, dQ, _ = kq_grad(problem, K, Q)
+            if separate:
+                dK, dQ, _ = kq_grad(problem, K, Q)
+            else:
+                G = grad.grad_p(problem, (K @ Q.transpose(-1, -2)).flatten(-2)).direction.unflatten(-1, (d, d))
+                gK, gQ = G @ Q, G.transpose(-1, -2) @ K
+                both = (gK.flatten(-2).norm(dim=-1) ** 2 + gQ.flatten(-2).norm(dim=-1) ** 2).sqrt()[..., None, None]
+                both = both.clamp_min(torch.finfo(gK.dtype).tiny)
+                dK, dQ = gK / both, gQ / both
             K, Q = K - lr * dK, Q - lr * dQ
     Ks, Qs = torch.stack(rows_K), torch.stack(rows_Q)
     W = Ks @ Qs.transpose(-1, -2)
@@ -314,7 +328,7 @@ def train_kq(problem: AttentionProblem, K0, Q0, *, steps: int, lr: float = 0.1,
     return Run(np.array(rows_k), W, probs, Ks, Qs)
 
 
-def _train_kq_compiled(problem, K, Q, steps, lr, record):
+def _train_kq_compiled(problem, K, Q, steps, lr, record, separate):
     """:func:`train_kq` through the compiled kernel; returns the recorded ``K, Q (R, ..., d, m)``."""
     batch, (d, m) = K.shape[:-2], K.shape[-2:]
     flat = lambda x, tail: np.ascontiguousarray(x.expand(*batch, *tail).reshape(-1, *tail).numpy())
@@ -324,7 +338,7 @@ def _train_kq_compiled(problem, K, Q, steps, lr, record):
     mask = np.ones(gamma.shape, dtype=np.bool_)
     R = len(record)
     out_K, out_Q = np.empty((R, Kf.shape[0], d, m)), np.empty((R, Kf.shape[0], d, m))
-    _kq_kernel(Kx, gamma, mask, Kf, Qf, steps, lr, np.array(record[:-1] if record[-1] == steps else record,
+    _kq_kernel(Kx, gamma, mask, Kf, Qf, steps, lr, separate, np.array(record[:-1] if record[-1] == steps else record,
                                                               dtype=np.int64), out_K, out_Q)
     if record[-1] == steps:
         out_K[-1], out_Q[-1] = Kf, Qf
@@ -506,6 +520,41 @@ def nuclear_certificate(W, D, dual) -> dict:
             "op_norm": op}
 
 
+def nuclear_excess(X, Z, alpha, W, optimum: float) -> np.ndarray | float:
+    """How far the direction of ``W`` is from solving Att-SVM* for ``alpha``, in objective.
+
+    ``W`` is rescaled to smallest margin one, ``min_{i, t != alpha_i} (x_{i alpha_i} - x_it)^T W z_i = 1``;
+    the result is its nuclear norm over ``optimum`` (``||W_*^mm||_*``) minus one: zero at the
+    nuclear-norm solution's direction, positive at any other direction that meets every constraint,
+    ``inf`` where ``W`` violates one (margin <= 0).
+
+    Parameters
+    ----------
+    X : ``(..., n, T, d)``; Z : ``(..., n, d)``; alpha : ``(..., n)`` integer selections;
+    W : ``(..., d, d)``; optimum : ``(...)`` positive optimal values.
+
+    Returns
+    -------
+    ``(...)`` float.
+    """
+    keys = w_keys(X, Z).numpy()                                   # (..., n, T, d*d)
+    W = validate.real_array(W, "W", min_ndim=2)
+    alpha = np.asarray(alpha)
+    if alpha.shape != keys.shape[:-2] or alpha.dtype.kind not in "iu":
+        raise ValueError(f"alpha must hold one integer token per input, shape {keys.shape[:-2]}, got {alpha.shape}")
+    if alpha.min() < 0 or alpha.max() >= keys.shape[-2]:
+        raise ValueError(f"alpha must hold tokens in 0..{keys.shape[-2] - 1}")
+    z = np.einsum("...ntm,...m->...nt", keys, W.reshape(*W.shape[:-2], -1))
+    top = np.take_along_axis(z, alpha[..., None], -1)
+    gaps = top - z
+    np.put_along_axis(gaps, alpha[..., None], np.inf, -1)
+    margin = gaps.reshape(*gaps.shape[:-2], -1).min(-1)
+    nuc = np.linalg.svd(W, compute_uv=False).sum(-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(margin > 0, nuc / margin / np.asarray(optimum, float) - 1.0, np.inf)
+    return float(out) if np.ndim(out) == 0 else out
+
+
 def nuclear_svm(X, Z, alpha, solver: str = NUCLEAR_SOLVER, tol: float = NUCLEAR_TOL) -> NuclearSolution:
     """Nuclear-norm Att-SVM* ``W^mm_*(alpha)``: ``min ||W||_* s.t. (x_{i alpha_i} - x_it)^T W z_i >= 1``.
 
@@ -582,5 +631,5 @@ def random_instances(count: int, n: int, T: int, d: int, seed: int = 0) -> dict[
 
 
 __all__ = ["w_keys", "w_problem", "logits", "output", "Run", "train_w", "kq_grad", "train_kq",
-           "naive_grad", "train_w_naive", "frobenius_svm", "NuclearSolution", "nuclear_svm", "nuclear_certificate",
+           "naive_grad", "train_w_naive", "frobenius_svm", "NuclearSolution", "nuclear_svm", "nuclear_certificate", "nuclear_excess",
            "numerical_rank", "random_instances", "NUCLEAR_SOLVER", "NUCLEAR_TOL", "RANK_TOL"]

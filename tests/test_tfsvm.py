@@ -101,6 +101,15 @@ def test_certificate_detects_a_suboptimal_point(inst):
     assert bad["gap"] > 1e-3
 
 
+def test_nuclear_excess(inst):
+    alpha = np.array([3, 0, 1])
+    sol = tfsvm.nuclear_svm(inst["X"], inst["Z"], alpha)
+    fro = tfsvm.frobenius_svm(inst["X"], inst["Z"], alpha).x
+    assert abs(tfsvm.nuclear_excess(inst["X"], inst["Z"], alpha, 7.0 * sol.W, sol.objective)) < 1e-6
+    assert tfsvm.nuclear_excess(inst["X"], inst["Z"], alpha, fro, sol.objective) > 1e-3
+    assert tfsvm.nuclear_excess(inst["X"], inst["Z"], alpha, -fro, sol.objective) == np.inf
+
+
 def test_rank_threshold():
     W = np.diag([1.0, 0.5, 0.011, 0.009])
     assert tfsvm.numerical_rank(W) == 3

@@ -67,6 +67,8 @@ class SizeResult:
     rank_nuc: np.ndarray       # (B,) rank of the nuclear solution (threshold tfsvm.RANK_TOL)
     rank_kq: np.ndarray        # (B,) rank of the last K Q^T (same threshold)
     nuc_excess: np.ndarray     # (B,) ||W_kq||_* / min margin over ||W_*^mm||_* - 1
+    imbalance: np.ndarray      # (B,) ||K^T K - Q^T Q||_F / ||K Q^T||_F at the end
+    joint: dict                # the (K, Q) run with one unit step for the pair: corr, excess, imbalance (B,)
     corr_w_fro: np.ndarray
     corr_w_nuc: np.ndarray
     corr_kq_nuc: np.ndarray
@@ -138,29 +140,34 @@ def _one_size(n: int, T: int, d: int, count: int) -> SizeResult:
     W_w, W_kq = rw.W[-1].numpy(), rk.W[-1].numpy()
     nuc_kq = np.array(nuc_kq)
     sv = np.linalg.svd(rk.W.numpy(), compute_uv=False)
-    excess = _nuclear_excess(data, sel_kq, W_kq, nuc_kq)
+    optimum = np.linalg.svd(nuc_kq, compute_uv=False).sum(-1)
+    excess = tfsvm.nuclear_excess(data["X"], data["Z"], sel_kq, W_kq, optimum)
+    with torch.inference_mode():
+        rj = tfsvm.train_kq(problem, K0, Q0, steps=STEPS, lr=LR, record_every=STEPS, separate=False)
+    joint = _joint_summary(data, rj)
     return SizeResult(n, T, d, data, rw.steps, W_w, W_kq, sel_w, sel_kq, np.array(local), np.array(fro_w),
                       np.array(nuc_w), np.array(fro_kq), nuc_kq, np.array(gaps), np.array(ranks),
-                      tfsvm.numerical_rank(W_kq), excess,
+                      tfsvm.numerical_rank(W_kq), excess, imbalance(rk.K[-1].numpy(), rk.Q[-1].numpy()), joint,
                       _corr(rw.W.numpy(), np.array(fro_w)), _corr(rw.W.numpy(), np.array(nuc_w)),
                       _corr(rk.W.numpy(), nuc_kq), _corr(rk.W.numpy(), np.array(fro_kq)), sv / sv[..., :1])
 
 
-def _nuclear_excess(data, sel, W, W_star) -> np.ndarray:
-    """``||W||_*`` of ``W`` rescaled to min margin 1, relative to the optimum ``||W_*^mm||_*``, minus 1.
+def imbalance(K, Q) -> np.ndarray:
+    """``||K^T K - Q^T Q||_F / ||K Q^T||_F`` for ``K, Q (..., d, m)``: zero for balanced factors
+    (conserved by gradient flow on ``(K, Q)``, up to the start's small imbalance)."""
+    Kt, Qt = np.swapaxes(K, -1, -2), np.swapaxes(Q, -1, -2)
+    return np.linalg.norm(Kt @ K - Qt @ Q, axis=(-2, -1)) / np.linalg.norm(K @ Qt, axis=(-2, -1))
 
-    Zero at the nuclear-norm SVM's direction, positive elsewhere: how far (in objective)
-    the direction ``W`` is from solving Att-SVM* for its selection.
-    """
-    keys = tfsvm.w_keys(data["X"], data["Z"]).numpy()                     # (B, n, T, d*d)
-    z = np.einsum("bntm,bm->bnt", keys, _flat(W))
-    B, n, T = z.shape
-    top = z[np.arange(B)[:, None], np.arange(n)[None, :], sel]
-    gaps = top[..., None] - z
-    gaps[np.arange(B)[:, None], np.arange(n)[None, :], sel] = np.inf
-    margin = gaps.reshape(B, -1).min(-1)
-    nuc = lambda A: np.linalg.svd(A, compute_uv=False).sum(-1)
-    return nuc(W) / margin / nuc(W_star) - 1.0
+
+def _joint_summary(data, rj) -> dict:
+    """Correlation with, and nuclear-norm excess over, the Att-SVM* of the selection of the joint-step run."""
+    W = rj.W[-1].numpy()
+    sols = [tfsvm.nuclear_svm(data["X"][b], data["Z"][b], a) for b, a in enumerate(rj.selection)]
+    ref = np.array([sol.W for sol in sols])
+    optimum = np.array([sol.objective for sol in sols])
+    return {"corr": _corr(W, ref), "excess": tfsvm.nuclear_excess(data["X"], data["Z"], rj.selection, W, optimum),
+            "imbalance": imbalance(rj.K[-1].numpy(), rj.Q[-1].numpy()),
+            "rank_agree": tfsvm.numerical_rank(W) == np.array([sol.rank() for sol in sols])}
 
 
 def _naive(first: SizeResult) -> NaiveRun:
