@@ -56,11 +56,20 @@ def test_compiled_and_torch_kq_agree(inst, monkeypatch):
     problem = tfsvm.w_problem(inst["X"], inst["Y"], inst["v"], inst["Z"])
     rng = np.random.default_rng(4)
     K0, Q0 = rng.uniform(-0.4, 0.4, size=(2, 2, 5, 5))
-    a = tfsvm.train_kq(problem, K0, Q0, steps=30, record_every=10)
+    runs = {sep: tfsvm.train_kq(problem, K0, Q0, steps=30, record_every=10, separate=sep) for sep in (True, False)}
     monkeypatch.setenv("MMTOKEN_FASTPATH", "off")
-    b = tfsvm.train_kq(problem, K0, Q0, steps=30, record_every=10)
-    assert a.steps.tolist() == b.steps.tolist() == [0, 10, 20, 30]
-    np.testing.assert_allclose(a.W.numpy(), b.W.numpy(), rtol=1e-9, atol=1e-9)
+    for sep, a in runs.items():
+        b = tfsvm.train_kq(problem, K0, Q0, steps=30, record_every=10, separate=sep)
+        assert a.steps.tolist() == b.steps.tolist() == [0, 10, 20, 30]
+        np.testing.assert_allclose(a.W.numpy(), b.W.numpy(), rtol=1e-9, atol=1e-9)
+    # the separate and joint steps are different algorithms
+    assert not np.allclose(runs[True].W[-1].numpy(), runs[False].W[-1].numpy())
+    # one step: each factor moves by lr (separate), or the pair by lr (joint), in Frobenius norm
+    step = lambda A: (A[1] - A[0]).flatten(-2).norm(dim=-1).numpy()
+    one = {sep: tfsvm.train_kq(problem, K0, Q0, steps=1, record_every=1, separate=sep) for sep in (True, False)}
+    np.testing.assert_allclose(step(one[True].K), 0.1, rtol=1e-12)
+    np.testing.assert_allclose(step(one[True].Q), 0.1, rtol=1e-12)
+    np.testing.assert_allclose(np.hypot(step(one[False].K), step(one[False].Q)), 0.1, rtol=1e-12)
 
 
 def test_frobenius_svm_is_paper_a_att_svm(inst):
