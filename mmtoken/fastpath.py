@@ -326,3 +326,11 @@ def run(K: np.ndarray, gamma: np.ndarray, mask: np.ndarray, p0: np.ndarray, step
     if record[-1] == steps:
         out[-1] = q
     return out
+
+
+if njit is not None:
+    gradient = _gradient
+    """The compiled saturation-safe gradient of one batch element, for kernels in other modules
+    (:mod:`mmtoken.tfsvm`): ``gradient(K (n, T, m), gamma (n, T), mask (n, T), q (m,), loss_id,
+    logw (n, T), sgn (n, T), top (n,) int64, G (m,))`` writes the unit direction into ``G`` and
+    returns ``log ||grad L||`` (``-inf`` where it vanishes); the other arrays are workspace."""

@@ -1,0 +1,165 @@
+"""mmtoken.tfsvm: keys map, (K, Q) gradients, the two Att-SVMs, input checks."""
+import numpy as np
+import pytest
+import torch
+
+from mmtoken import geometry, grad, svm, tfsvm
+
+
+@pytest.fixture(scope="module")
+def inst():
+    return {k: v[0] for k, v in tfsvm.random_instances(1, 3, 4, 5, seed=3).items()}
+
+
+def test_w_keys_is_the_bilinear_form(inst):
+    rng = np.random.default_rng(0)
+    W = rng.normal(size=(5, 5))
+    K = tfsvm.w_keys(inst["X"], inst["Z"]).numpy()
+    assert K.shape == (3, 4, 25)
+    direct = np.einsum("ntd,de,ne->nt", inst["X"], W, inst["Z"])
+    np.testing.assert_allclose(K @ W.reshape(-1), direct, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(tfsvm.logits(inst["X"], inst["Z"], W).numpy(), direct, rtol=1e-13, atol=1e-13)
+
+
+def test_w_keys_batched():
+    data = tfsvm.random_instances(4, 2, 3, 3, seed=1)
+    K = tfsvm.w_keys(data["X"], data["Z"])
+    for b in range(4):
+        np.testing.assert_array_equal(K[b].numpy(), tfsvm.w_keys(data["X"][b], data["Z"][b]).numpy())
+
+
+def test_kq_gradient_matches_autograd(inst):
+    """Directions of G Q and G^T K (stable G) against autograd of L(K Q^T) at an unsaturated point."""
+    problem = tfsvm.w_problem(inst["X"], inst["Y"], inst["v"], inst["Z"])
+    rng = np.random.default_rng(1)
+    K = torch.tensor(rng.normal(size=(5, 4)) * 0.3, requires_grad=True)
+    Q = torch.tensor(rng.normal(size=(5, 4)) * 0.3, requires_grad=True)
+    X, Z = torch.tensor(inst["X"]), torch.tensor(inst["Z"])
+    out = tfsvm.output(X, Z, K @ Q.T, torch.tensor(inst["v"]))
+    loss = torch.nn.functional.softplus(-torch.tensor(inst["Y"]) * out).mean()
+    gK, gQ = torch.autograd.grad(loss, (K, Q))
+    dK, dQ, log_norm = tfsvm.kq_grad(problem, K.detach(), Q.detach())
+    np.testing.assert_allclose(dK.numpy(), (gK / gK.norm()).numpy(), atol=1e-12)
+    np.testing.assert_allclose(dQ.numpy(), (gQ / gQ.norm()).numpy(), atol=1e-12)
+    W = (K @ Q.T).detach().reshape(-1)
+    assert abs(float(log_norm) - float(grad.grad_p(problem, W).log_norm)) < 1e-14
+
+
+def test_naive_grad_is_autograd(inst):
+    problem = tfsvm.w_problem(inst["X"], inst["Y"], inst["v"], inst["Z"])
+    p = torch.tensor(np.random.default_rng(2).normal(size=25))
+    np.testing.assert_allclose(tfsvm.naive_grad(problem, p).numpy(), grad.autograd_grad(problem, p).numpy(),
+                               rtol=1e-10, atol=1e-15)
+
+
+def test_compiled_and_torch_kq_agree(inst, monkeypatch):
+    problem = tfsvm.w_problem(inst["X"], inst["Y"], inst["v"], inst["Z"])
+    rng = np.random.default_rng(4)
+    K0, Q0 = rng.uniform(-0.4, 0.4, size=(2, 2, 5, 5))
+    runs = {sep: tfsvm.train_kq(problem, K0, Q0, steps=30, record_every=10, separate=sep) for sep in (True, False)}
+    monkeypatch.setenv("MMTOKEN_FASTPATH", "off")
+    for sep, a in runs.items():
+        b = tfsvm.train_kq(problem, K0, Q0, steps=30, record_every=10, separate=sep)
+        assert a.steps.tolist() == b.steps.tolist() == [0, 10, 20, 30]
+        np.testing.assert_allclose(a.W.numpy(), b.W.numpy(), rtol=1e-9, atol=1e-9)
+    # the separate and joint steps are different algorithms
+    assert not np.allclose(runs[True].W[-1].numpy(), runs[False].W[-1].numpy())
+    # one step: each factor moves by lr (separate), or the pair by lr (joint), in Frobenius norm
+    step = lambda A: (A[1] - A[0]).flatten(-2).norm(dim=-1).numpy()
+    one = {sep: tfsvm.train_kq(problem, K0, Q0, steps=1, record_every=1, separate=sep) for sep in (True, False)}
+    np.testing.assert_allclose(step(one[True].K), 0.1, rtol=1e-12)
+    np.testing.assert_allclose(step(one[True].Q), 0.1, rtol=1e-12)
+    np.testing.assert_allclose(np.hypot(step(one[False].K), step(one[False].Q)), 0.1, rtol=1e-12)
+
+
+def test_frobenius_svm_is_paper_a_att_svm(inst):
+    alpha = [0, 1, 2]
+    sol = tfsvm.frobenius_svm(inst["X"], inst["Z"], alpha)
+    assert sol.x.shape == (5, 5)
+    assert max(sol.kkt_relative().values()) <= svm.KKT_TOL
+    margins = geometry.margins(tfsvm.w_keys(inst["X"], inst["Z"]).numpy(), alpha, sol.x.ravel())
+    assert np.nanmin(margins) == pytest.approx(1.0, abs=1e-8)
+    nuc = tfsvm.nuclear_svm(inst["X"], inst["Z"], alpha)
+    # same feasible set, different norms: each solution wins on its own objective
+    assert np.linalg.norm(sol.x) <= np.linalg.norm(nuc.W) + 1e-8
+    s = lambda A: np.linalg.svd(A, compute_uv=False).sum()
+    assert nuc.objective <= s(sol.x) * (1 + 1e-7)
+
+
+def test_nuclear_svm_certificate(inst):
+    sol = tfsvm.nuclear_svm(inst["X"], inst["Z"], [3, 0, 1])
+    c = sol.check
+    assert c["primal"] <= 1e-6 and c["dual"] <= 1e-6 and c["gap"] <= 1e-6 and c["active"] >= 1
+    # weak duality by hand: M = sum mu_j A_j has ||M||_op ~ 1 and sum mu ~ ||W||_*
+    M = (np.maximum(sol.dual, 0) @ sol.D).reshape(5, 5)
+    assert np.linalg.norm(M, 2) == pytest.approx(1.0, rel=1e-5)
+    assert sol.dual.sum() == pytest.approx(sol.objective, rel=1e-5)
+    # a perturbed feasible point is never better
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        W = sol.W + 1e-2 * rng.normal(size=(5, 5))
+        m = (sol.D @ W.ravel()).min()
+        if m > 0:
+            assert np.linalg.svd(W / m, compute_uv=False).sum() >= sol.objective * (1 - 1e-7)
+
+
+def test_certificate_detects_a_suboptimal_point(inst):
+    sol = tfsvm.nuclear_svm(inst["X"], inst["Z"], [3, 0, 1])
+    fro = tfsvm.frobenius_svm(inst["X"], inst["Z"], [3, 0, 1]).x
+    bad = tfsvm.nuclear_certificate(fro, sol.D, sol.dual)
+    assert bad["gap"] > 1e-3
+
+
+def test_nuclear_excess(inst):
+    alpha = np.array([3, 0, 1])
+    sol = tfsvm.nuclear_svm(inst["X"], inst["Z"], alpha)
+    fro = tfsvm.frobenius_svm(inst["X"], inst["Z"], alpha).x
+    assert abs(tfsvm.nuclear_excess(inst["X"], inst["Z"], alpha, 7.0 * sol.W, sol.objective)) < 1e-6
+    assert tfsvm.nuclear_excess(inst["X"], inst["Z"], alpha, fro, sol.objective) > 1e-3
+    assert tfsvm.nuclear_excess(inst["X"], inst["Z"], alpha, -fro, sol.objective) == np.inf
+
+
+def test_rank_threshold():
+    W = np.diag([1.0, 0.5, 0.011, 0.009])
+    assert tfsvm.numerical_rank(W) == 3
+    assert tfsvm.numerical_rank(np.stack([W, np.eye(4)])).tolist() == [3, 4]
+
+
+def test_infeasible_selection_raises():
+    # two inputs with the same tokens and query cannot select different tokens... unless d allows;
+    # one input whose tokens are identical cannot separate any selection
+    X = np.ones((1, 3, 2))
+    Z = np.array([[1.0, 0.0]])
+    with pytest.raises(svm.InfeasibleSVM):
+        tfsvm.nuclear_svm(X, Z, [0])
+    with pytest.raises(svm.InfeasibleSVM):
+        tfsvm.frobenius_svm(X, Z, [0])
+
+
+@pytest.mark.parametrize("bad", ["shape", "nan", "alpha", "Z"])
+def test_bad_input_raises(inst, bad):
+    X, Z, alpha = inst["X"].copy(), inst["Z"].copy(), [0, 1, 2]
+    if bad == "shape":
+        X = X[0]
+    elif bad == "nan":
+        X[0, 0, 0] = np.nan
+    elif bad == "alpha":
+        alpha = [0, 1, 9]
+    else:
+        Z = Z[:, :3]
+    for f in (tfsvm.nuclear_svm, tfsvm.frobenius_svm):
+        with pytest.raises(ValueError, match="X|Z|alpha"):
+            f(X, Z, alpha)
+    if bad in ("shape", "nan", "Z"):
+        with pytest.raises(ValueError, match="X|Z"):
+            tfsvm.w_keys(X, Z)
+
+
+def test_trainers_refuse_bad_input(inst):
+    problem = tfsvm.w_problem(inst["X"], inst["Y"], inst["v"], inst["Z"])
+    with pytest.raises(ValueError, match="W0"):
+        tfsvm.train_w(problem, np.zeros((4, 4)), steps=1)
+    with pytest.raises(ValueError, match="K0|Q0"):
+        tfsvm.train_kq(problem, np.zeros((5, 2)), np.zeros((5, 3)), steps=1)
+    with pytest.raises(ValueError, match="Y"):
+        tfsvm.w_problem(inst["X"], inst["Y"] * 2, inst["v"], inst["Z"])
