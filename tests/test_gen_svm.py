@@ -131,3 +131,29 @@ def test_optimal_attention_beats_random_attention():
     for _ in range(200):
         R = rng.dirichlet(np.ones(4), size=4)
         assert (h(R) <= h(S) + 1e-12).all()
+
+
+def test_simplex_qp_matches_projection_and_cvxpy():
+    rng = np.random.default_rng(4)
+    for _ in range(10):
+        g = rng.normal(size=4)
+        np.testing.assert_allclose(mt.simplex_qp(g, 0.3 * np.eye(4)), mt.simplex_projection(g / 0.6), atol=1e-10)
+        X = rng.normal(size=(4, 5))
+        M = 0.3 * X @ X.T
+        s = cp.Variable(4)
+        cp.Problem(cp.Maximize(g @ s - cp.quad_form(s, M)), [s >= 0, cp.sum(s) == 1]).solve(solver="CLARABEL")
+        np.testing.assert_allclose(mt.simplex_qp(g, M), s.value, atol=1e-6)
+    with pytest.raises(ValueError, match="g must be"):
+        mt.simplex_qp(np.zeros(3), np.eye(4))
+
+
+def test_generic_instance_criteria():
+    seed, inst = mt.generic_instance()
+    S = inst.optimal_attention()
+    sizes = (S > 0).sum(1)
+    assert sizes.max() < 4 and (sizes >= 2).sum() >= 2 and S[S > 0].min() >= mt.GENERIC["min_weight"]
+    sets = inst.optimal_sets()
+    tied = gen_svm.w_gen_svm(inst.X, inst.Z, sets)
+    free = gen_svm.w_gen_svm(inst.X, inst.Z, sets, tied=False)
+    from mmtoken import geometry
+    assert geometry.correlation(tied.ravel(), free.ravel()) < mt.GENERIC["max_tied_untied_corr"]

@@ -23,6 +23,7 @@ The chapter ``book/part3/15_multi_token.md`` shows these runs.
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +60,35 @@ def simplex_projection(y) -> np.ndarray:
     return np.maximum(y - c[r - 1] / r, 0.0)
 
 
+def simplex_qp(g, M, tol: float = 1e-12) -> np.ndarray:
+    """The maximiser of ``g^T s - s^T M s`` over the simplex (``M (T, T)`` positive definite), exactly: every
+    support ``S`` is tried (small ``T``), its KKT system ``2 M_SS s_S + nu 1 = g_S, 1^T s_S = 1`` solved, and
+    the support whose solution is positive and that no outside token improves (``g_t - 2 (M s)_t <= nu``) kept."""
+    g, M = np.asarray(g, float), np.asarray(M, float)
+    T = g.size
+    if g.ndim != 1 or M.shape != (T, T) or T > 12:
+        raise ValueError(f"g must be (T,) with T <= 12 and M (T, T), got {g.shape} and {M.shape}")
+    best, val = None, -np.inf
+    for k in range(1, T + 1):
+        for S in itertools.combinations(range(T), k):
+            S = list(S)
+            A = np.zeros((k + 1, k + 1))
+            A[:k, :k], A[:k, k], A[k, :k] = 2 * M[np.ix_(S, S)], 1.0, 1.0
+            sol = np.linalg.lstsq(A, np.append(g[S], 1.0), rcond=None)[0]
+            if sol[:k].min() <= tol:
+                continue
+            s = np.zeros(T)
+            s[S] = sol[:k]
+            grad = g - 2 * M @ s
+            if np.delete(grad, S).max(initial=-np.inf) > sol[k] + 1e-10:
+                continue
+            if (v := g @ s - s @ M @ s) > val:
+                best, val = s, v
+    if best is None:
+        raise ValueError("no support satisfies the KKT conditions (is M positive definite?)")
+    return best
+
+
 @dataclass
 class MultiInstance:
     X: np.ndarray       # (n, T, d) tokens, orthonormal within each input
@@ -71,8 +101,12 @@ class MultiInstance:
         return self.X @ self.u
 
     def optimal_attention(self) -> np.ndarray:
-        """``(n, T)``: the maximiser of ``h_i`` over the simplex (orthonormal tokens: a projection)."""
-        return np.stack([simplex_projection(g / (2 * self.lam)) for g in self.gamma])
+        """``(n, T)``: the maximiser of ``h_i`` over the simplex: with orthonormal tokens the projection of
+        ``gamma_i / (2 lam)``, otherwise :func:`simplex_qp`."""
+        G = np.einsum("ntd,nsd->nts", self.X, self.X)
+        if np.allclose(G, np.eye(G.shape[-1]), atol=1e-10):
+            return np.stack([simplex_projection(g / (2 * self.lam)) for g in self.gamma])
+        return np.stack([simplex_qp(g, self.lam * Gi) for g, Gi in zip(self.gamma, G)])
 
     def optimal_sets(self) -> list[tuple[int, ...]]:
         return [tuple(int(t) for t in np.flatnonzero(s > 0)) for s in self.optimal_attention()]
@@ -109,6 +143,34 @@ def make_instance(scores=SCORES, d: int = 5, lam: float = 0.2, seed: int = 0) ->
     Z = rng.normal(size=(n, d))
     Z /= np.linalg.norm(Z, axis=1, keepdims=True)
     return MultiInstance(X, Z, u, float(lam))
+
+
+GENERIC = {"n": 4, "T": 4, "d": 5, "lam": 0.3, "min_weight": 0.15, "max_tied_untied_corr": 0.97}
+"""The search for a generic instance: unit random tokens (not orthonormal), at least two inputs with a mixed
+optimum, no input mixing all tokens, every optimal weight >= ``min_weight``, and tied and untied SVMs of the
+optimal sets correlating below ``max_tied_untied_corr`` (so that a run can tell them apart)."""
+
+
+def generic_instance(max_seed: int = 100) -> tuple[int, MultiInstance]:
+    """The first seed in ``range(max_seed)`` meeting :data:`GENERIC`'s criteria, and its instance."""
+    n, T, d, lam = GENERIC["n"], GENERIC["T"], GENERIC["d"], GENERIC["lam"]
+    for seed in range(max_seed):
+        rng = np.random.default_rng(seed)
+        X = rng.normal(size=(n, T, d))
+        X /= np.linalg.norm(X, axis=-1, keepdims=True)
+        Z = rng.normal(size=(n, d))
+        Z /= np.linalg.norm(Z, axis=1, keepdims=True)
+        u = rng.normal(size=d)
+        inst = MultiInstance(X, Z, u / np.linalg.norm(u), lam)
+        S = inst.optimal_attention()
+        sizes = (S > 0).sum(1)
+        if sizes.max() == T or (sizes >= 2).sum() < 2 or S[S > 0].min() < GENERIC["min_weight"]:
+            continue
+        sets = inst.optimal_sets()
+        tied, free = gen_svm.w_gen_svm(X, Z, sets), gen_svm.w_gen_svm(X, Z, sets, tied=False)
+        if geometry.correlation(tied.ravel(), free.ravel()) < GENERIC["max_tied_untied_corr"]:
+            return seed, inst
+    raise ValueError(f"no seed below {max_seed} meets the criteria of GENERIC")
 
 
 class Objective:
@@ -168,6 +230,7 @@ class MultiResult:
     W_tied: np.ndarray         # generalised SVM of the sets (ties kept)
     W_free: np.ndarray         # the same without the ties
     W_single: np.ndarray       # ordinary Att-SVM of the most attended tokens
+    generic: dict              # the generic instance: seed, sets, steps, Ws (records, d, d), final probs, SVMs
 
     def corr(self, W_ref: np.ndarray) -> np.ndarray:
         """``(records, S)`` correlation of GD's iterates with ``W_ref``."""
@@ -200,7 +263,21 @@ def _run(scale: str) -> MultiResult:
     W_free = gen_svm.w_gen_svm(inst.X, inst.Z, ref, tied=False)
     top = np.exp(log_s[0]).argmax(-1)
     W_single = gen_svm.w_gen_svm(inst.X, inst.Z, [[int(t)] for t in top])
-    return MultiResult(inst, st, Ws, log_s, sets, W_tied, W_free, W_single)
+    seed, g_inst = generic_instance()
+    g_sets = g_inst.optimal_sets()
+    g_st, g_Ws, g_log = train_w(g_inst, np.zeros((1, d, d)), steps, lr=0.1, record_every=max(steps // 30, 1))
+    generic = {"seed": seed, "inst": g_inst, "sets": g_sets, "steps": g_st, "Ws": g_Ws[:, 0],
+               "probs": np.exp(g_log[0]), "W_tied": gen_svm.w_gen_svm(g_inst.X, g_inst.Z, g_sets),
+               "W_free": gen_svm.w_gen_svm(g_inst.X, g_inst.Z, g_sets, tied=False)}
+    return MultiResult(inst, st, Ws, log_s, sets, W_tied, W_free, W_single, generic)
+
+
+def generic_corr(r: MultiResult) -> dict:
+    """``(records,)`` correlations of GD on the generic instance with its tied and untied SVMs."""
+    g = r.generic
+    Ws = g["Ws"].reshape(len(g["steps"]), -1)
+    return {"tied": geometry.correlation(Ws, g["W_tied"].ravel()),
+            "untied": geometry.correlation(Ws, g["W_free"].ravel())}
 
 
 # ---------------------------------------------------------------- claims
@@ -246,7 +323,7 @@ def plot_corr(r: MultiResult | None = None):
     axes[0].set_yscale("log")
     axes[0].set_xlabel("step")
     axes[0].set_ylabel("1 - correlation")
-    axes[0].legend(loc="lower left", fontsize=8)
+    axes[0].legend(loc="center right", fontsize=8)
     P = np.exp(r.log_s[0])
     S = r.inst.optimal_attention()
     n, T = P.shape
@@ -263,4 +340,22 @@ def plot_corr(r: MultiResult | None = None):
     return fig
 
 
-FIGURES = {"fig-multi-token": lambda: plot_corr()}
+def plot_generic(r: MultiResult | None = None):
+    """``1 - corr`` of GD on the generic instance with its tied and untied SVMs against the step."""
+    from ..plotting import one_panel
+
+    r = r or run()
+    c = generic_corr(r)
+    fig, ax = one_panel()
+    x = np.maximum(r.generic["steps"], 1)
+    ax.plot(x, np.clip(1 - c["tied"], 1e-8, None), label="generalised svm (tied)", **style(0))
+    ax.plot(x, np.clip(1 - c["untied"], 1e-8, None), label="untied svm", **style(1))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("1 - correlation")
+    ax.legend(loc="lower left")
+    return fig
+
+
+FIGURES = {"fig-multi-token": lambda: plot_corr(), "fig-multi-generic": lambda: plot_generic()}
