@@ -83,7 +83,7 @@ def w_instances(count: int, n: int, T: int, d: int, seed: int = 0) -> dict[str, 
     v = rng.normal(size=(count, d))
     Y = rng.choice([-1.0, 1.0], size=(count, n))
     gamma = Y[..., None] * np.einsum("cntd,cd->cnt", X, v)
-    K = gen_svm.w_keys(X.reshape(count * n, T, d), Z.reshape(count * n, d)).reshape(count, n, T, d * d)
+    K = np.asarray(gen_svm.w_keys(X.reshape(count * n, T, d), Z.reshape(count * n, d))).reshape(count, n, T, d * d)
     return {"X": X, "Z": Z, "v": v, "Y": Y, "gamma": gamma, "K": K}
 
 
@@ -106,6 +106,7 @@ def rank_certificate(X, Z) -> np.ndarray:
 def selection_feasible(K, alpha) -> bool | None:
     """Feasibility of ATT-SVM(alpha) for keys ``K (n, T, m)`` by NNLS: True, False (Farkas certificate)
     or None (a point was returned that misses a margin by more than :data:`FEAS_TOL`: undecided)."""
+    K = np.asarray(K, dtype=float)
     n, T, _ = K.shape
     D = np.array([K[i, alpha[i]] - K[i, t] for i in range(n) for t in range(T) if t != alpha[i]])
     try:
@@ -117,6 +118,7 @@ def selection_feasible(K, alpha) -> bool | None:
 
 def all_selections_feasible(K) -> tuple[int, int, int]:
     """Over all ``T^n`` selections of one instance: ``(feasible, infeasible, undecided)`` counts."""
+    K = np.asarray(K, dtype=float)
     n, T, _ = K.shape
     out = [selection_feasible(K, a) for a in itertools.product(range(T), repeat=n)]
     return sum(o is True for o in out), sum(o is False for o in out), sum(o is None for o in out)
