@@ -1,12 +1,11 @@
 """The generalised attention SVM (mmtoken.gen_svm) and the multi-token instance."""
-import itertools
 
 import cvxpy as cp
 import numpy as np
 import pytest
 import torch
 
-from mmtoken import gen_svm, svm
+from mmtoken import gen_svm, geometry, svm
 from mmtoken.experiments import tf_multi_token as mt
 
 
@@ -155,5 +154,4 @@ def test_generic_instance_criteria():
     sets = inst.optimal_sets()
     tied = gen_svm.w_gen_svm(inst.X, inst.Z, sets)
     free = gen_svm.w_gen_svm(inst.X, inst.Z, sets, tied=False)
-    from mmtoken import geometry
     assert geometry.correlation(tied.ravel(), free.ravel()) < mt.GENERIC["max_tied_untied_corr"]
