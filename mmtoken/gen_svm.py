@@ -22,7 +22,7 @@ multipliers are recovered on the active set and the KKT conditions checked
 (:meth:`GenSVMSolution.kkt_residuals`).
 
 For the attention weights ``W`` of a transformer read out at query ``z_i`` the
-keys are ``vec(x_it z_i^T)`` (:func:`w_keys`), so :func:`w_gen_svm` is the same
+keys are ``vec(x_it z_i^T)`` (:func:`mmtoken.tfsvm.w_keys`), so :func:`w_gen_svm` is the same
 problem in ``W``.
 """
 from __future__ import annotations
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import svm
+from .tfsvm import w_keys
 
 RANK_TOL = 1e-10
 """Relative singular-value cut-off for the null space of the equality rows."""
@@ -49,26 +50,6 @@ def _real(x, name: str, ndim: int) -> np.ndarray:
     if not np.isfinite(a).all():
         raise ValueError(f"{name} has non-finite entries")
     return a
-
-
-# lead replaces with tfsvm.w_keys at merge
-def w_keys(X, Z) -> np.ndarray:
-    """Keys of the ``W`` problem: ``K[i, t] = vec(x_it z_i^T)`` (row-major), so that
-    ``K[i, t] @ W.reshape(-1) == X[i, t] @ W @ Z[i]``.
-
-    Parameters
-    ----------
-    X : ``(n, T, d)`` tokens; Z : ``(n, d)`` query vectors.
-
-    Returns
-    -------
-    ``(n, T, d * d)`` keys.
-    """
-    X = _real(X, "X", 3)
-    Z = _real(Z, "Z", 2)
-    if Z.shape != (X.shape[0], X.shape[2]):
-        raise ValueError(f"Z must have shape (n, d) = {(X.shape[0], X.shape[2])}, got {Z.shape}")
-    return np.einsum("ntd,ne->ntde", X, Z).reshape(X.shape[0], X.shape[1], -1)
 
 
 def check_sets(sets, n: int, T: int) -> list[tuple[int, ...]]:
@@ -193,7 +174,7 @@ def gen_svm(K, sets, tied: bool = True) -> GenSVMSolution:
 def w_gen_svm(X, Z, sets, tied: bool = True) -> np.ndarray:
     """The generalised SVM in ``W``: ``(d, d)`` solution for tokens ``X (n, T, d)`` and queries ``Z (n, d)``."""
     X = _real(X, "X", 3)
-    return gen_svm(w_keys(X, Z), sets, tied).x.reshape(X.shape[2], X.shape[2])
+    return gen_svm(np.asarray(w_keys(X, Z)), sets, tied).x.reshape(X.shape[2], X.shape[2])
 
 
 def feasible(K, sets, tied: bool = True) -> bool:

@@ -52,7 +52,7 @@ if fastpath.available():
         steps ``record (R,)`` (all ``< steps``; the caller records the end).
         """
         B, n, T, mm = Kx.shape
-        d, m = Kf.shape[1], Kf.shape[2]
+        d = Kf.shape[1]
         logw = np.empty((n, T))
         sgn = np.empty((n, T))
         top = np.empty(n, dtype=np.int64)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import gen_svm, geometry, svm
+from mmtoken import gen_svm, geometry, svm, tfsvm
 from mmtoken.experiments import tf_multi_token as mt
 
 
@@ -18,7 +18,7 @@ def XZ():
 def test_w_keys_bilinear(XZ):
     X, Z = XZ
     W = np.random.default_rng(1).normal(size=(5, 5))
-    K = np.asarray(gen_svm.w_keys(X, Z))
+    K = np.asarray(tfsvm.w_keys(X, Z))
     assert K.shape == (3, 4, 25)
     np.testing.assert_allclose(K @ W.reshape(-1), np.einsum("ntd,de,ne->nt", X, W, Z), atol=1e-12)
 
@@ -26,13 +26,13 @@ def test_w_keys_bilinear(XZ):
 def test_w_keys_bad_input(XZ):
     X, Z = XZ
     with pytest.raises(ValueError, match="Z"):
-        gen_svm.w_keys(X, Z[:2])
+        tfsvm.w_keys(X, Z[:2])
     with pytest.raises(ValueError, match="X"):
-        gen_svm.w_keys(X[0], Z)
+        tfsvm.w_keys(X[0], Z)
 
 
 def test_singletons_reduce_to_att_svm(XZ):
-    K = np.asarray(gen_svm.w_keys(*XZ))
+    K = np.asarray(tfsvm.w_keys(*XZ))
     for alpha in [(0, 1, 2), (3, 3, 0)]:
         sol = gen_svm.gen_svm(K, [[a] for a in alpha])
         np.testing.assert_allclose(sol.x, svm.att_svm(K, alpha).x, atol=1e-7)
@@ -41,7 +41,7 @@ def test_singletons_reduce_to_att_svm(XZ):
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_kkt_and_cvxpy(XZ, tied):
-    K = np.asarray(gen_svm.w_keys(*XZ))
+    K = np.asarray(tfsvm.w_keys(*XZ))
     sets = [(0, 1), (2,), (1, 2, 3)]
     sol = gen_svm.gen_svm(K, sets, tied)
     assert all(v < 1e-8 for v in sol.kkt_residuals().values()), sol.kkt_residuals()
@@ -53,7 +53,7 @@ def test_kkt_and_cvxpy(XZ, tied):
 
 
 def test_ties_hold_and_untied_is_not_longer(XZ):
-    K = np.asarray(gen_svm.w_keys(*XZ))
+    K = np.asarray(tfsvm.w_keys(*XZ))
     sets = [(0, 1), (2,), (1, 2, 3)]
     tied, free = gen_svm.gen_svm(K, sets), gen_svm.gen_svm(K, sets, tied=False)
     for i, o in enumerate(sets):

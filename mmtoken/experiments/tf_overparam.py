@@ -2,7 +2,7 @@
 
 The ``W`` problem of a transformer read out at query ``z_i`` is paper A's ``p``
 problem with keys ``vec(x_it z_i^T)`` in dimension ``d^2``
-(:func:`mmtoken.gen_svm.w_keys`). For every key dimension ``d`` of a grid we
+(:func:`mmtoken.tfsvm.w_keys`). For every key dimension ``d`` of a grid we
 draw ``count`` random instances (tokens and queries ``N(0, I/d)``, head
 ``v ~ N(0, I_d)``, labels ``+-1``, scores ``gamma_it = Y_i v^T x_it``) and
 
@@ -30,10 +30,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .. import config, gen_svm, svm
+from .. import config, svm, tfsvm
+from ..corpus_stats import spearman
 from ..ledger import Measured, claim
 from ..plotting import panel_titles, style, two_panels
-from ..tokens import spearman
 from . import random_instances as ri
 
 CHAPTER = "14_overparam"
@@ -83,7 +83,7 @@ def w_instances(count: int, n: int, T: int, d: int, seed: int = 0) -> dict[str, 
     v = rng.normal(size=(count, d))
     Y = rng.choice([-1.0, 1.0], size=(count, n))
     gamma = Y[..., None] * np.einsum("cntd,cd->cnt", X, v)
-    K = np.asarray(gen_svm.w_keys(X.reshape(count * n, T, d), Z.reshape(count * n, d))).reshape(count, n, T, d * d)
+    K = np.asarray(tfsvm.w_keys(X.reshape(count * n, T, d), Z.reshape(count * n, d))).reshape(count, n, T, d * d)
     return {"X": X, "Z": Z, "v": v, "Y": Y, "gamma": gamma, "K": K}
 
 
