@@ -1,5 +1,9 @@
 """Command line: ``python -m mmtoken claims`` and ``python -m mmtoken figures``.
 
+``claims`` reports the results recorded when the chapters ran (the results
+cache), evaluating only the claims with no record valid for today's code and
+scale; ``claims --recompute`` evaluates every selected claim again.
+
 Exit status: 0 success, 1 a claim failed, 2 bad usage or environment (the
 message names the argument or variable: an unknown claim or figure, an
 unusable ``MMTOKEN_DEVICE``, ``MMTOKEN_DATA`` or ``MMTOKEN_SCALE``, an
@@ -50,7 +54,8 @@ def _claims(args) -> int:
     if not selected:
         print(f"no claim matches {args.only}", file=sys.stderr)
         return 2
-    results = ledger.run_claims(args.only)
+    # recorded results (evaluated when the chapters ran) unless missing, stale or --recompute
+    results = ledger.run_claims(args.only) if args.recompute else ledger.recorded(args.only)
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2))
     else:
@@ -100,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("claims", help="run the claims ledger")
     c.add_argument("--only", nargs="+", metavar="PREFIX", help="claim id prefixes, e.g. core A.global")
     c.add_argument("--json", action="store_true", help="print a JSON list")
+    c.add_argument("--recompute", action="store_true",
+                   help="evaluate every selected claim again instead of reading its recorded result")
     c.set_defaults(func=_claims)
     f = sub.add_parser("figures", help="write every figure of the book as PNG and PDF")
     f.add_argument("--only", nargs="+", metavar="NAME", help="figure names or experiment modules")

@@ -231,8 +231,7 @@ def record(c: Claim, r: Result) -> None:
     from . import resultcache
 
     path, name, fp = record_key(c)
-    with resultcache.locked(path):
-        resultcache.save(path, name, fp, {}, {"result": r.to_dict()})
+    resultcache.save(path, name, fp, {}, {"result": r.to_dict()})   # atomic: readers see the old or the new
 
 
 def read_record(c: Claim, scale: str | None = None) -> Result | None:
@@ -268,7 +267,10 @@ def recorded(only: list[str] | None = None, compute_missing: bool = True) -> lis
             continue
         r = read_record(c)
         if r is None and compute_missing:
-            r = run_one(c)
+            from .resultcache import locked
+
+            with locked(record_key(c)[0]):   # another process evaluating it: wait for its record
+                r = read_record(c) or run_one(c)
         if r is not None:
             out.append(r)
     return out

@@ -228,17 +228,19 @@ def sweep(folder: str | os.PathLike, older_than: float = STALE_SECONDS) -> list[
 
 @contextmanager
 def locked(path: str | os.PathLike, timeout: float = -1) -> Iterator[None]:
-    """Hold the file lock ``<path>.lock`` (created with its folder if needed) while the block runs.
+    """Hold the lock of result ``path`` while the block runs: the file ``.locks/<name>.lock``
+    next to it (created with its folders if needed).
 
     Another process asking for the same lock waits (``timeout`` seconds; -1:
     as long as it takes). The lock file stays (an empty file); the lock is
-    released when the process ends, however it ends.
+    released when the block ends or the process dies, however it dies.
     """
     from filelock import FileLock   # a dependency of torch
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock", timeout=timeout):
+    folder = path.parent / ".locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder / (path.name + ".lock")), timeout=timeout):
         yield
 
 
