@@ -66,14 +66,13 @@ def _claims(args) -> int:
 def _figures(args) -> int:
     import matplotlib.pyplot as plt
 
-    from .experiments import load_all
     from .plotting import save, set_theme, use_headless
 
     out = _writable_folder(Path(args.out))  # before any figure is computed
     use_headless()
     set_theme()
     written = 0
-    for name, module in load_all().items():
+    for name, module in _figure_modules(args.only).items():
         for fig_name, make in getattr(module, "FIGURES", {}).items():
             if args.only and not any(o in fig_name or o == name for o in args.only):
                 continue
@@ -86,6 +85,25 @@ def _figures(args) -> int:
         print(f"no figure matches {args.only}", file=sys.stderr)
         return 2
     return 0
+
+
+def _figure_modules(only: list[str] | None) -> dict:
+    """The experiment modules that may hold the figures ``only`` (all of them without ``only``).
+
+    A module is imported only if its name is asked for or its source names one of
+    the asked figures (read as text, without importing it): regenerating one figure
+    does not import every chapter's dependencies.
+    """
+    import importlib
+
+    from . import experiments
+
+    names = experiments.modules()
+    if only:
+        folder = Path(experiments.__file__).parent
+        names = [n for n in names if any(o == n or o in (folder / f"{n}.py").read_text(encoding="utf-8")
+                                         for o in only)]
+    return {n: importlib.import_module(f"{experiments.__name__}.{n}") for n in names}
 
 
 def _make_figure(module, make):

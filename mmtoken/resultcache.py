@@ -271,3 +271,21 @@ def load_or_compute(path: str | os.PathLike, name: str, fp: str,
         arrays, meta = compute()
         save(path, name, fp, arrays, meta)
         return load(path, name, fp, expect)
+
+
+def experiment_result(module: str, name: str, config: dict,
+                      compute: Callable[[], tuple[dict[str, np.ndarray], dict]],
+                      expect: dict[str, tuple] | None = None) -> tuple[dict[str, np.ndarray], dict]:
+    """Result ``name`` of the experiment module ``module`` (``"mmtoken.experiments.x"``), from the
+    results cache or computed now (:func:`load_or_compute`).
+
+    Stored as ``data/results/<x>/<name>.npz`` under a fingerprint of the module's code and its
+    ``mmtoken`` imports (:func:`source_fingerprint`) and ``config`` (put the scale and every
+    input there; a result whose inputs differ by scale should carry the scale in ``name`` too,
+    so that both scales keep their file).
+    """
+    from .config import data_dir
+
+    short = module.rpartition(".")[2]
+    fp = fingerprint(source_fingerprint(module), config, "")
+    return load_or_compute(data_dir() / "results" / short / f"{name}.npz", f"{short}/{name}", fp, compute, expect)
