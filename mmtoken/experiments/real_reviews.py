@@ -606,7 +606,9 @@ def _register(ds: str) -> None:
 def yelp_missing() -> str | None:
     """``None`` when Yelp's data are on disk, else how to get them: Yelp's claims then report
     *data missing* (they are always registered; Yelp is never downloaded for you nor substituted)."""
-    return None if text.available("yelp") else text.yelp_note()
+    if text.available("yelp"):
+        return None
+    return "Yelp polarity is not on disk: `python -m mmtoken.datasets.text fetch yelp` (see the chapter)"
 
 
 for _ds in DATASETS:
