@@ -41,7 +41,7 @@ def cpu_of(cmd: list[str], env: dict | None = None) -> tuple[float, float]:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args(argv)
+    args, _ = ap.parse_known_args(argv)   # run_all.py passes its own arguments
     py = sys.executable
     with tempfile.TemporaryDirectory() as tmp:
         figs = ["-m", "mmtoken", "figures", "--only", "fig-global-paths", "--out", tmp]

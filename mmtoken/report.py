@@ -403,6 +403,16 @@ def benchmark_tables(results_dir: Path, root: Path = ROOT) -> dict[str, tuple[st
         meta = data.get("meta", {})
         out["figures"] = (_meta_line(meta, "machine not recorded")
                           + (f"; {meta['steps']} steps" if meta.get("steps") else ""), pd.DataFrame(rows))
+    f = results_dir / "whole_process.json"
+    if f.is_file():
+        data = json.loads(f.read_text())
+        pub = data["rows"].get("public-style script", {}).get("cpu_s_median")
+        rows = [{"process": name, "CPU (s), median": r["cpu_s_median"], "CPU (s), min": r["cpu_s_min"],
+                 "public-style / this": f"{pub / r['cpu_s_median']:.1f}x" if pub and name.startswith("mmtoken")
+                 else ""} for name, r in data["rows"].items()]
+        meta = data.get("meta", {})
+        out["whole_process"] = (_meta_line(meta, "machine not recorded")
+                                + (f"; {meta['repeat']} runs each" if meta.get("repeat") else ""), pd.DataFrame(rows))
     f = results_dir / "random.json"
     if f.is_file():
         data = json.loads(f.read_text())
