@@ -160,9 +160,9 @@ def summary_line(results: Iterable[Result | dict], scale: str | None = None) -> 
     st = [status(r) for r in rows]
     kinds = [r["kind"] for r in rows]
     where = f" at {scale} scale" if scale else ""
-    absent = f", {st.count('data missing')} with data missing" if "data missing" in st else ""
+    absent = (f"\n{st.count('data missing')} not run: their data are missing." if "data missing" in st else "")
     return (f"{plural(len(rows), 'claim')}{where}: {st.count('pass')} passed, "
-            f"{plural(st.count('known miss'), 'known miss', 'known misses')}, {st.count('FAIL')} failed{absent}.\n"
+            f"{plural(st.count('known miss'), 'known miss', 'known misses')}, {st.count('FAIL')} failed.{absent}\n"
             f"{plural(kinds.count('theorem'), 'theorem')}, {plural(kinds.count('observation'), 'observation')}, "
             f"{plural(kinds.count('consistency'), 'consistency check')}.")
 
