@@ -20,7 +20,7 @@ setup:
 	bash scripts/setup.sh
 
 build: setup  ## the HTML book (executes what its cache lacks); also writes the reader notebooks
-	$(JB) build . --builder html --path-output $(OUT)
+	$(JB) build . --builder html $(if $(filter paper,$(MMTOKEN_SCALE)),--path-output $(OUT))
 	$(MAKE) --no-print-directory reader
 
 book: build  ## build the book, then open it in a browser when one is available
