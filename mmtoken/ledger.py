@@ -230,8 +230,15 @@ def record(c: Claim, r: Result) -> None:
         return
     from . import resultcache
 
+    from .datasets.registry import DataFolderError
+
     path, name, fp = record_key(c)
-    resultcache.save(path, name, fp, {}, {"result": r.to_dict()})   # atomic: readers see the old or the new
+    try:
+        resultcache.save(path, name, fp, {}, {"result": r.to_dict()})   # atomic: readers see the old or the new
+    except (OSError, DataFolderError) as exc:   # a read-only data folder: the result stands, unrecorded
+        import warnings
+
+        warnings.warn(f"claim {c.id}: result not recorded ({exc})", RuntimeWarning, stacklevel=2)
 
 
 def read_record(c: Claim, scale: str | None = None) -> Result | None:
@@ -269,8 +276,11 @@ def recorded(only: list[str] | None = None, compute_missing: bool = True) -> lis
         if r is None and compute_missing:
             from .resultcache import locked
 
-            with locked(record_key(c)[0]):   # another process evaluating it: wait for its record
-                r = read_record(c) or run_one(c)
+            try:
+                with locked(record_key(c)[0]):   # another process evaluating it: wait for its record
+                    r = read_record(c) or run_one(c)
+            except OSError:                      # no lock possible (read-only data folder): evaluate here
+                r = run_one(c)
         if r is not None:
             out.append(r)
     return out

@@ -51,7 +51,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .datasets.registry import atomic_write_bytes
+from .datasets.registry import DataFolderError, atomic_write_bytes
 
 FORMAT = 1
 HEADER = "__header__"
@@ -288,4 +288,9 @@ def experiment_result(module: str, name: str, config: dict,
 
     short = module.rpartition(".")[2]
     fp = fingerprint(source_fingerprint(module), config, "")
-    return load_or_compute(data_dir() / "results" / short / f"{name}.npz", f"{short}/{name}", fp, compute, expect)
+    path = data_dir() / "results" / short / f"{name}.npz"
+    try:
+        return load_or_compute(path, f"{short}/{name}", fp, compute, expect)
+    except (OSError, DataFolderError) as exc:   # a data folder that cannot be written: compute, keep nothing
+        warnings.warn(f"results cache not used for {short}/{name} ({exc})", RuntimeWarning, stacklevel=2)
+        return compute()

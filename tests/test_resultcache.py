@@ -176,3 +176,23 @@ def test_importing_every_module_creates_no_folder(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert not where.exists()
+
+
+def test_a_read_only_data_folder_still_gives_results(tmp_path, monkeypatch):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    monkeypatch.setenv("MMTOKEN_DATA", str(ro))
+
+    def refuse(*a, **k):                      # root ignores permission bits: refuse as the OS would
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(resultcache, "locked", refuse)
+    with pytest.warns(RuntimeWarning, match="results cache not used"):
+        arrays, _ = resultcache.experiment_result("mmtoken.experiments.global_convergence", "t", {},
+                                                  lambda: ({"a": np.ones(2)}, {}))
+    assert arrays["a"].sum() == 2.0
+    load_all()
+    monkeypatch.setattr(resultcache, "save", refuse)
+    with config.use_scale("quick"), pytest.warns(RuntimeWarning, match="not recorded"):
+        (r,) = ledger.recorded(["core.grad_autograd"])
+    assert r.passed
