@@ -750,7 +750,7 @@ def run_experiments(exps: Iterable[Experiment], *, retrain: bool = False, on_dam
 
         # one process trains at a time: a second one (another pytest-xdist worker, a notebook
         # kernel) waits here, then finds the runs the first one wrote and trains only the rest
-        with locked(root / "training"):
+        with locked(root.parent / "vit-training"):   # the lock file lives in data/.locks, not among the runs
             if not retrain:
                 for target in list(todo):
                     exp, fp = todo[target]
