@@ -1,8 +1,16 @@
 # One entry point. `make book` builds (and opens) the book; `make test` runs every check.
+SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 JB := $(VENV)/bin/jupyter-book
 NOTEBOOKS := $(shell find book -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' | sort)
+LEDGER_NB := book/appendix/claims.ipynb
+CHAPTER_NBS := $(filter-out $(LEDGER_NB),$(NOTEBOOKS))
+JOBS ?= 2
+NBVAL := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=3600
+XDIST := -n $(JOBS) --dist loadfile
+# The paper scale builds into its own folder (own execution cache): quick outputs are never shown as paper ones.
+OUT := $(if $(filter paper,$(MMTOKEN_SCALE)),_build/paper,.)
 export MMTOKEN_PROGRESS ?= off
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
@@ -11,23 +19,23 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 setup:
 	bash scripts/setup.sh
 
-build: setup  ## the HTML book; the build also writes the reader notebooks (_build/html/notebooks)
-	$(JB) build . --builder html
+build: setup  ## the HTML book (executes what its cache lacks); also writes the reader notebooks
+	$(JB) build . --builder html $(if $(filter paper,$(MMTOKEN_SCALE)),--path-output $(OUT))
 	$(MAKE) --no-print-directory reader
 
 book: build  ## build the book, then open it in a browser when one is available
-	@echo "book: file://$(CURDIR)/_build/html/index.html"
+	@echo "book: file://$(abspath $(OUT))/_build/html/index.html"
 	@if [ -z "$$CI" ] && { [ -n "$$DISPLAY" ] || [ "$$(uname)" = Darwin ]; }; then \
-	    $(PY) -m webbrowser -t "file://$(CURDIR)/_build/html/index.html" >/dev/null 2>&1 || true; fi
+	    $(PY) -m webbrowser -t "file://$(abspath $(OUT))/_build/html/index.html" >/dev/null 2>&1 || true; fi
 
 strict: setup  ## -W build: a failing cell, a warning or a broken reference fails
 	$(JB) build . --builder html -W -n --keep-going
 
 unit: setup  ## the fast unit tests (end-to-end tests marked `slow` are left out; `make slow` runs them)
-	$(PY) -m pytest tests -m "not slow"
+	$(PY) -m pytest $(XDIST) tests -m "not slow"
 
 slow: setup  ## only the slow end-to-end tests
-	$(PY) -m pytest tests -m slow
+	$(PY) -m pytest $(XDIST) tests -m slow
 
 lint: setup  ## ruff: the lint rules and the format of pyproject.toml (`ruff format .` applies the format)
 	$(VENV)/bin/ruff check .
@@ -35,10 +43,25 @@ lint: setup  ## ruff: the lint rules and the format of pyproject.toml (`ruff for
 	$(PY) scripts/check_sync.py
 
 nbval: setup
-	$(PY) -m pytest --nbval $(NOTEBOOKS) --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=3600
+	$(PY) -m pytest $(XDIST) $(CHAPTER_NBS) $(NBVAL)
+	$(PY) -m pytest $(LEDGER_NB) $(NBVAL)
 
-test: lint strict  ## everything, ending with the pytest summary
-	$(PY) -m pytest tests $(NOTEBOOKS) --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=3600
+# Every notebook is executed exactly once (see CONTRIBUTING.md, "What make test runs"):
+# 1. nbval executes each chapter's .ipynb, $(JOBS) at a time, and checks its stored outputs; each
+#    chapter records its claims' results (mmtoken.ledger) in the results cache;
+# 2. the strict build renders those stored outputs (scripts/stored_outputs.py seeds the build's
+#    execution cache with them) and executes nothing; the log line counts executions per notebook;
+# 3. the unit tests and the claims appendix, which read the recorded claim results.
+test: setup lint  ## everything, ending with the pytest summary
+	@echo "make test 1/3: nbval executes every chapter once ($(JOBS) at a time)"
+	$(PY) -m pytest -p no:cacheprovider $(XDIST) $(CHAPTER_NBS) $(NBVAL)
+	@echo "make test 2/3: strict build of the outputs nbval checked (no execution)"
+	$(PY) scripts/stored_outputs.py seed
+	mkdir -p _build
+	set -o pipefail; $(JB) build . --builder html -W -n --keep-going 2>&1 | tee _build/strict.log
+	$(PY) scripts/stored_outputs.py count _build/strict.log
+	@echo "make test 3/3: unit tests and the claims appendix (recorded claim results)"
+	$(PY) -m pytest $(XDIST) tests $(LEDGER_NB) $(NBVAL)
 
 sync: setup  ## update each chapter's .ipynb from its .md (the source), then re-execute the references
 	$(VENV)/bin/jupytext --to ipynb --update $(shell find book -name '*.md' | xargs grep -l '^jupytext:' | sort)
@@ -51,7 +74,7 @@ figures: setup
 	$(PY) -m mmtoken figures --out figures
 
 reader:  ## the notebooks branch (reader notebooks + binder/) in _build/reader, from the last build
-	$(PY) scripts/reader_branch.py
+	$(PY) scripts/reader_branch.py --html $(OUT)/_build/html --out $(OUT)/_build/reader
 
 meta:  ## check that everything naming the address or version agrees with pyproject.toml
 	$(PY) scripts/project_meta.py check

@@ -1,5 +1,9 @@
 """Command line: ``python -m mmtoken claims`` and ``python -m mmtoken figures``.
 
+``claims`` reports the results recorded when the chapters ran (the results
+cache), evaluating only the claims with no record valid for today's code and
+scale; ``claims --recompute`` evaluates every selected claim again.
+
 Exit status: 0 success, 1 a claim failed, 2 bad usage or environment (the
 message names the argument or variable: an unknown claim or figure, an
 unusable ``MMTOKEN_DEVICE``, ``MMTOKEN_DATA`` or ``MMTOKEN_SCALE``, an
@@ -50,7 +54,8 @@ def _claims(args) -> int:
     if not selected:
         print(f"no claim matches {args.only}", file=sys.stderr)
         return 2
-    results = ledger.run_claims(args.only)
+    # recorded results (evaluated when the chapters ran) unless missing, stale or --recompute
+    results = ledger.run_claims(args.only) if args.recompute else ledger.recorded(args.only)
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2))
     else:
@@ -61,14 +66,13 @@ def _claims(args) -> int:
 def _figures(args) -> int:
     import matplotlib.pyplot as plt
 
-    from .experiments import load_all
     from .plotting import save, set_theme, use_headless
 
     out = _writable_folder(Path(args.out))  # before any figure is computed
     use_headless()
     set_theme()
     written = 0
-    for name, module in load_all().items():
+    for name, module in _figure_modules(args.only).items():
         for fig_name, make in getattr(module, "FIGURES", {}).items():
             if args.only and not any(o in fig_name or o == name for o in args.only):
                 continue
@@ -81,6 +85,25 @@ def _figures(args) -> int:
         print(f"no figure matches {args.only}", file=sys.stderr)
         return 2
     return 0
+
+
+def _figure_modules(only: list[str] | None) -> dict:
+    """The experiment modules that may hold the figures ``only`` (all of them without ``only``).
+
+    A module is imported only if its name is asked for or its source names one of
+    the asked figures (read as text, without importing it): regenerating one figure
+    does not import every chapter's dependencies.
+    """
+    import importlib
+
+    from . import experiments
+
+    names = experiments.modules()
+    if only:
+        folder = Path(experiments.__file__).parent
+        names = [n for n in names if any(o == n or o in (folder / f"{n}.py").read_text(encoding="utf-8")
+                                         for o in only)]
+    return {n: importlib.import_module(f"{experiments.__name__}.{n}") for n in names}
 
 
 def _make_figure(make):
@@ -96,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("claims", help="run the claims ledger")
     c.add_argument("--only", nargs="+", metavar="PREFIX", help="claim id prefixes, e.g. core A.global")
     c.add_argument("--json", action="store_true", help="print a JSON list")
+    c.add_argument("--recompute", action="store_true",
+                   help="evaluate every selected claim again instead of reading its recorded result")
     c.set_defaults(func=_claims)
     f = sub.add_parser("figures", help="write every figure of the book as PNG and PDF")
     f.add_argument("--only", nargs="+", metavar="NAME", help="figure names or experiment modules")

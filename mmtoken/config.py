@@ -165,7 +165,9 @@ def data_dir() -> Path:
     """Folder for downloaded data and cached results (``MMTOKEN_DATA`` or ``./data``).
 
     Defaults to the ``data/`` folder of the repository when the package is
-    installed from a checkout, else to ``~/.cache/mmtoken``.
+    installed from a checkout, else to ``~/.cache/mmtoken``. Asking creates
+    nothing: the folder is created by the first write into it (every writer
+    creates the folders of the file it writes).
     """
     env = os.environ.get("MMTOKEN_DATA")
     if env:
@@ -177,11 +179,6 @@ def data_dir() -> Path:
         what = f"the data folder {path}"
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{what} is a file, not a folder; point MMTOKEN_DATA at a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"{what} cannot be created ({exc.strerror or exc}); point MMTOKEN_DATA at a "
-                         "writable folder") from None
     return path
 
 

@@ -15,204 +15,23 @@ bar advances and Ctrl-C is honoured between chunks. Every array is checked
 """
 from __future__ import annotations
 
-import math
+import importlib.util
 import os
 
 import numpy as np
 
 from . import validate
 
-try:
-    from numba import njit
-except ImportError:  # pragma: no cover - numba is a declared dependency
-    njit = None
-
 LOSS_IDS = {"logistic": 0, "exponential": 1, "correlation": 2}
 
 
 def available() -> bool:
-    """Whether the compiled kernel can be used (numba present and not switched off)."""
-    return njit is not None and os.environ.get("MMTOKEN_FASTPATH", "on") != "off"
+    """Whether the compiled kernel can be used (numba installed and not switched off).
 
-
-if njit is not None:
-
-    @njit(cache=True)
-    def _log_neg_deriv(u, loss_id):
-        if loss_id == 0:       # log sigmoid(-u) = -softplus(u)
-            return -(max(u, 0.0) + math.log1p(math.exp(-abs(u))))
-        if loss_id == 1:
-            return -u
-        return 0.0
-
-    @njit(cache=True)
-    def _gradient(K, gamma, mask, q, loss_id, logw, sgn, top, G):
-        """Unit gradient direction into ``G``; returns ``log ||grad L||`` (``-inf`` if zero).
-
-        Same formulas as :func:`mmtoken.grad.grad_p`, for one batch element.
-        """
-        n, T, m = K.shape
-        M = -np.inf
-        for i in range(n):
-            best, zbest = -1, -np.inf
-            for t in range(T):
-                if mask[i, t]:
-                    z = 0.0
-                    for j in range(m):
-                        z += K[i, t, j] * q[j]
-                    if z > zbest:
-                        best, zbest = t, z
-            top[i] = best
-            total = 0.0
-            for t in range(T):
-                logw[i, t] = -np.inf
-                if mask[i, t] and t != best:
-                    d = 0.0
-                    for j in range(m):
-                        d += (K[i, t, j] - K[i, best, j]) * q[j]   # logit gap from key differences
-                    logw[i, t] = d
-                    total += math.exp(d)
-            lse = math.log1p(total)
-            umt = 0.0                                              # u - gamma_top from small probabilities
-            for t in range(T):
-                if logw[i, t] > -np.inf:
-                    logw[i, t] -= lse
-                    umt += math.exp(logw[i, t]) * (gamma[i, t] - gamma[i, best])
-            lnd = _log_neg_deriv(gamma[i, best] + umt, loss_id)
-            for t in range(T):
-                if logw[i, t] > -np.inf:
-                    gap = (gamma[i, t] - gamma[i, best]) - umt
-                    if gap == 0.0:
-                        logw[i, t] = -np.inf
-                        continue
-                    logw[i, t] += lnd + math.log(abs(gap))
-                    sgn[i, t] = -1.0 if gap > 0 else 1.0              # l' < 0
-                    if logw[i, t] > M:
-                        M = logw[i, t]
-        for j in range(m):
-            G[j] = 0.0
-        if M == -np.inf:
-            return -np.inf
-        for i in range(n):
-            b = top[i]
-            for t in range(T):
-                if logw[i, t] > -np.inf:
-                    w = sgn[i, t] * math.exp(logw[i, t] - M)
-                    for j in range(m):
-                        G[j] += w * (K[i, t, j] - K[i, b, j])
-        norm = 0.0
-        for j in range(m):
-            norm += G[j] * G[j]
-        norm = math.sqrt(norm)
-        if norm == 0.0:
-            return -np.inf
-        for j in range(m):
-            G[j] /= norm
-        return M + math.log(norm) - math.log(n)
-
-    @njit(cache=True)
-    def _run(K, gamma, mask, q, k0, k1, lr, normalized, loss_id, record, r0, out):
-        """Advance every batch element's ``q[b]`` (in place) from step ``k0`` to ``k1``.
-
-        ``out[r, b]`` receives ``q`` at step ``record[r]`` for the recorded steps in
-        ``[k0, k1)`` (``record[r0]`` is the first of them); the caller records step
-        ``k1`` of the last chunk. Splitting ``[0, steps)`` into chunks performs the
-        very same floating-point operations as one call.
-        """
-        B, n, T, m = K.shape
-        logw = np.empty((n, T))
-        sgn = np.empty((n, T))
-        top = np.empty(n, dtype=np.int64)
-        G = np.empty(m)
-        for b in range(B):
-            r = r0
-            for k in range(k0, k1):
-                if r < record.shape[0] and record[r] == k:
-                    for j in range(m):
-                        out[r, b, j] = q[b, j]
-                    r += 1
-                log_norm = _gradient(K[b], gamma[b], mask[b], q[b], loss_id, logw, sgn, top, G)
-                if log_norm == -np.inf:
-                    continue
-                scale = lr if normalized else lr * math.exp(log_norm)
-                for j in range(m):
-                    q[b, j] -= scale * G[j]
-
-    @njit(cache=True)
-    def _head_direction(X, Y, K, gamma, q, loss_id, Gv):
-        """Unit direction of ``grad_v L`` into ``Gv`` (same formulas as :func:`mmtoken.train.grad_v`)."""
-        n, T, d = X.shape
-        m = K.shape[2]
-        lnd = np.empty(n)
-        att = np.zeros((n, d))
-        for i in range(n):
-            zmax = -np.inf
-            z = np.empty(T)
-            for t in range(T):
-                z[t] = 0.0
-                for j in range(m):
-                    z[t] += K[i, t, j] * q[j]
-                zmax = max(zmax, z[t])
-            total = 0.0
-            for t in range(T):
-                z[t] = math.exp(z[t] - zmax)
-                total += z[t]
-            u = 0.0
-            for t in range(T):
-                s = z[t] / total
-                u += s * gamma[i, t]
-                for j in range(d):
-                    att[i, j] += s * X[i, t, j]
-            lnd[i] = _log_neg_deriv(u, loss_id)
-        M = lnd.max()
-        for j in range(d):
-            Gv[j] = 0.0
-        for i in range(n):
-            w = -math.exp(lnd[i] - M) * Y[i]
-            for j in range(d):
-                Gv[j] += w * att[i, j]
-        norm = 0.0
-        for j in range(d):
-            norm += Gv[j] * Gv[j]
-        norm = math.sqrt(norm)
-        if norm > 0:
-            for j in range(d):
-                Gv[j] /= norm
-
-    @njit(cache=True)
-    def _run_joint(X, Y, K, q, v, k0, k1, lr, lr_v, loss_id, record, r0, out_p, out_v):
-        """Joint normalized GD of ``(v, p)``: advance ``q[b], v[b]`` (in place) from step ``k0`` to ``k1``."""
-        n, T, d = X.shape
-        m = K.shape[2]
-        mask = np.ones((n, T), dtype=np.bool_)
-        gamma = np.empty((n, T))
-        logw = np.empty((n, T))
-        sgn = np.empty((n, T))
-        top = np.empty(n, dtype=np.int64)
-        Gp = np.empty(m)
-        Gv = np.empty(d)
-        for b in range(q.shape[0]):
-            r = r0
-            for k in range(k0, k1):
-                if r < record.shape[0] and record[r] == k:
-                    for j in range(m):
-                        out_p[r, b, j] = q[b, j]
-                    for j in range(d):
-                        out_v[r, b, j] = v[b, j]
-                    r += 1
-                for i in range(n):
-                    for t in range(T):
-                        g = 0.0
-                        for j in range(d):
-                            g += X[i, t, j] * v[b, j]
-                        gamma[i, t] = Y[i] * g
-                log_norm = _gradient(K, gamma, mask, q[b], loss_id, logw, sgn, top, Gp)
-                _head_direction(X, Y, K, gamma, q[b], loss_id, Gv)
-                if log_norm > -np.inf:
-                    for j in range(m):
-                        q[b, j] -= lr * Gp[j]
-                for j in range(d):
-                    v[b, j] -= lr_v * Gv[j]
+    Nothing is imported here: numba (about a second) and the kernels
+    (:mod:`mmtoken.fastpath_kernels`) load when a kernel first runs.
+    """
+    return importlib.util.find_spec("numba") is not None and os.environ.get("MMTOKEN_FASTPATH", "on") != "off"
 
 
 CHUNK_WORK = 4_000_000
@@ -263,6 +82,8 @@ def run_joint(X, Y, K, p0, v0, steps: int, lr: float, lr_v: float, loss: str, re
 
     Returns the recorded ``p (R, B, m)`` and ``v (R, B, d)``.
     """
+    from . import fastpath_kernels as kernels  # numba: imported on first use
+
     steps, lr, chunk = _check_common(steps, lr, loss, chunk)
     lr_v = validate.positive(lr_v, "lr_v")
     X, K = _float_array(X, "X", 3), _float_array(K, "K", 3)
@@ -280,7 +101,7 @@ def run_joint(X, Y, K, p0, v0, steps: int, lr: float, lr_v: float, loss: str, re
     out_p, out_v = np.empty((R, B, K.shape[-1])), np.empty((R, B, d))
     q, v = p0.copy(), v0.copy()
     for k0, k1 in _chunks(steps, B * n * T * (K.shape[-1] + 2 * d), chunk):
-        _run_joint(X, Y, K, q, v, k0, k1, lr, lr_v, LOSS_IDS[loss], record,
+        kernels.run_joint(X, Y, K, q, v, k0, k1, lr, lr_v, LOSS_IDS[loss], record,
                    int(np.searchsorted(record, k0)), out_p, out_v)
         if callback is not None:
             callback(k1)
@@ -306,6 +127,8 @@ def run(K: np.ndarray, gamma: np.ndarray, mask: np.ndarray, p0: np.ndarray, step
     -------
     ``(len(record), B, m)`` recorded iterates.
     """
+    from . import fastpath_kernels as kernels  # numba: imported on first use
+
     steps, lr, chunk = _check_common(steps, lr, loss, chunk)
     K, gamma, p0 = _float_array(K, "K", 4), _float_array(gamma, "gamma", 3), _float_array(p0, "p0", 2)
     mask = np.ascontiguousarray(np.asarray(mask, dtype=np.bool_))
@@ -319,7 +142,7 @@ def run(K: np.ndarray, gamma: np.ndarray, mask: np.ndarray, p0: np.ndarray, step
     out = np.empty((len(record), B, m))
     q = p0.copy()
     for k0, k1 in _chunks(steps, B * n * T * m, chunk):
-        _run(K, gamma, mask, q, k0, k1, lr, bool(normalized), LOSS_IDS[loss], record,
+        kernels.run(K, gamma, mask, q, k0, k1, lr, bool(normalized), LOSS_IDS[loss], record,
              int(np.searchsorted(record, k0)), out)
         if callback is not None:
             callback(k1)
@@ -327,10 +150,3 @@ def run(K: np.ndarray, gamma: np.ndarray, mask: np.ndarray, p0: np.ndarray, step
         out[-1] = q
     return out
 
-
-if njit is not None:
-    gradient = _gradient
-    """The compiled saturation-safe gradient of one batch element, for kernels in other modules
-    (:mod:`mmtoken.tfsvm`): ``gradient(K (n, T, m), gamma (n, T), mask (n, T), q (m,), loss_id,
-    logw (n, T), sgn (n, T), top (n,) int64, G (m,))`` writes the unit direction into ``G`` and
-    returns ``log ||grad L||`` (``-inf`` where it vanishes); the other arrays are workspace."""

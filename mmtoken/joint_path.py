@@ -27,7 +27,6 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-import cvxpy as cp
 import numpy as np
 import torch
 
@@ -244,6 +243,8 @@ def limit_direction(K, alpha, support, excess, rho: float) -> np.ndarray:
     if rho < 0:
         raise ValueError(f"rho must be >= 0, got {rho}")
     support = set(int(i) for i in support)
+    import cvxpy as cp  # imported when used (about a second, with scipy.stats)
+
     q, mu = cp.Variable(K.shape[-1]), cp.Variable()
     cons = [cp.norm(q) <= 1]
     for i in range(K.shape[0]):

@@ -21,7 +21,6 @@ from collections.abc import Sequence
 import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
-import seaborn as sns
 from cycler import cycler
 
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000", "#F0E442")
@@ -48,6 +47,38 @@ FONT_SIZES = {"font.size": 10, "axes.labelsize": 10, "axes.titlesize": 10, "xtic
 """Points; 10 pt is about 14 CSS px for a figure shown at its own width."""
 
 
+SEABORN_WHITEGRID = {
+    "figure.facecolor": "white", "axes.labelcolor": ".15", "xtick.direction": "out", "ytick.direction": "out",
+    "xtick.color": ".15", "ytick.color": ".15", "axes.axisbelow": True, "grid.linestyle": "-", "text.color": ".15",
+    "font.family": ["sans-serif"],
+    "font.sans-serif": ["Arial", "DejaVu Sans", "Liberation Sans", "Bitstream Vera Sans", "sans-serif"],
+    "lines.solid_capstyle": "round", "patch.edgecolor": "w", "patch.force_edgecolor": True, "xtick.top": False,
+    "ytick.right": False, "axes.grid": True, "axes.facecolor": "white", "axes.edgecolor": ".8", "grid.color": ".8",
+    "axes.spines.left": True, "axes.spines.bottom": True, "axes.spines.right": True, "axes.spines.top": True,
+    "xtick.bottom": False, "ytick.left": False,
+}
+"""seaborn's ``whitegrid`` style (``seaborn.axes_style("whitegrid")``) without its default
+colormap: written out so that the theme does not import seaborn (and scipy.stats, about a
+second); tests/test_plotting.py checks it against seaborn. Images in the book name their colormap."""
+
+SEABORN_NOTEBOOK = {
+    "axes.linewidth": 1.25, "grid.linewidth": 1, "lines.linewidth": 1.5, "lines.markersize": 6, "patch.linewidth": 1,
+    "xtick.major.width": 1.25, "ytick.major.width": 1.25, "xtick.minor.width": 1, "ytick.minor.width": 1,
+    "xtick.major.size": 6, "ytick.major.size": 6, "xtick.minor.size": 4, "ytick.minor.size": 4, "font.size": 12,
+    "axes.labelsize": 12, "axes.titlesize": 12, "xtick.labelsize": 11, "ytick.labelsize": 11, "legend.fontsize": 11,
+    "legend.title_fontsize": 12,
+}
+"""seaborn's ``notebook`` context (``seaborn.plotting_context("notebook")``), checked likewise."""
+
+
+def theme_rc() -> dict:
+    """The rcParams :func:`set_theme` sets: seaborn's whitegrid style and notebook context, then the book's own."""
+    return {**SEABORN_WHITEGRID, **SEABORN_NOTEBOOK,
+            "figure.figsize": (6.0, 4.0), "figure.dpi": 100, "savefig.dpi": 200, "legend.frameon": False,
+            **FONT_SIZES, "axes.prop_cycle": cycler(color=PALETTE) + cycler(linestyle=LINESTYLES),
+            "lines.linewidth": 1.6, "lines.markersize": 5}
+
+
 def set_theme(retina: bool = True) -> None:
     """The book's one theme (call once per notebook).
 
@@ -57,11 +88,7 @@ def set_theme(retina: bool = True) -> None:
     are unchanged, so the text form of a figure (``<Figure size 600x400 ...>``,
     which nbval compares) is too.
     """
-    sns.set_theme(context="notebook", style="whitegrid", palette=PALETTE,
-                  rc={"figure.figsize": (6.0, 4.0), "figure.dpi": 100, "savefig.dpi": 200,
-                      "legend.frameon": False, **FONT_SIZES,
-                      "axes.prop_cycle": cycler(color=PALETTE) + cycler(linestyle=LINESTYLES),
-                      "lines.linewidth": 1.6, "lines.markersize": 5})
+    matplotlib.rcParams.update(theme_rc())   # what seaborn.set_theme(...) sets, without importing seaborn
     if retina:
         _retina()
 
@@ -79,7 +106,9 @@ def _retina() -> None:
 
 def colors(k: int) -> list:
     """The first ``k`` colours of :data:`PALETTE` (cycling past its end), as RGB tuples."""
-    return sns.color_palette(PALETTE, k)
+    from matplotlib.colors import to_rgb
+
+    return [to_rgb(PALETTE[i % len(PALETTE)]) for i in range(k)]
 
 
 def style(k: int, *, marker: bool = False, markevery=None) -> dict:
@@ -233,6 +262,8 @@ def plot_curves(x, ys: dict, *, xlabel: str, ylabel: str, ax=None, logx=False, l
 
 def attention_heatmap(weights, *, row_labels=None, col_labels=None, ax=None, cmap="rocket_r", cbar=True):
     """Heatmap of attention weights ``(rows, cols)`` (e.g. sequences x tokens, or a patch grid)."""
+    import seaborn as sns  # imported when used (it brings scipy.stats)
+
     fig, ax = _ax(ax)
     sns.heatmap(np.asarray(weights), ax=ax, cmap=cmap, vmin=0, cbar=cbar,
                 xticklabels=col_labels if col_labels is not None else False,
@@ -242,6 +273,8 @@ def attention_heatmap(weights, *, row_labels=None, col_labels=None, ax=None, cma
 
 def token_scatter(x, y, *, xlabel: str, ylabel: str, hue=None, size=None, ax=None, alpha=0.5):
     """Scatter of per-token statistics (e.g. ``E_s^T v`` against ``alpha_s``)."""
+    import seaborn as sns
+
     fig, ax = _ax(ax)
     sns.scatterplot(x=np.asarray(x), y=np.asarray(y), hue=hue, size=size, ax=ax, s=12 if size is None else None,
                     alpha=alpha, edgecolor=None, legend=hue is not None)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .ledger import Result
+from .ledger import status as ledger_status
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
@@ -145,9 +146,8 @@ def _row(r: Result | dict) -> dict:
 
 
 def status(r: Result | dict) -> str:
-    """``pass``, ``known miss`` or ``FAIL``."""
-    d = _row(r)
-    return "pass" if d["passed"] else ("known miss" if d.get("known_miss") else "FAIL")
+    """``pass``, ``known miss``, ``data missing`` or ``FAIL`` (:func:`mmtoken.ledger.status`)."""
+    return ledger_status(_row(r))
 
 
 def plural(n: int, one: str, many: str | None = None) -> str:
@@ -162,8 +162,9 @@ def summary_line(results: Iterable[Result | dict], scale: str | None = None) -> 
     st = [status(r) for r in rows]
     kinds = [r["kind"] for r in rows]
     where = f" at {scale} scale" if scale else ""
+    absent = (f"\n{st.count('data missing')} not run: their data are missing." if "data missing" in st else "")
     return (f"{plural(len(rows), 'claim')}{where}: {st.count('pass')} passed, "
-            f"{plural(st.count('known miss'), 'known miss', 'known misses')}, {st.count('FAIL')} failed.\n"
+            f"{plural(st.count('known miss'), 'known miss', 'known misses')}, {st.count('FAIL')} failed.{absent}\n"
             f"{plural(kinds.count('theorem'), 'theorem')}, {plural(kinds.count('observation'), 'observation')}, "
             f"{plural(kinds.count('consistency'), 'consistency check')}.")
 
@@ -186,6 +187,8 @@ def measured_items(r: Result | dict) -> list[str]:
     d = _row(r)
     if d.get("error"):
         return [f"error: {d['error']}"]
+    if d.get("missing"):
+        return [f"not run: {d['missing']}"]
     m = d.get("measured")
     if isinstance(m, dict):
         return [f"{k} = {_number(v)}" for k, v in m.items()]
@@ -199,7 +202,7 @@ def ledger_payload(results: Iterable[Result]) -> str:
     The ``claims-ledger`` directive reads it back with :func:`rows_from_payload`.
     """
     keep = ("id", "statement", "checks", "kind", "chapter", "threshold", "measured", "passed",
-            "details", "known_miss", "error")
+            "details", "known_miss", "error", "missing")
     return json.dumps({"rows": [{k: _row(r).get(k) for k in keep} for r in results]})   # keys in their order
 
 
@@ -252,7 +255,7 @@ def _code(text: str) -> str:
 def row_html(d: dict, back: str | None, chapter_url: str | None) -> str:
     """One ledger row: status | claim, kind and link back | what it checks | measured vs threshold."""
     st = status(d)
-    cls = {"pass": "pass", "known miss": "miss", "FAIL": "fail"}[st]
+    cls = {"pass": "pass", "known miss": "miss", "data missing": "miss", "FAIL": "fail"}[st]
     if back:
         where = f'<a class="claim-back" href="{html.escape(back)}" title="where the chapter states it">stated here</a>'
     elif chapter_url:
@@ -349,7 +352,9 @@ def chapter_claims(only: list[str], width: int = OUTPUT_WIDTH) -> str:
     :func:`claims_block` of them: the closing "The claims" section of a chapter.
 
     A chapter that has already run its experiments in the same kernel reuses them
-    (each experiment module caches its ``run()``).
+    (each experiment module caches its ``run()``). Each result is recorded in the
+    results cache (:func:`mmtoken.ledger.run_one`), where the claims appendix,
+    the tests and the command line read it back (:func:`mmtoken.ledger.recorded`).
     """
     from .ledger import run_claims
 
@@ -399,6 +404,16 @@ def benchmark_tables(results_dir: Path, root: Path = ROOT) -> dict[str, tuple[st
         meta = data.get("meta", {})
         out["figures"] = (_meta_line(meta, "machine not recorded")
                           + (f"; {meta['steps']} steps" if meta.get("steps") else ""), pd.DataFrame(rows))
+    f = results_dir / "whole_process.json"
+    if f.is_file():
+        data = json.loads(f.read_text())
+        pub = data["rows"].get("public-style script", {}).get("cpu_s_median")
+        rows = [{"process": name, "CPU (s), median": r["cpu_s_median"], "CPU (s), min": r["cpu_s_min"],
+                 "public-style / this": f"{pub / r['cpu_s_median']:.1f}x" if pub and name.startswith("mmtoken")
+                 else ""} for name, r in data["rows"].items()]
+        meta = data.get("meta", {})
+        out["whole_process"] = (_meta_line(meta, "machine not recorded")
+                                + (f"; {meta['repeat']} runs each" if meta.get("repeat") else ""), pd.DataFrame(rows))
     f = results_dir / "random.json"
     if f.is_file():
         data = json.loads(f.read_text())

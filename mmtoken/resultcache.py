@@ -14,22 +14,44 @@ A computed result (named arrays and a JSON-able note) is stored as one
 with a warning and recomputed, and the new result replaces it atomically.
 Temporary files left behind by an interrupted write (``*.tmp``, ``*.part``)
 are swept from the folder. Nothing is unpickled (``allow_pickle=False``).
+
+This is the package's one results cache: the real-review runs
+(:mod:`mmtoken.review_runs`, :mod:`mmtoken.review_search`,
+:mod:`mmtoken.review_regime`) and the claims ledger (:func:`mmtoken.ledger.recorded`)
+store their results here. The ViT runs of chapter 9 (:mod:`mmtoken.vit_runs`)
+keep checkpoints (folders of ``.pt`` files), which this single-file format does
+not hold; they use the same rules (name, fingerprint, checksums and shapes
+checked, atomic writes, leftovers swept, :func:`locked` while training).
+
+Two processes that ask for the same missing result (two pytest-xdist workers,
+a notebook kernel and a test) do not both compute it: :func:`load_or_compute`
+holds a file lock per result (:func:`locked`) while it computes, and the
+second process reads what the first wrote.
+
+:func:`source_fingerprint` is the code fingerprint of a module: its source and
+that of every ``mmtoken`` module it imports, transitively, found statically
+(from the import statements, lazy imports inside functions included), so a
+change in an unrelated chapter leaves a result valid.
 """
 from __future__ import annotations
 
+import ast
+import functools
 import hashlib
 import io
 import json
 import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 
-from .datasets.download import atomic_write_bytes
+from .datasets.download import DataFolderError, atomic_write_bytes
 
 FORMAT = 1
 HEADER = "__header__"
@@ -50,6 +72,83 @@ def code_fingerprint(modules: list[ModuleType]) -> str:
         h.update(m.__name__.encode())
         h.update(Path(m.__file__).read_bytes())
     h.update(f"numpy {np.__version__} torch {torch.__version__}".encode())
+    return h.hexdigest()
+
+
+PACKAGE = "mmtoken"
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def module_file(name: str) -> Path | None:
+    """The source file of the ``mmtoken`` module ``name`` (``mmtoken.x.y``), or ``None`` if there is none."""
+    if name != PACKAGE and not name.startswith(PACKAGE + "."):
+        return None
+    base = PACKAGE_DIR.joinpath(*name.split(".")[1:])
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The ``mmtoken`` modules that the source of module ``name`` imports (at any depth of its code)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1])
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            found.add(target)
+            found.update(f"{target}.{a.name}" for a in node.names)   # `from pkg import module`
+    out = set()
+    for m in found:
+        # importing a.b.c runs a/__init__, a/b/__init__ too
+        parts = m.split(".")
+        out.update(".".join(parts[:k]) for k in range(1, len(parts) + 1))
+    return {m for m in out if module_file(m) is not None}
+
+
+@functools.lru_cache(maxsize=None)
+def module_closure(name: str) -> tuple[str, ...]:
+    """``name`` and every ``mmtoken`` module it imports, transitively, found statically; sorted."""
+    if module_file(name) is None:
+        raise ValueError(f"{name!r} is not a module of the {PACKAGE} package")
+    parts = name.split(".")
+    seen, todo = set(), [".".join(parts[:k]) for k in range(1, len(parts) + 1)]   # with its packages
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        todo.extend(_imports(m, module_file(m)) - seen)
+    return tuple(sorted(seen))
+
+
+def _versions() -> str:
+    """The versions of the numerical libraries (read from the installed metadata: nothing is imported)."""
+    out = [f"numpy {np.__version__}"]
+    for dist in ("torch",):
+        try:
+            out.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            out.append(f"{dist} absent")
+    return " ".join(out)
+
+
+@functools.lru_cache(maxsize=None)
+def source_fingerprint(name: str) -> str:
+    """Digest of the source of module ``name`` and of the ``mmtoken`` modules it imports, transitively
+    (:func:`module_closure`), with the versions of NumPy and torch."""
+    h = hashlib.sha256()
+    for m in module_closure(name):
+        h.update(m.encode() + b"\0" + module_file(m).read_bytes() + b"\0")
+    h.update(_versions().encode())
     return h.hexdigest()
 
 
@@ -127,6 +226,24 @@ def sweep(folder: str | os.PathLike, older_than: float = STALE_SECONDS) -> list[
     return gone
 
 
+@contextmanager
+def locked(path: str | os.PathLike, timeout: float = -1) -> Iterator[None]:
+    """Hold the lock of result ``path`` while the block runs: the file ``.locks/<name>.lock``
+    next to it (created with its folders if needed).
+
+    Another process asking for the same lock waits (``timeout`` seconds; -1:
+    as long as it takes). The lock file stays (an empty file); the lock is
+    released when the block ends or the process dies, however it dies.
+    """
+    from filelock import FileLock  # a dependency of torch
+
+    path = Path(path)
+    folder = path.parent / ".locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder / (path.name + ".lock")), timeout=timeout):
+        yield
+
+
 def load_or_compute(path: str | os.PathLike, name: str, fp: str,
                     compute: Callable[[], tuple[dict[str, np.ndarray], dict]],
                     expect: dict[str, tuple] | None = None) -> tuple[dict[str, np.ndarray], dict]:
@@ -134,15 +251,46 @@ def load_or_compute(path: str | os.PathLike, name: str, fp: str,
 
     A file that is damaged or holds another result is reported (``RuntimeWarning``
     naming the file and the reason) and replaced by the recomputed result.
+    While it computes, the process holds the lock of ``path`` (:func:`locked`):
+    a second process asking for the same result waits and then reads it.
     """
     path = Path(path)
     sweep(path.parent)
     if path.is_file():
         try:
             return load(path, name, fp, expect)
-        except CacheError as exc:
-            warnings.warn(f"ignoring the results cache: {exc}; recomputing {name} and replacing the file",
-                          RuntimeWarning, stacklevel=2)
-    arrays, meta = compute()
-    save(path, name, fp, arrays, meta)
-    return load(path, name, fp, expect)
+        except CacheError:
+            pass   # reported below, under the lock (another process may be replacing it right now)
+    with locked(path):
+        if path.is_file():
+            try:
+                return load(path, name, fp, expect)
+            except CacheError as exc:
+                warnings.warn(f"ignoring the results cache: {exc}; recomputing {name} and replacing the file",
+                              RuntimeWarning, stacklevel=2)
+        arrays, meta = compute()
+        save(path, name, fp, arrays, meta)
+        return load(path, name, fp, expect)
+
+
+def experiment_result(module: str, name: str, config: dict,
+                      compute: Callable[[], tuple[dict[str, np.ndarray], dict]],
+                      expect: dict[str, tuple] | None = None) -> tuple[dict[str, np.ndarray], dict]:
+    """Result ``name`` of the experiment module ``module`` (``"mmtoken.experiments.x"``), from the
+    results cache or computed now (:func:`load_or_compute`).
+
+    Stored as ``data/results/<x>/<name>.npz`` under a fingerprint of the module's code and its
+    ``mmtoken`` imports (:func:`source_fingerprint`) and ``config`` (put the scale and every
+    input there; a result whose inputs differ by scale should carry the scale in ``name`` too,
+    so that both scales keep their file).
+    """
+    from .config import data_dir
+
+    short = module.rpartition(".")[2]
+    fp = fingerprint(source_fingerprint(module), config, "")
+    path = data_dir() / "results" / short / f"{name}.npz"
+    try:
+        return load_or_compute(path, f"{short}/{name}", fp, compute, expect)
+    except (OSError, DataFolderError) as exc:   # a data folder that cannot be written: compute, keep nothing
+        warnings.warn(f"results cache not used for {short}/{name} ({exc})", RuntimeWarning, stacklevel=2)
+        return compute()

@@ -48,7 +48,6 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 
-import cvxpy as cp
 import numpy as np
 from scipy.optimize import nnls
 
@@ -203,6 +202,8 @@ def least_distance(G: np.ndarray, h: np.ndarray):
 
 def clarabel_qp(G: np.ndarray, h: np.ndarray):
     """Clarabel on ``min 1/2||y||^2 s.t. G y >= h``: ``(y, mu, status)`` (``y`` None unless solved)."""
+    import cvxpy as cp  # imported when a problem is solved (about a second, with scipy.stats)
+
     y = cp.Variable(G.shape[1])
     constraint = G @ y >= h
     problem = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(y)), [constraint])

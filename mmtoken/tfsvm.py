@@ -31,54 +31,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import cvxpy as cp
 import numpy as np
 import torch
 
 from . import config, fastpath, grad, svm, train, validate
 from .model import AttentionProblem, as_tensor, scores
-
-if fastpath.available():
-    from numba import njit
-
-    _fp_gradient = fastpath.gradient
-
-    @njit(cache=True)
-    def _kq_kernel(Kx, gamma, mask, Kf, Qf, steps, lr, separate, record, out_K, out_Q):
-        """Normalized GD on ``(K, Q)`` for every batch element, compiled.
-
-        ``Kx (B, n, T, d*d)`` keys, ``gamma (B, n, T)``, ``mask (B, n, T)``; ``Kf, Qf (B, d, m)``
-        advanced in place; ``out_K, out_Q (R, B, d, m)`` receive the iterates at the
-        steps ``record (R,)`` (all ``< steps``; the caller records the end).
-        """
-        B, n, T, mm = Kx.shape
-        d = Kf.shape[1]
-        logw = np.empty((n, T))
-        sgn = np.empty((n, T))
-        top = np.empty(n, dtype=np.int64)
-        G = np.empty(mm)
-        for b in range(B):
-            r = 0
-            for k in range(steps):
-                if r < record.shape[0] and record[r] == k:
-                    out_K[r, b] = Kf[b]
-                    out_Q[r, b] = Qf[b]
-                    r += 1
-                W = Kf[b] @ Qf[b].T
-                ln = _fp_gradient(Kx[b], gamma[b], mask[b], W.ravel(), 0, logw, sgn, top, G)
-                if ln == -np.inf:
-                    continue
-                Gm = G.reshape(d, d)
-                gK = Gm @ Qf[b]               # grad_K = G Q (up to the positive factor ||G||)
-                gQ = Gm.T @ Kf[b]             # grad_Q = G^T K, taken at the same point
-                nK = math.sqrt((gK * gK).sum())
-                nQ = math.sqrt((gQ * gQ).sum())
-                if not separate:              # one unit step for the pair (K, Q)
-                    nK = nQ = math.sqrt(nK * nK + nQ * nQ)
-                if nK > 0:
-                    Kf[b] -= (lr / nK) * gK
-                if nQ > 0:
-                    Qf[b] -= (lr / nQ) * gQ
 
 NUCLEAR_SOLVER = "CLARABEL"
 """Interior-point conic solver with semidefinite cones (the nuclear norm is an SDP);
@@ -338,7 +295,9 @@ def _train_kq_compiled(problem, K, Q, steps, lr, record, separate):
     mask = np.ones(gamma.shape, dtype=np.bool_)
     R = len(record)
     out_K, out_Q = np.empty((R, Kf.shape[0], d, m)), np.empty((R, Kf.shape[0], d, m))
-    _kq_kernel(Kx, gamma, mask, Kf, Qf, steps, lr, separate, np.array(record[:-1] if record[-1] == steps else record,
+    from . import fastpath_kernels as kernels  # numba: imported on first use
+
+    kernels.run_kq(Kx, gamma, mask, Kf, Qf, steps, lr, separate, np.array(record[:-1] if record[-1] == steps else record,
                                                               dtype=np.int64), out_K, out_Q)
     if record[-1] == steps:
         out_K[-1], out_Q[-1] = Kf, Qf
@@ -588,6 +547,8 @@ def nuclear_svm(X, Z, alpha, solver: str = NUCLEAR_SOLVER, tol: float = NUCLEAR_
     rows = [(i, t) for i in range(n) for t in range(T) if t != alpha[i]]
     D = np.stack([K[i, alpha[i]] - K[i, t] for i, t in rows])
     what = f"nuclear-norm Att-SVM* for selection alpha={alpha.tolist()}"
+    import cvxpy as cp  # imported when an SVM is solved (about a second)
+
     W = cp.Variable((d, d))
     cons = [D @ cp.vec(W, order="C") >= 1]
     prob = cp.Problem(cp.Minimize(cp.normNuc(W)), cons)

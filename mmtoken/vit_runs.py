@@ -746,15 +746,28 @@ def run_experiments(exps: Iterable[Experiment], *, retrain: bool = False, on_dam
             warnings.warn(f"{exc} Rebuilding it now.", stacklevel=2)
             todo[target] = (exp, fp)
     if todo:
-        if workers is None:
-            workers = 1 if config.device().type != "cpu" else 2 * (os.cpu_count() or 1)
-        jobs = [(exp, raws[exp.dataset], target, fp) for target, (exp, fp) in todo.items()]
-        if min(workers, len(jobs)) <= 1:
-            for job in config.progress_bar(jobs, desc="ViT runs",
-                                           enabled=config.progress_enabled(len(jobs), threshold=1)):
-                train_into(*job)
-        else:
-            train_in_processes(jobs, workers)
+        from .resultcache import locked
+
+        # one process trains at a time: a second one (another pytest-xdist worker, a notebook
+        # kernel) waits here, then finds the runs the first one wrote and trains only the rest
+        with locked(root.parent / "vit-training"):   # the lock file lives in data/.locks, not among the runs
+            if not retrain:
+                for target in list(todo):
+                    exp, fp = todo[target]
+                    try:
+                        load(target, exp, fp)
+                        del todo[target]
+                    except (CacheMissing, CacheError):
+                        pass
+            if workers is None:
+                workers = 1 if config.device().type != "cpu" else 2 * (os.cpu_count() or 1)
+            jobs = [(exp, raws[exp.dataset], target, fp) for target, (exp, fp) in todo.items()]
+            if min(workers, len(jobs)) <= 1:
+                for job in config.progress_bar(jobs, desc="ViT runs",
+                                               enabled=config.progress_enabled(len(jobs), threshold=1)):
+                    train_into(*job)
+            elif jobs:
+                train_in_processes(jobs, workers)
     return [load(target, exp, fp) for exp, fp, target in plan]
 
 

@@ -1,4 +1,9 @@
-"""The claims ledger: every theorem claim passes at quick scale; the CLI reports them."""
+"""The claims ledger: every theorem claim passes at quick scale; the CLI reports them.
+
+The results are those recorded when the chapters ran (``make test`` executes the
+notebooks first); :func:`mmtoken.ledger.recorded` evaluates only what is missing
+or was recorded by other code, so this file does not re-run the ledger.
+"""
 import json
 from pathlib import Path
 
@@ -15,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def results():
     load_all()
     with config.use_scale("quick"):
-        return ledger.run_claims()
+        return ledger.recorded()
 
 
 def test_ledger_is_well_formed():
@@ -25,21 +30,25 @@ def test_ledger_is_well_formed():
     for c in ledger.REGISTRY.values():
         assert c.kind in ledger.KINDS and c.threshold and c.statement and c.checks, c.id
         assert c.chapter in chapters, f"{c.id}: chapter {c.chapter!r} has no book/**/{c.chapter}.md"
-    for cid in ledger.KNOWN_MISSES:
+    for cid in ledger.known_misses():
         assert ledger.REGISTRY[cid].kind == "observation", f"{cid}: only observations may be known misses"
+
+
+def test_every_claim_has_a_result(results):
+    assert [r.id for r in results] == [c.id for c in ledger.select()]
 
 
 def test_every_theorem_and_consistency_claim_passes(results):
     failing = [(r.id, r.error or r.measured) for r in results
-               if r.kind in ("theorem", "consistency") and not r.passed]
+               if r.kind in ("theorem", "consistency") and not r.passed and not r.missing]
     assert not failing, f"theorem/consistency claims failing at quick scale: {failing}"
 
 
 def test_observations_pass_or_are_known_misses(results):
     bad = [(r.id, r.error or r.measured) for r in results if not ledger.acceptable(r)]
     assert not bad, f"observation claims failing without a known-miss entry: {bad}"
-    stale = [cid for cid in ledger.KNOWN_MISSES if any(r.id == cid and r.passed for r in results)]
-    assert not stale, f"known misses that now pass (remove them from KNOWN_MISSES): {stale}"
+    stale = [cid for cid in ledger.known_misses() if any(r.id == cid and r.passed for r in results)]
+    assert not stale, f"known misses that now pass (remove their known_miss=): {stale}"
 
 
 def test_cli_json_reports_core_claims(capsys):
@@ -63,5 +72,12 @@ def test_crashing_claim_is_a_failing_claim():
     try:
         (r,) = ledger.run_claims(["test.crash"])
         assert not r.passed and "boom" in r.error and not ledger.acceptable(r)
+        assert r.status == "FAIL"
     finally:
         del ledger.REGISTRY["test.crash"]
+
+
+def test_known_miss_only_on_observations():
+    with pytest.raises(ValueError, match="known_miss"):
+        ledger.claim("test.bad", statement="s", checks="c", threshold="t", known_miss="why")
+    assert "test.bad" not in ledger.REGISTRY

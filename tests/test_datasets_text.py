@@ -546,6 +546,7 @@ def test_fetch_into_a_read_only_folder_is_a_clear_error(monkeypatch, capsys, dat
     import tempfile
 
     folder = corpus.cache_path("rt").parent
+    folder.mkdir(parents=True, exist_ok=True)   # asking for a path creates nothing
     folder.chmod(0o555)
     real = tempfile.mkstemp
 

@@ -529,7 +529,18 @@ def test_claims_registered():
             c = ledger.REGISTRY[f"B.{ds}.{what}"]
             assert c.kind == "observation" and c.chapter == "12_real_reviews"
         assert ledger.REGISTRY[f"B.{ds}.one_step_alignment"].kind == "consistency"
-    assert ("B.yelp.accuracy" in ids) == text.available("yelp")  # read from the disk now, not the module's flag
+    yelp = {c for c in ids if c.startswith("B.yelp.")}
+    assert yelp == {f"B.yelp.{w}" for w in ("accuracy", "alignment", "u_shape", "selection", "one_step_alignment")}
+
+
+def test_yelp_claims_without_data_report_data_missing(monkeypatch):
+    """Registered whatever the disk holds; without the data: 'data missing', neither pass nor fail."""
+    monkeypatch.setattr(rr.text, "available", lambda name: False)
+    r = ledger.recorded(["B.yelp.accuracy"], compute_missing=False)[0]
+    assert r.missing and "yelp" in r.missing.lower() and not r.passed
+    assert r.status == "data missing" and ledger.acceptable(r) and r.measured is None
+    monkeypatch.setattr(rr.text, "available", lambda name: True)
+    assert ledger.REGISTRY["B.yelp.accuracy"].missing() is None
     assert set(rr.FIGURES) >= {"fig-real-alignment", "fig-real-ushape", "fig-real-attention-imdb",
                                "fig-real-accuracy", "fig-real-regime", "fig-real-scan"}
 

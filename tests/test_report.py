@@ -210,6 +210,6 @@ def test_benchmark_tables(tmp_path):
 
 def test_real_benchmark_results_are_dated():
     tables = report.benchmark_tables(ROOT / "benchmarks" / "results", ROOT)
-    assert set(tables) == {"figures", "random", "book"}
+    assert set(tables) == {"figures", "random", "book", "whole_process"}
     for name, (caption, _frame) in tables.items():
         assert caption.startswith("measured 20"), f"{name}: {caption}"

@@ -56,13 +56,11 @@ class DataFolderError(DatasetError):
 
 
 def cache_dir(name: str) -> Path:
-    """``data/<name>/``, created if needed."""
+    """``data/<name>/``; not created here (asking for a path writes nothing): the writers
+    (:func:`atomic_write_bytes`, :func:`download_file`) create the folders of what they write."""
     path = data_dir() / name
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise DataFolderError(f"cannot create the data folder {path} ({exc.strerror or exc}); make it writable "
-                              "or point MMTOKEN_DATA at a writable folder") from None
+    if path.exists() and not path.is_dir():
+        raise DataFolderError(f"the data folder {path} is a file; remove it or point MMTOKEN_DATA elsewhere")
     return path
 
 

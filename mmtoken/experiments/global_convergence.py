@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from scipy.optimize import brentq
 
-from .. import config, geometry, grad, instances, smoothness, svm, train
+from .. import config, geometry, grad, instances, resultcache, smoothness, svm, train
 from ..ledger import Measured, claim
 from ..model import AttentionProblem
 from ..plotting import colors, plot_curves, plot_paths, style, subplots
@@ -93,19 +93,33 @@ class GlobalResult:
 
 
 def published(scale: str | None = None) -> PublishedRun:
-    """The published run: Fig. 1 (global), six starts batched, 1000 normalized steps of size 0.1."""
+    """The published run: Fig. 1 (global), six starts batched, 1000 normalized steps of size 0.1
+    (the same at both scales; from the results cache when computed before)."""
     return _published()
 
 
-@functools.lru_cache(maxsize=None)
-def _published() -> PublishedRun:
+def _compute_published() -> tuple[dict[str, np.ndarray], dict]:
     inst = instances.fig1("global")
     gmm = inst.gmm().x
     with torch.inference_mode():
         h = train.train_p(inst.problem(), inst.starts, steps=PUBLISHED_STEPS, lr=LR, record_every=1,
                           record_probs=False)
     ps = h.p.numpy()
-    return PublishedRun(h.steps, ps, geometry.correlation(ps, gmm), h.norm.numpy())
+    return {"steps": np.asarray(h.steps), "p": ps, "corr": geometry.correlation(ps, gmm),
+            "norm": h.norm.numpy(), "gmm": np.asarray(gmm)}, {}
+
+
+@functools.lru_cache(maxsize=None)
+def _published_arrays() -> dict[str, np.ndarray]:
+    arrays, _ = resultcache.experiment_result(__name__, "published", {"steps": PUBLISHED_STEPS, "lr": LR},
+                                              _compute_published)
+    return arrays
+
+
+@functools.lru_cache(maxsize=None)
+def _published() -> PublishedRun:
+    a = _published_arrays()
+    return PublishedRun(a["steps"], a["p"], a["corr"], a["norm"])
 
 
 def long_run(scale: str | None = None) -> LongRun:
@@ -365,11 +379,15 @@ def _claim_stationary() -> Measured:
 
 # ---------------------------------------------------------------- plots
 def plot_paths_published(r: GlobalResult | None = None, first: int = 200, ax=None):
-    """Paths of the first ``first`` steps with the GMM ray and the keys."""
-    r = r or run()
-    keep = r.published.steps <= first
-    fig = plot_paths(r.published.p[keep], directions={"GMM direction": r.gmm}, tokens=r.keys, ax=ax)
-    starts_legend(fig.axes[0] if ax is None else ax, len(r.starts))
+    """Paths of the first ``first`` steps with the GMM ray and the keys (needs only the published
+    run: without ``r`` nothing else of the chapter is computed)."""
+    if r is None:
+        pub, gmm, keys = published(), _published_arrays()["gmm"], instances.fig1("global").K
+    else:
+        pub, gmm, keys = r.published, r.gmm, r.keys
+    keep = pub.steps <= first
+    fig = plot_paths(pub.p[keep], directions={"GMM direction": gmm}, tokens=keys, ax=ax)
+    starts_legend(fig.axes[0] if ax is None else ax, pub.p.shape[1])
     return fig
 
 

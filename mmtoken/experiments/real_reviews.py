@@ -26,7 +26,8 @@ from .. import config, plotting, review_model, review_regime, review_runs, revie
 from ..corpus_stats import TokenStats
 from ..datasets import text
 from ..datasets.download import DatasetMissing
-from ..ledger import Measured, claim
+from ..ledger import Measured
+from ..ledger import claim as ledger_claim
 from ..plotting import colors, token_scatter
 from ..review_runs import RUNS, SEEDS, Setup  # noqa: F401  (re-exported for the chapter)
 
@@ -539,6 +540,7 @@ def _per_seed(x: np.ndarray, digits: int = 4) -> list[float]:
 def _register(ds: str) -> None:
     t = THRESHOLDS[ds]
     label = NAMES[ds]
+    claim = functools.partial(ledger_claim, requires=yelp_missing if ds == "yelp" else None)
 
     @claim(f"B.{ds}.accuracy", kind="observation", chapter=CHAPTER, checks="paper B, real-data experiments",
            statement=f"On {label}, joint training of E and p with v fixed reaches the stated test accuracy "
@@ -602,9 +604,13 @@ def _register(ds: str) -> None:
                         f"ratio {span(ratio, 2)} over the seeds")
 
 
-for _ds in ("imdb", "rt"):
+def yelp_missing() -> str | None:
+    """``None`` when Yelp's data are on disk, else how to get them: Yelp's claims then report
+    *data missing* (they are always registered; Yelp is never downloaded for you nor substituted)."""
+    if text.available("yelp"):
+        return None
+    return "Yelp polarity is not on disk: `python -m mmtoken.datasets.text fetch yelp` (see the chapter)"
+
+
+for _ds in DATASETS:
     _register(_ds)
-YELP_REGISTERED = text.available("yelp")
-"""Yelp's claims exist only where its data is on disk (never substituted)."""
-if YELP_REGISTERED:
-    _register("yelp")

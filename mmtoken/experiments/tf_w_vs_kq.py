@@ -228,7 +228,12 @@ def _claim_w() -> Measured:
                     bool(ok))
 
 
-@claim("C.kq.nuclear", chapter=CHAPTER,
+@claim("C.kq.nuclear", chapter=CHAPTER, kind="observation",
+       known_miss="measured at quick scale: 4 of the 20 instances stay below 0.99 after 20 000 steps (worst 0.984 "
+                  "at n = T = 4, d = 6; 0.977 at n = 6, T = 8, d = 10), although every one is closer to the nuclear "
+                  "than to the Frobenius solution by >= 0.065. At 100 000 steps one recovers (0.990) and one drifts "
+                  "away (0.994 -> 0.987); balanced (joint) steps do not rescue them: see the chapter, 'Why (K, Q) "
+                  "misses'",
        checks="Transformers as SVMs (2308.16898): the (K, Q) parameterisation is biased towards the nuclear-norm "
               "Att-SVM* (reconstructed; the paper proves it for the regularization path); normalized GD on (K, Q), "
               "the algorithm of the paper's experiments, is an extension",
@@ -244,7 +249,10 @@ def _claim_kq() -> Measured:
                                  "min_gain": r["min_gain"]} for r in rows}, bool(ok))
 
 
-@claim("C.kq.low_rank", chapter=CHAPTER,
+@claim("C.kq.low_rank", chapter=CHAPTER, kind="observation",
+       known_miss="measured at quick scale: 6 of the 20 instances keep one singular value above 1e-2 of the largest "
+                  "where the nuclear-norm solution has none (7 of 10 agree at each size); the same instances as "
+                  "C.kq.nuclear's misses, still moving or heading elsewhere (see the chapter)",
        checks="Transformers as SVMs (2308.16898): the (K, Q) limit is low rank like the nuclear-norm Att-SVM* "
               "(reconstructed); normalized GD on (K, Q) is an extension",
        statement="On the same instances, after 20 000 normalized steps on (K, Q), the number of singular values of "

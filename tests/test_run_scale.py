@@ -1,0 +1,84 @@
+"""Every experiment's ``run()`` follows the current scale (``config.set_scale`` / ``config.use_scale``).
+
+``run(scale=None)`` must read :func:`mmtoken.config.scale` each time it is
+called: a ``run`` memoised on its arguments would return the first scale's
+result after ``set_scale`` (the bug chapter 9 had). The generic test stops
+each ``run()`` at the moment it reads the scale, so nothing is computed.
+"""
+import inspect
+
+import numpy as np
+import pytest
+
+from mmtoken import config
+from mmtoken.experiments import load_all
+
+MODULES = {name: m for name, m in load_all().items() if callable(getattr(m, "run", None))}
+
+
+class ReadScale(Exception):
+    """Raised by the patched ``config.scale``: ``run()`` read the current scale."""
+
+
+def test_every_chapter_module_has_a_run():
+    assert {"vit_sparsity", "real_reviews", "global_convergence", "cls_margin"} <= set(MODULES)
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_run_reads_the_current_scale_on_every_call(name, monkeypatch):
+    run = MODULES[name].run
+    assert not hasattr(run, "cache_info"), f"{name}.run is memoised on its arguments: run() ignores set_scale"
+    assert "scale" in inspect.signature(run).parameters, f"{name}.run takes no scale"
+
+    def scale():
+        raise ReadScale
+
+    monkeypatch.setattr(config, "scale", scale)
+    for _ in range(2):   # every call, not only the first
+        with pytest.raises(ReadScale):
+            run()
+
+
+class FakeRun:
+    """What :func:`mmtoken.vit_runs.run_experiments` returns, enough for :class:`Study`."""
+
+    def __init__(self, exp):
+        self.experiment, self.seed = exp, exp.train.seed
+
+
+def test_vit_sparsity_run_follows_use_scale(monkeypatch):
+    vs = MODULES["vit_sparsity"]
+    asked = []
+
+    def fake(exps):
+        asked.append({e.dataset for e in exps})
+        return [FakeRun(e) for e in exps]
+
+    monkeypatch.setattr(vs, "run_experiments", fake)
+    with config.use_scale("quick"):
+        quick = vs.run()
+    with config.use_scale("paper"):
+        paper = vs.run()
+    old = config.scale()
+    config.set_scale("paper")
+    try:
+        again = vs.run()
+    finally:
+        config.set_scale(old)
+    assert asked[0] == {"fashion-mnist"} and asked[1] == {"cifar-10"}
+    assert {r.experiment.dataset for r in quick.seeds.values()} == {"fashion-mnist"}
+    assert {r.experiment.dataset for r in paper.seeds.values()} == {"cifar-10"}
+    assert again is paper     # memoised per scale: the same study, not recomputed
+    assert len(asked) == 2
+
+
+def test_real_reviews_run_follows_use_scale(monkeypatch):
+    rr = MODULES["real_reviews"]
+    seen = []
+    monkeypatch.setattr(rr, "run_dataset", lambda name, scale: seen.append((name, scale)) or np.zeros(1))
+    with config.use_scale("paper"):
+        rr.run()
+    with config.use_scale("quick"):
+        rr.run()
+    scales = [s for _, s in seen]
+    assert scales and set(scales[: len(scales) // 2]) == {"paper"} and set(scales[len(scales) // 2:]) == {"quick"}
