@@ -4,6 +4,7 @@ the way the public code is (an ``nn.Module``, autograd, ``torch.optim.SGD``, flo
 Run: ``make bench`` (or ``python benchmarks/bench_figures.py``). Writes
 ``benchmarks/results/figures.json`` and prints a table. Not part of the tests.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,7 +49,7 @@ def public_loop(inst: instances.Instance, start, v0=None, steps: int = STEPS) ->
         loss = torch.log1p(torch.exp(-Y * model())).mean()
         loss.backward()
         for prm in model.parameters():
-            prm.grad /= prm.grad.norm() + 1e-30          # normalized gradients, as published
+            prm.grad /= prm.grad.norm() + 1e-30  # normalized gradients, as published
         opt.step()
 
 
@@ -66,26 +67,45 @@ def cases():
     out = []
     for case in ("global", "local"):
         inst = instances.fig1(case)
-        out.append((f"fig1-{case} (6 starts)",
-                    lambda inst=inst: train.train_p(inst.problem(), inst.starts, steps=STEPS, record_every=10),
-                    lambda inst=inst: [public_loop(inst, s) for s in inst.starts]))
+        out.append(
+            (
+                f"fig1-{case} (6 starts)",
+                lambda inst=inst: train.train_p(inst.problem(), inst.starts, steps=STEPS, record_every=10),
+                lambda inst=inst: [public_loop(inst, s) for s in inst.starts],
+            )
+        )
     inst2 = instances.fig2()
-    out.append(("fig2 (6 starts)",
-                lambda: train.train_p(inst2.problem(), inst2.starts, steps=STEPS, record_every=10),
-                lambda: [public_loop(inst2, s) for s in inst2.starts]))
+    out.append(
+        (
+            "fig2 (6 starts)",
+            lambda: train.train_p(inst2.problem(), inst2.starts, steps=STEPS, record_every=10),
+            lambda: [public_loop(inst2, s) for s in inst2.starts],
+        )
+    )
     for case in ("tight", "loose"):
         inst = instances.fig3(case)
-        out.append((f"fig3-{case} (joint v, p)",
-                    lambda inst=inst: train.train_joint(inst.X, inst.Y, inst.extra["v0"], inst.starts[0],
-                                                        steps=STEPS, record_every=10),
-                    lambda inst=inst: public_loop(inst, inst.starts[0], v0=inst.extra["v0"])))
+        out.append(
+            (
+                f"fig3-{case} (joint v, p)",
+                lambda inst=inst: train.train_joint(
+                    inst.X, inst.Y, inst.extra["v0"], inst.starts[0], steps=STEPS, record_every=10
+                ),
+                lambda inst=inst: public_loop(inst, inst.starts[0], v0=inst.extra["v0"]),
+            )
+        )
     Cs = [*range(1, 11), 100]
     fig4 = [instances.fig4(C) for C in Cs]
     problem4 = AttentionProblem(np.stack([i.K for i in fig4]), np.stack([i.gamma for i in fig4]))
     for loss in ("logistic",):
-        out.append((f"fig4 (11 values of C, {loss})",
-                    lambda loss=loss: train.train_p(problem4, np.zeros((len(Cs), 2)), steps=STEPS, record_every=10, loss=loss),
-                    lambda: [public_loop(i, i.starts[0]) for i in fig4]))
+        out.append(
+            (
+                f"fig4 (11 values of C, {loss})",
+                lambda loss=loss: train.train_p(
+                    problem4, np.zeros((len(Cs), 2)), steps=STEPS, record_every=10, loss=loss
+                ),
+                lambda: [public_loop(i, i.starts[0]) for i in fig4],
+            )
+        )
     return out
 
 
@@ -94,15 +114,24 @@ def main() -> None:
     for name, batched, loop in cases():
         with torch.inference_mode():
             t_b = _time(batched)
-            os.environ["MMTOKEN_FASTPATH"] = "off"          # the torch code, the path a GPU runs
+            os.environ["MMTOKEN_FASTPATH"] = "off"  # the torch code, the path a GPU runs
             t_t = _time(batched)
             del os.environ["MMTOKEN_FASTPATH"]
         t_l = _time(loop, repeat=1)
-        rows.append({"figure": name, "batched_compiled_s": round(t_b, 4), "batched_torch_s": round(t_t, 4),
-                     "per_start_public_s": round(t_l, 4), "speedup": round(t_l / t_b, 1),
-                     "speedup_torch": round(t_l / t_t, 1)})
-        print(f"{name:34s} compiled {t_b:7.3f} s  torch {t_t:7.3f} s  per-start public-style {t_l:7.3f} s"
-              f"  x{t_l / t_b:7.1f} (torch x{t_l / t_t:5.1f})")
+        rows.append(
+            {
+                "figure": name,
+                "batched_compiled_s": round(t_b, 4),
+                "batched_torch_s": round(t_t, 4),
+                "per_start_public_s": round(t_l, 4),
+                "speedup": round(t_l / t_b, 1),
+                "speedup_torch": round(t_l / t_t, 1),
+            }
+        )
+        print(
+            f"{name:34s} compiled {t_b:7.3f} s  torch {t_t:7.3f} s  per-start public-style {t_l:7.3f} s"
+            f"  x{t_l / t_b:7.1f} (torch x{t_l / t_t:5.1f})"
+        )
     OUT.mkdir(exist_ok=True)
     meta = {**machine_meta(), "steps": STEPS}
     (OUT / "figures.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))

@@ -14,7 +14,7 @@ from mmtoken.experiments import saturation, w_equals_p
 
 def main():
     scale = config.scale()
-    svm.att_svm([[[0.0, 1.0], [1.0, 0.0]]], [0])            # warm up cvxpy outside the timings
+    svm.att_svm([[[0.0, 1.0], [1.0, 0.0]]], [0])  # warm up cvxpy outside the timings
     rows = [
         ("01 W = p (2 key maps x 6 starts x 500 GD steps)", lambda: w_equals_p.run(scale)),
         ("02 Fig. 1 global, published 1000 steps (6 starts)", lambda: gc.published(scale)),

@@ -14,19 +14,25 @@ from mmtoken.experiments import many_inputs as mi
 
 def main():
     scale = config.scale()
-    svm.att_svm([[[0.0, 1.0], [1.0, 0.0]]], [0])            # warm up cvxpy outside the timings
+    svm.att_svm([[[0.0, 1.0], [1.0, 0.0]]], [0])  # warm up cvxpy outside the timings
     inst = instances.fig2()
     opt = geometry.optimal_tokens(inst.gamma)
     gmm = svm.att_svm(inst.K, opt).x
     n_ngd = config.pick(quick=4000, paper=20_000, which=scale)
     n_gd = config.pick(quick=2000, paper=20_000, which=scale)
     rows = [
-        ("03 whole chapter: Fig. 1 local (6 starts) + 12 cone runs, batched; "
-         "counterexample (16 starts); 10 SVMs", lambda: lc.run(scale)),
-        (f"04 Fig. 2 normalized GD, {n_ngd} steps (6 starts, every step recorded)",
-         lambda: mi.train_run(inst, opt, gmm, "normalized", 0.1, n_ngd, 1)),
-        (f"04 Fig. 2 plain GD, {n_gd} steps (6 starts, every step recorded)",
-         lambda: mi.train_run(inst, opt, gmm, "gd", 1.0, n_gd, 1)),
+        (
+            "03 whole chapter: Fig. 1 local (6 starts) + 12 cone runs, batched; counterexample (16 starts); 10 SVMs",
+            lambda: lc.run(scale),
+        ),
+        (
+            f"04 Fig. 2 normalized GD, {n_ngd} steps (6 starts, every step recorded)",
+            lambda: mi.train_run(inst, opt, gmm, "normalized", 0.1, n_ngd, 1),
+        ),
+        (
+            f"04 Fig. 2 plain GD, {n_gd} steps (6 starts, every step recorded)",
+            lambda: mi.train_run(inst, opt, gmm, "gd", 1.0, n_gd, 1),
+        ),
     ]
     print_timings(rows, scale, torch.get_num_threads())
 

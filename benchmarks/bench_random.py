@@ -14,6 +14,7 @@ Not a test. Prints
 Run with ``OMP_NUM_THREADS=1 python benchmarks/bench_random.py`` (add
 ``MMTOKEN_SCALE=paper`` on a GPU for the paper-scale sweep).
 """
+
 import json
 import os
 import time
@@ -35,17 +36,23 @@ def timed(fn):
 
 def compare(b, steps: int, lr: float, loop_instances: int) -> dict:
     I = b["K"].shape[0]
-    ri.train_batch(b["K"][:2], b["gamma"][:2], b["mask"][:2], 5, lr)          # warm-up outside the timings
+    ri.train_batch(b["K"][:2], b["gamma"][:2], b["mask"][:2], 5, lr)  # warm-up outside the timings
     out, wall_b, _ = timed(lambda: ri.train_batch(b["K"], b["gamma"], b["mask"], steps, lr))
     k = min(loop_instances, I)
     p_loop, wall_l, _ = timed(lambda: ri.train_one_by_one(b["K"][:k], b["gamma"][:k], b["mask"][:k], steps, lr))
     agree = float(np.abs(p_loop - out["p"][:k]).max())
     rate_b, rate_l = I / wall_b, k / wall_l
-    print(f"  batched: {I} instances in {wall_b:.2f} s = {rate_b:.0f} inst/s; loop: {k} instances in "
-          f"{wall_l:.2f} s = {rate_l:.1f} inst/s; speed-up {rate_b / rate_l:.0f}x; "
-          f"max |p_batched - p_loop| = {agree:.1e}")
-    return {"batched_inst_per_s": round(rate_b, 1), "loop_inst_per_s": round(rate_l, 1),
-            "speedup": round(rate_b / rate_l, 1), "max_abs_diff": agree}
+    print(
+        f"  batched: {I} instances in {wall_b:.2f} s = {rate_b:.0f} inst/s; loop: {k} instances in "
+        f"{wall_l:.2f} s = {rate_l:.1f} inst/s; speed-up {rate_b / rate_l:.0f}x; "
+        f"max |p_batched - p_loop| = {agree:.1e}"
+    )
+    return {
+        "batched_inst_per_s": round(rate_b, 1),
+        "loop_inst_per_s": round(rate_l, 1),
+        "speedup": round(rate_b / rate_l, 1),
+        "max_abs_diff": agree,
+    }
 
 
 def main(loop_instances: int = 20, steps: int = 300, d: int = 8):
@@ -56,16 +63,17 @@ def main(loop_instances: int = 20, steps: int = 300, d: int = 8):
     paths = [("torch code (MMTOKEN_FASTPATH=off)", "off")]
     if config.device().type == "cpu" and fastpath.njit is not None:
         paths.append(("compiled CPU kernel", "on"))
-    report = {"meta": machine_meta(), "scale": scale, "d": d, "steps": steps,
-              "torch_threads": torch.get_num_threads()}
+    report = {"meta": machine_meta(), "scale": scale, "d": d, "steps": steps, "torch_threads": torch.get_num_threads()}
     for name, flag in paths:
         os.environ["MMTOKEN_FASTPATH"] = flag
         print(f"{name}; d = {d}, {steps} steps:")
         row = compare(b, steps, grid.lr, loop_instances)
         ri.clear_cache()
         r, wall, cpu = timed(lambda: ri.run(scale))
-        print(f"  full sweep ({scale}): {len(r.table)} instances, {grid.steps} steps: wall {wall:.1f} s, "
-              f"cpu {cpu:.1f} s (training {r.seconds_train:.1f} s, SVMs {r.seconds_svm:.1f} s)")
+        print(
+            f"  full sweep ({scale}): {len(r.table)} instances, {grid.steps} steps: wall {wall:.1f} s, "
+            f"cpu {cpu:.1f} s (training {r.seconds_train:.1f} s, SVMs {r.seconds_svm:.1f} s)"
+        )
         row.update({"sweep_instances": len(r.table), "sweep_wall_s": round(wall, 1), "sweep_cpu_s": round(cpu, 1)})
         report[name] = row
     os.environ.pop("MMTOKEN_FASTPATH", None)

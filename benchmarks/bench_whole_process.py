@@ -10,6 +10,7 @@ data folder (``cold``: it trains). Writes ``benchmarks/results/whole_process.jso
 
 Run: ``python benchmarks/bench_whole_process.py [--repeat 3]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,19 +42,21 @@ def cpu_of(cmd: list[str], env: dict | None = None) -> tuple[float, float]:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
-    args, _ = ap.parse_known_args(argv)   # run_all.py passes its own arguments
+    args, _ = ap.parse_known_args(argv)  # run_all.py passes its own arguments
     py = sys.executable
     with tempfile.TemporaryDirectory() as tmp:
         figs = ["-m", "mmtoken", "figures", "--only", "fig-global-paths", "--out", tmp]
         cases = {
             "import torch": ([py, "-c", "import torch"], None),
-            "import mmtoken (+ config, ledger, plotting)": ([py, "-c", "import mmtoken.config, mmtoken.ledger, "
-                                                             "mmtoken.plotting"], None),
+            "import mmtoken (+ config, ledger, plotting)": (
+                [py, "-c", "import mmtoken.config, mmtoken.ledger, mmtoken.plotting"],
+                None,
+            ),
             "mmtoken figures, result cached (warm)": ([py, *figs], None),
             "mmtoken figures, empty data folder (cold)": ([py, *figs], "cold"),
             "public-style script": ([py, str(HERE / "public_style_fig_global_paths.py"), f"{tmp}/public"], None),
         }
-        subprocess.run([py, *figs], check=True, stdout=subprocess.DEVNULL)   # fill the results cache once
+        subprocess.run([py, *figs], check=True, stdout=subprocess.DEVNULL)  # fill the results cache once
         rows = {}
         for name, (cmd, mode) in cases.items():
             runs = []
@@ -63,16 +66,22 @@ def main(argv=None) -> None:
                     env = {"MMTOKEN_DATA": tempfile.mkdtemp(dir=tmp)}
                 runs.append(cpu_of(cmd, env))
             cpu = sorted(r[0] for r in runs)
-            rows[name] = {"cpu_s_min": round(cpu[0], 2), "cpu_s_median": round(cpu[len(cpu) // 2], 2),
-                          "wall_s_median": round(sorted(r[1] for r in runs)[len(runs) // 2], 2)}
+            rows[name] = {
+                "cpu_s_min": round(cpu[0], 2),
+                "cpu_s_median": round(cpu[len(cpu) // 2], 2),
+                "wall_s_median": round(sorted(r[1] for r in runs)[len(runs) // 2], 2),
+            }
             print(f"{name:46s} CPU min {cpu[0]:6.2f} s  median {cpu[len(cpu) // 2]:6.2f} s")
     pub = rows["public-style script"]["cpu_s_median"]
     ratios = {k: round(pub / rows[k]["cpu_s_median"], 2) for k in rows if k.startswith("mmtoken figures")}
     for k, v in ratios.items():
         print(f"public-style / {k}: x{v}")
     OUT.mkdir(exist_ok=True)
-    (OUT / "whole_process.json").write_text(json.dumps({"meta": {**machine_meta(), "repeat": args.repeat},
-                                                        "rows": rows, "ratio_public_over": ratios}, indent=2))
+    (OUT / "whole_process.json").write_text(
+        json.dumps(
+            {"meta": {**machine_meta(), "repeat": args.repeat}, "rows": rows, "ratio_public_over": ratios}, indent=2
+        )
+    )
 
 
 if __name__ == "__main__":

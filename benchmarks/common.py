@@ -1,4 +1,5 @@
 """Timing helper shared by the benchmark scripts."""
+
 import time
 
 
@@ -33,8 +34,13 @@ def machine_meta() -> dict:
                 break
     except OSError:
         pass
-    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "cpu": cpu,
-            "cores": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version()}
+    meta = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+    }
     try:
         import torch
 

@@ -6,6 +6,7 @@ Self-contained on purpose (torch, NumPy, matplotlib only; no mmtoken): it is the
 baseline of ``benchmarks/bench_whole_process.py`` for ``python -m mmtoken figures --only
 fig-global-paths``. Usage: ``python public_style_fig_global_paths.py OUT_STEM``.
 """
+
 import sys
 
 import matplotlib
@@ -30,10 +31,10 @@ class Attention(nn.Module):
         self.w = nn.Parameter(torch.zeros(d), requires_grad=False)
 
     def forward(self, X):
-        K = self.key(X)                                  # (n, T, d)
-        q = self.query(self.p)                           # (d,)
-        s = torch.softmax(K @ q, dim=-1)                 # (n, T)
-        return (s.unsqueeze(-1) * X).sum(1) @ self.w     # (n,)
+        K = self.key(X)  # (n, T, d)
+        q = self.query(self.p)  # (d,)
+        s = torch.softmax(K @ q, dim=-1)  # (n, T)
+        return (s.unsqueeze(-1) * X).sum(1) @ self.w  # (n,)
 
 
 # the instance: one input, three tokens (planar keys, score as the third coordinate)

@@ -3,6 +3,7 @@
 ``--book`` also times a full execution of every chapter at quick scale
 (written to ``benchmarks/results/book.json``). Not part of the tests.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,15 +34,20 @@ def time_book() -> dict:
         if ".ipynb_checkpoints" in nb.parts:
             continue
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "jupyter", "execute", "--output", "/dev/null", str(nb)],
-                       check=True, capture_output=True, cwd=nb.parent)
+        subprocess.run(
+            [sys.executable, "-m", "jupyter", "execute", "--output", "/dev/null", str(nb)],
+            check=True,
+            capture_output=True,
+            cwd=nb.parent,
+        )
         rows[str(nb.relative_to(ROOT))] = round(time.perf_counter() - t, 1)
         print(f"{rows[str(nb.relative_to(ROOT))]:8.1f} s  {nb.relative_to(ROOT)}")
     total = round(sum(rows.values()), 1)
     print(f"{total:8.1f} s  whole book at quick scale")
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "book.json").write_text(json.dumps({"meta": machine_meta(), "chapters": rows, "total_s": total},
-                                                                   indent=2))
+    (HERE / "results" / "book.json").write_text(
+        json.dumps({"meta": machine_meta(), "chapters": rows, "total_s": total}, indent=2)
+    )
     return rows
 
 

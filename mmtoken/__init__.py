@@ -22,4 +22,5 @@ The package, by topic (one idea per module):
   :mod:`ledger` (claims), :mod:`resultcache`, :mod:`report` (rendering), :mod:`plotting` (theme and
   figure types), :mod:`explore` (your own instance), ``python -m mmtoken`` (:mod:`__main__`).
 """
+
 __version__ = "0.1.0"

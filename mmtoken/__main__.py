@@ -9,6 +9,7 @@ message names the argument or variable: an unknown claim or figure, an
 unusable ``MMTOKEN_DEVICE``, ``MMTOKEN_DATA`` or ``MMTOKEN_SCALE``, an
 output folder that cannot be written).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -101,8 +102,7 @@ def _figure_modules(only: list[str] | None) -> dict:
     names = experiments.modules()
     if only:
         folder = Path(experiments.__file__).parent
-        names = [n for n in names if any(o == n or o in (folder / f"{n}.py").read_text(encoding="utf-8")
-                                         for o in only)]
+        names = [n for n in names if any(o == n or o in (folder / f"{n}.py").read_text(encoding="utf-8") for o in only)]
     return {n: importlib.import_module(f"{experiments.__name__}.{n}") for n in names}
 
 
@@ -119,8 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("claims", help="run the claims ledger")
     c.add_argument("--only", nargs="+", metavar="PREFIX", help="claim id prefixes, e.g. core A.global")
     c.add_argument("--json", action="store_true", help="print a JSON list")
-    c.add_argument("--recompute", action="store_true",
-                   help="evaluate every selected claim again instead of reading its recorded result")
+    c.add_argument(
+        "--recompute",
+        action="store_true",
+        help="evaluate every selected claim again instead of reading its recorded result",
+    )
     c.set_defaults(func=_claims)
     f = sub.add_parser("figures", help="write every figure of the book as PNG and PDF")
     f.add_argument("--only", nargs="+", metavar="NAME", help="figure names or experiment modules")

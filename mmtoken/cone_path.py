@@ -17,6 +17,7 @@ projected back onto its boundary (the nearest point of the cone on the
 sphere), and accepted only if it lowers the loss. A path whose minimum lies on
 the boundary therefore ends exactly there: ``corr(pbar_C, q) = 1 - mu``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -46,8 +47,17 @@ def project_to_cone(w: torch.Tensor, q: torch.Tensor, mu: float) -> torch.Tensor
     return torch.where(cos >= c, w, edge / edge.norm(dim=-1, keepdim=True))
 
 
-def cone_regularization_path(problem: AttentionProblem, radii, q, mu: float, w0=None, *,
-                             loss: str | Loss = "logistic", iters: int = 300, theta0: float = 0.05) -> torch.Tensor:
+def cone_regularization_path(
+    problem: AttentionProblem,
+    radii,
+    q,
+    mu: float,
+    w0=None,
+    *,
+    loss: str | Loss = "logistic",
+    iters: int = 300,
+    theta0: float = 0.05,
+) -> torch.Tensor:
     """Minimise ``L`` on ``{||p|| = R} ∩ C_mu(q)`` for each ``R`` in ``radii``.
 
     Parameters

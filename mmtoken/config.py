@@ -13,6 +13,7 @@ Select the scale with the environment variable ``MMTOKEN_SCALE`` or with
 :func:`set_scale`; experiments read it through :func:`scale` and
 :func:`pick`.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,9 +48,7 @@ def scale() -> str:
     """The current size, ``"quick"`` (default) or ``"paper"``."""
     value = _scale or os.environ.get("MMTOKEN_SCALE", "quick")
     if value not in SCALES:
-        raise ConfigError(
-            f"MMTOKEN_SCALE={value!r} is not a known scale; choose one of {SCALES}"
-        )
+        raise ConfigError(f"MMTOKEN_SCALE={value!r} is not a known scale; choose one of {SCALES}")
     return value
 
 
@@ -101,12 +100,15 @@ def _checked_device(name: str) -> torch.device:
     try:
         dev = torch.device(name)
     except (RuntimeError, ValueError, TypeError):
-        raise ConfigError(f"MMTOKEN_DEVICE={name!r} is not a device torch knows; use cpu, cuda, cuda:<index> "
-                         "or mps, or unset it") from None
+        raise ConfigError(
+            f"MMTOKEN_DEVICE={name!r} is not a device torch knows; use cpu, cuda, cuda:<index> or mps, or unset it"
+        ) from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise ConfigError(f"MMTOKEN_DEVICE={name!r} but CUDA is not available here "
-                             "(torch.cuda.is_available() is False); unset it or set MMTOKEN_DEVICE=cpu")
+            raise ConfigError(
+                f"MMTOKEN_DEVICE={name!r} but CUDA is not available here "
+                "(torch.cuda.is_available() is False); unset it or set MMTOKEN_DEVICE=cpu"
+            )
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise ConfigError(f"MMTOKEN_DEVICE={name!r} but only {torch.cuda.device_count()} CUDA device(s) exist")
     elif dev.type == "mps":

@@ -6,6 +6,7 @@ the U-shape and by the random-instance chapter.
 Sequences are integer arrays of shape ``(N, T)`` with a padding id whose
 positions count nowhere; labels are ``+1`` / ``-1``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,8 +35,7 @@ class TokenStats:
     delta: np.ndarray
 
 
-def token_stats(tokens: np.ndarray, labels: np.ndarray, vocab_size: int,
-                pad_id: int | None = None) -> TokenStats:
+def token_stats(tokens: np.ndarray, labels: np.ndarray, vocab_size: int, pad_id: int | None = None) -> TokenStats:
     """Count tokens, signed frequencies and posterior differences.
 
     Parameters
@@ -111,7 +111,7 @@ def partial_spearman(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> float:
         return float("nan")
     r = np.corrcoef(np.stack([_ranks(x), _ranks(y), _ranks(z)]))
     rxy, rxz, ryz = r[0, 1], r[0, 2], r[1, 2]
-    denom = (1 - rxz ** 2) * (1 - ryz ** 2)
+    denom = (1 - rxz**2) * (1 - ryz**2)
     if denom <= 1e-15:  # x or y is a monotone function of z: nothing is left to correlate
         return float("nan")
     return float((rxy - rxz * ryz) / np.sqrt(denom))
@@ -157,10 +157,18 @@ def u_shape(logits: np.ndarray, stats: TokenStats, min_count: int = 100) -> USha
     keep = (stats.count >= min_count) & np.isfinite(stats.delta)
     a, delta, count = logits[keep], stats.delta[keep], stats.count[keep]
     pos, neg = delta > 0, delta < 0
-    return UShape(min_count, int(keep.sum()), int(pos.sum()), int(neg.sum()),
-                  spearman(a, np.abs(delta)), partial_spearman(a, np.abs(delta), np.log(count)),
-                  spearman(a[pos], delta[pos]), spearman(a[neg], -delta[neg]),
-                  spearman(a, delta), spearman(a, np.log(count)))
+    return UShape(
+        min_count,
+        int(keep.sum()),
+        int(pos.sum()),
+        int(neg.sum()),
+        spearman(a, np.abs(delta)),
+        partial_spearman(a, np.abs(delta), np.log(count)),
+        spearman(a[pos], delta[pos]),
+        spearman(a[neg], -delta[neg]),
+        spearman(a, delta),
+        spearman(a, np.log(count)),
+    )
 
 
 @dataclass
@@ -190,8 +198,14 @@ class PolarityMix:
         return asdict(self)
 
 
-def polarity_mix(tokens: np.ndarray, labels: np.ndarray, stats: TokenStats, threshold: float = 0.5,
-                 min_count: int = 20, pad_id: int | None = 0) -> PolarityMix:
+def polarity_mix(
+    tokens: np.ndarray,
+    labels: np.ndarray,
+    stats: TokenStats,
+    threshold: float = 0.5,
+    min_count: int = 20,
+    pad_id: int | None = 0,
+) -> PolarityMix:
     """:class:`PolarityMix` of ``tokens (N, T)`` with labels ``(N,)``, from ``stats`` of the training split."""
     tokens, labels = np.asarray(tokens), np.asarray(labels)
     if tokens.ndim != 2 or labels.shape != (tokens.shape[0],):
@@ -210,6 +224,13 @@ def polarity_mix(tokens: np.ndarray, labels: np.ndarray, stats: TokenStats, thre
     pos = np.bincount(r, weights=(sign[t] > 0), minlength=tokens.shape[0])
     neg = np.bincount(r, weights=(sign[t] < 0), minlength=tokens.shape[0])
     against = np.where(labels > 0, neg, pos) > 0
-    return PolarityMix(min_count, threshold, float((np.abs(delta[known]) == 1).mean()),
-                       float((np.abs(delta[known]) >= threshold).mean()), float((pos + neg).mean()),
-                       float(((pos > 0) & (neg > 0)).mean()), float(against.mean()), float(((pos + neg) == 0).mean()))
+    return PolarityMix(
+        min_count,
+        threshold,
+        float((np.abs(delta[known]) == 1).mean()),
+        float((np.abs(delta[known]) >= threshold).mean()),
+        float((pos + neg).mean()),
+        float(((pos > 0) & (neg > 0)).mean()),
+        float(against.mean()),
+        float(((pos + neg) == 0).mean()),
+    )

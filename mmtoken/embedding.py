@@ -13,6 +13,7 @@ the ``p`` phase with ``E`` fixed as a paper-A problem (:func:`cls_problem`,
 step budgets), and joint gradient descent on ``(E, p)`` with ``v`` fixed
 (:func:`joint_gradient`, :func:`joint_gd`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,8 +34,13 @@ def _check(E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, tokens: torch.Tens
         raise TypeError(f"tokens must be an integer tensor, got {tokens.dtype}")
 
 
-def gather_outputs(a: torch.Tensor, b: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor | None = None,
-                   counts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def gather_outputs(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    tokens: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    counts: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The gather model: output ``(N,)`` and attention ``(N, T)`` from per-token logits and values.
 
     ``a = E p`` and ``b = E v`` are ``(V,)``; ``tokens`` int ``(N, T)``; ``mask`` bool ``(N, T)``, True at
@@ -61,8 +67,7 @@ def _check_mask(mask: torch.Tensor | None, tokens: torch.Tensor) -> None:
             raise ValueError("a sequence holds only padding")
 
 
-def attention(E: torch.Tensor, p: torch.Tensor, tokens: torch.Tensor,
-              mask: torch.Tensor | None = None) -> torch.Tensor:
+def attention(E: torch.Tensor, p: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Softmax attention of the <cls> token over each sequence.
 
     Parameters
@@ -91,8 +96,9 @@ def attention(E: torch.Tensor, p: torch.Tensor, tokens: torch.Tensor,
     return torch.softmax(z, dim=-1)
 
 
-def forward(E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor,
-            mask: torch.Tensor | None = None) -> torch.Tensor:
+def forward(
+    E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """Model output ``f(X_i) = sum_t s_it E_{x_it}^T v`` for each sequence, ``(N,)``."""
     _check(E, p, v, tokens)
     _check_mask(mask, tokens)
@@ -101,6 +107,7 @@ def forward(E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, tokens: torch.Ten
 
 # ---------------------------------------------------------------------------
 # Training protocol of paper B: one gradient step on E at p = 0, then the p phase.
+
 
 def _check_batch(tokens: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None, V: int) -> torch.Tensor:
     """Validate ``tokens (N, T)``, ``labels (N,)``, ``mask``; return the mask (all True if None)."""
@@ -123,8 +130,9 @@ def _check_batch(tokens: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor 
     return mask.bool()
 
 
-def frequencies(tokens: torch.Tensor, V: int, mask: torch.Tensor | None = None,
-                dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def frequencies(
+    tokens: torch.Tensor, V: int, mask: torch.Tensor | None = None, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
     """``C_is = n_s(X_i) / T_i``: relative count of token ``s`` among the real tokens of sequence ``i``, ``(N, V)``."""
     if mask is None:
         mask = torch.ones_like(tokens, dtype=torch.bool)
@@ -133,15 +141,22 @@ def frequencies(tokens: torch.Tensor, V: int, mask: torch.Tensor | None = None,
     return C.scatter_add_(1, tokens.long(), w)
 
 
-def logistic_loss(E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor,
-                  labels: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+def logistic_loss(
+    E: torch.Tensor,
+    p: torch.Tensor,
+    v: torch.Tensor,
+    tokens: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """``L(E, p) = (1/N) sum_i log(1 + exp(-y_i f(X_i)))`` (plain autograd-friendly form)."""
     f = forward(E, p, v, tokens, mask)
     return torch.nn.functional.softplus(-labels.to(f.dtype) * f).mean()
 
 
-def one_step_gradient(E: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, labels: torch.Tensor,
-                      mask: torch.Tensor | None = None) -> torch.Tensor:
+def one_step_gradient(
+    E: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """Closed form of ``grad_E L`` at ``p = 0`` (logistic loss), batched over leading dims of ``E``.
 
     At ``p = 0`` the attention is uniform over the real tokens, so
@@ -160,22 +175,34 @@ def one_step_gradient(E: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, la
     if E.ndim < 2 or v.shape != (E.shape[-1],):
         raise ValueError(f"E must be (..., V, d) and v (d,), got {tuple(E.shape)} and {tuple(v.shape)}")
     mask = _check_batch(tokens, labels, mask, E.shape[-2])
-    C = frequencies(tokens, E.shape[-2], mask, E.dtype)         # (N, V)
+    C = frequencies(tokens, E.shape[-2], mask, E.dtype)  # (N, V)
     y = labels.to(E.dtype)
-    f0 = (E @ v) @ C.T                                           # (..., N)
-    w = y * torch.sigmoid(-y * f0)                               # (..., N)
-    coef = -(w @ C) / tokens.shape[0]                            # (..., V)
+    f0 = (E @ v) @ C.T  # (..., N)
+    w = y * torch.sigmoid(-y * f0)  # (..., N)
+    coef = -(w @ C) / tokens.shape[0]  # (..., V)
     return coef[..., None] * v
 
 
-def one_step(E0: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, labels: torch.Tensor, lr: float,
-             mask: torch.Tensor | None = None) -> torch.Tensor:
+def one_step(
+    E0: torch.Tensor,
+    v: torch.Tensor,
+    tokens: torch.Tensor,
+    labels: torch.Tensor,
+    lr: float,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """``E^1 = E^0 - lr grad_E L(E^0, p=0)`` in closed form, batched over leading dims of ``E0``."""
     return E0 - lr * one_step_gradient(E0, v, tokens, labels, mask)
 
 
-def one_step_autograd(E0: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, labels: torch.Tensor, lr: float,
-                      mask: torch.Tensor | None = None) -> torch.Tensor:
+def one_step_autograd(
+    E0: torch.Tensor,
+    v: torch.Tensor,
+    tokens: torch.Tensor,
+    labels: torch.Tensor,
+    lr: float,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The same step by autograd through :func:`forward` (an independent check; ``E0`` is ``(V, d)``)."""
     with torch.enable_grad():
         E = E0.detach().clone().requires_grad_(True)
@@ -184,8 +211,9 @@ def one_step_autograd(E0: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, l
     return (E0 - lr * g).detach()
 
 
-def cls_problem(E: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, labels: torch.Tensor,
-                mask: torch.Tensor | None = None):
+def cls_problem(
+    E: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None
+):
     """The ``p`` phase with ``E`` fixed as a paper-A problem.
 
     Keys ``K_it = E_{x_it}``, scores ``gamma_it = y_i E_{x_it}^T v`` and the
@@ -200,14 +228,26 @@ def cls_problem(E: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, labels: 
     if E.ndim < 2 or v.shape != (E.shape[-1],):
         raise ValueError(f"E must be (..., V, d) and v (d,), got {tuple(E.shape)} and {tuple(v.shape)}")
     mask = _check_batch(tokens, labels, mask, E.shape[-2])
-    K = E[..., tokens, :]                                         # (..., N, T, d)
-    gamma = labels.to(E.dtype)[:, None] * (E @ v)[..., tokens]    # (..., N, T)
+    K = E[..., tokens, :]  # (..., N, T, d)
+    gamma = labels.to(E.dtype)[:, None] * (E @ v)[..., tokens]  # (..., N, T)
     return AttentionProblem(K, gamma, mask)
 
 
-def train_cls(E: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, labels: torch.Tensor,
-              mask: torch.Tensor | None = None, *, steps: int, lr: float, p0: torch.Tensor | None = None,
-              rel_lr: float | None = None, stage: int = 50, record_every: int = 1, record_probs: bool = True):
+def train_cls(
+    E: torch.Tensor,
+    v: torch.Tensor,
+    tokens: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    steps: int,
+    lr: float,
+    p0: torch.Tensor | None = None,
+    rel_lr: float | None = None,
+    stage: int = 50,
+    record_every: int = 1,
+    record_probs: bool = True,
+):
     """Normalized GD on the <cls> embedding ``p`` with ``E`` fixed (saturation-safe gradients).
 
     ``p <- p - eta_k g/||g||`` with ``eta_k = lr`` (fixed step), or, when
@@ -227,8 +267,15 @@ def train_cls(E: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, labels: to
     p = torch.zeros(E.shape[1], dtype=E.dtype) if p0 is None else p0
     if rel_lr is None:
         with torch.inference_mode():
-            return train_p(problem, p, steps=steps, lr=lr, method="normalized", record_every=record_every,
-                           record_probs=record_probs)
+            return train_p(
+                problem,
+                p,
+                steps=steps,
+                lr=lr,
+                method="normalized",
+                record_every=record_every,
+                record_probs=record_probs,
+            )
     if stage < 1 or rel_lr <= 0:
         raise ValueError(f"stage must be >= 1 and rel_lr > 0, got {stage}, {rel_lr}")
     parts: list[History] = []
@@ -237,24 +284,49 @@ def train_cls(E: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, labels: to
         while done < steps:
             k = min(stage, steps - done)
             eta = max(lr, rel_lr * float(p.norm()))
-            h = train_p(problem, p, steps=k, lr=eta, method="normalized", record_every=math.gcd(stage, record_every),
-                        record_probs=record_probs)
+            h = train_p(
+                problem,
+                p,
+                steps=k,
+                lr=eta,
+                method="normalized",
+                record_every=math.gcd(stage, record_every),
+                record_probs=record_probs,
+            )
             keep = [j for j, st in enumerate(h.steps) if (st + done) % record_every == 0 or st + done == steps]
             if parts:
                 keep = [j for j in keep if j > 0]
             h.steps = h.steps + done
-            parts.append(History(h.steps[keep], h.p[keep], h.norm[keep], h.loss[keep],
-                                 None if h.probs is None else h.probs[keep]))
+            parts.append(
+                History(
+                    h.steps[keep], h.p[keep], h.norm[keep], h.loss[keep], None if h.probs is None else h.probs[keep]
+                )
+            )
             p = h.p[-1].to(E.device)
             done += k
     cat = lambda xs: torch.cat(xs) if xs[0] is not None else None  # noqa: E731
-    return History(np.concatenate([h.steps for h in parts]), cat([h.p for h in parts]),
-                   cat([h.norm for h in parts]), cat([h.loss for h in parts]), cat([h.probs for h in parts]))
+    return History(
+        np.concatenate([h.steps for h in parts]),
+        cat([h.p for h in parts]),
+        cat([h.norm for h in parts]),
+        cat([h.loss for h in parts]),
+        cat([h.probs for h in parts]),
+    )
 
 
-def train_cls_batch(E: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, labels: torch.Tensor,
-                    mask: torch.Tensor | None = None, *, budgets, lr: float, record_every: int,
-                    chunk: int = 20, record_probs: bool = True) -> list:
+def train_cls_batch(
+    E: torch.Tensor,
+    v: torch.Tensor,
+    tokens: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    budgets,
+    lr: float,
+    record_every: int,
+    chunk: int = 20,
+    record_probs: bool = True,
+) -> list:
     """Normalized GD on ``p`` from ``p = 0`` for several tables at once, each with its own step budget.
 
     ``p <- p - lr g/||g||`` with a fixed step ``lr`` (saturation-safe
@@ -299,24 +371,53 @@ def train_cls_batch(E: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, labe
             active = np.flatnonzero(budgets > done)
             stop = min(done + chunk * record_every, int(budgets[active].min()))
             problem = cls_problem(E[active], v, tokens, labels, mask)
-            h = train_p(problem, p[active], steps=stop - done, lr=lr, method="normalized",
-                        record_every=record_every, record_probs=record_probs)
-            first = 0 if done == 0 else 1                            # the start of a chunk is the end of the last
+            h = train_p(
+                problem,
+                p[active],
+                steps=stop - done,
+                lr=lr,
+                method="normalized",
+                record_every=record_every,
+                record_probs=record_probs,
+            )
+            first = 0 if done == 0 else 1  # the start of a chunk is the end of the last
             for a, j in enumerate(active):
-                parts[j].append(History(h.steps[first:] + done, h.p[first:, a], h.norm[first:, a],
-                                        h.loss[first:, a], None if h.probs is None else h.probs[first:, a]))
+                parts[j].append(
+                    History(
+                        h.steps[first:] + done,
+                        h.p[first:, a],
+                        h.norm[first:, a],
+                        h.loss[first:, a],
+                        None if h.probs is None else h.probs[first:, a],
+                    )
+                )
             p[active] = h.p[-1].to(p.dtype)
             done = stop
     cat = lambda xs: torch.cat(xs) if xs[0] is not None else None  # noqa: E731
-    return [History(np.concatenate([h.steps for h in hs]), cat([h.p for h in hs]), cat([h.norm for h in hs]),
-                    cat([h.loss for h in hs]), cat([h.probs for h in hs])) for hs in parts]
+    return [
+        History(
+            np.concatenate([h.steps for h in hs]),
+            cat([h.p for h in hs]),
+            cat([h.norm for h in hs]),
+            cat([h.loss for h in hs]),
+            cat([h.probs for h in hs]),
+        )
+        for hs in parts
+    ]
 
 
 # ---------------------------------------------------------------------------
 # Joint training of (E, p) with v fixed.
 
-def joint_gradient(E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, labels: torch.Tensor,
-                   mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+
+def joint_gradient(
+    E: torch.Tensor,
+    p: torch.Tensor,
+    v: torch.Tensor,
+    tokens: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(grad_E L, grad_p L, L)`` of the logistic loss, saturation-safe, batched over leading dims.
 
     With ``u_i = y_i f(X_i)``, ``gamma_it = y_i E_{x_it}^T v`` and the attention ``s_it``,
@@ -343,29 +444,30 @@ def joint_gradient(E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, tokens: to
     import torch.nn.functional as F
 
     if E.ndim < 2 or v.shape != (E.shape[-1],) or p.shape[-1] != E.shape[-1]:
-        raise ValueError(f"E must be (..., V, d), p (..., d) and v (d,), got {tuple(E.shape)}, "
-                         f"{tuple(p.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"E must be (..., V, d), p (..., d) and v (d,), got {tuple(E.shape)}, {tuple(p.shape)}, {tuple(v.shape)}"
+        )
     mask = _check_batch(tokens, labels, mask, E.shape[-2])
     batch = torch.Size(np.broadcast_shapes(tuple(E.shape[:-2]), tuple(p.shape[:-1])))  # not torch's slow reference path
     E = E.expand(*batch, *E.shape[-2:])
     p = p.expand(*batch, p.shape[-1])
     y = labels.to(E.dtype)
     N, T = tokens.shape
-    z = (E @ p.unsqueeze(-1)).squeeze(-1)[..., tokens].masked_fill(~mask, float("-inf"))   # (..., N, T)
+    z = (E @ p.unsqueeze(-1)).squeeze(-1)[..., tokens].masked_fill(~mask, float("-inf"))  # (..., N, T)
     top = z.argmax(-1, keepdim=True)
-    delta = z - z.gather(-1, top)                                   # 0 at the top token, exactly
+    delta = z - z.gather(-1, top)  # 0 at the top token, exactly
     log_s = delta - torch.logsumexp(delta, -1, keepdim=True)
     gamma = y[:, None] * (E @ v)[..., tokens]
     dgamma = (gamma - gamma.gather(-1, top)).masked_fill(~mask, 0.0)
     s = log_s.exp()
-    u_minus_top = (s * dgamma).sum(-1)                              # from the small probabilities
+    u_minus_top = (s * dgamma).sum(-1)  # from the small probabilities
     u = gamma.gather(-1, top).squeeze(-1) + u_minus_top
-    w = torch.exp(-F.softplus(u).unsqueeze(-1) + log_s)             # |l'(u_i)| s_it
-    a = -w * (dgamma - u_minus_top.unsqueeze(-1))                   # l'(u) s (gamma - u); accurate at the top too
+    w = torch.exp(-F.softplus(u).unsqueeze(-1) + log_s)  # |l'(u_i)| s_it
+    a = -w * (dgamma - u_minus_top.unsqueeze(-1))  # l'(u) s (gamma - u); accurate at the top too
     b = -w * y[:, None]
     index = tokens.reshape(-1).expand(*batch, N * T)
     zeros = torch.zeros(*batch, E.shape[-2], dtype=E.dtype, device=E.device)
-    ca = zeros.scatter_add(-1, index, a.reshape(*batch, N * T)) / N     # (..., V)
+    ca = zeros.scatter_add(-1, index, a.reshape(*batch, N * T)) / N  # (..., V)
     cb = zeros.scatter_add(-1, index, b.reshape(*batch, N * T)) / N
     grad_E = ca.unsqueeze(-1) * p.unsqueeze(-2) + cb.unsqueeze(-1) * v
     grad_p = (ca.unsqueeze(-2) @ E).squeeze(-2)
@@ -385,9 +487,18 @@ class JointHistory:
     loss: torch.Tensor
 
 
-def joint_gd(E0: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, labels: torch.Tensor,
-             mask: torch.Tensor | None = None, *, steps: int, lr: float, p0: torch.Tensor | None = None,
-             record_every: int = 1) -> JointHistory:
+def joint_gd(
+    E0: torch.Tensor,
+    v: torch.Tensor,
+    tokens: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    steps: int,
+    lr: float,
+    p0: torch.Tensor | None = None,
+    record_every: int = 1,
+) -> JointHistory:
     """Plain gradient descent on ``(E, p)`` together, ``v`` fixed, from ``(E0, p0)`` (``p0 = 0`` by default).
 
     Both move with the same step: ``E <- E - lr grad_E L``, ``p <- p - lr grad_p L``
@@ -417,5 +528,6 @@ def joint_gd(E0: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, labels: to
                 break
             E = E - lr * gE
             p = p - lr * gp
-    return JointHistory(np.array(rows["step"]), torch.stack(rows["E"]), torch.stack(rows["p"]),
-                        torch.stack(rows["loss"]))
+    return JointHistory(
+        np.array(rows["step"]), torch.stack(rows["E"]), torch.stack(rows["p"]), torch.stack(rows["loss"])
+    )

@@ -5,6 +5,7 @@
 >>> a.table                       # one row per start
 >>> a.plot()
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -50,17 +51,41 @@ class Analysis:
                 directions.setdefault(f"{tag} {r.alpha}", r.p_mm)
         if self.problem.m == 2:
             K = self.problem.K.cpu().numpy()
-            return plotting.plot_paths(P[keep], directions=directions, tokens=K, ax=ax,
-                                       labels=[f"start {j}" for j in range(P.shape[1])])
-        corr = np.stack([geometry.correlation(P[:, j], r.p_mm) if r.feasible else np.full(len(P), np.nan)
-                         for j, r in enumerate(self.reports)], axis=1)
-        fig = plotting.plot_curves(self.history.steps, {"each start": 1 - corr}, xlabel="iteration",
-                                   ylabel="1 - correlation with p_mm of its selection", ax=ax, logy=True)
+            return plotting.plot_paths(
+                P[keep], directions=directions, tokens=K, ax=ax, labels=[f"start {j}" for j in range(P.shape[1])]
+            )
+        corr = np.stack(
+            [
+                geometry.correlation(P[:, j], r.p_mm) if r.feasible else np.full(len(P), np.nan)
+                for j, r in enumerate(self.reports)
+            ],
+            axis=1,
+        )
+        fig = plotting.plot_curves(
+            self.history.steps,
+            {"each start": 1 - corr},
+            xlabel="iteration",
+            ylabel="1 - correlation with p_mm of its selection",
+            ax=ax,
+            logy=True,
+        )
         return fig
 
 
-def analyze(X, Y, v, W=None, *, starts=None, n_starts: int = 6, steps: int = 2000, lr: float = 0.1,
-            loss: str = "logistic", seed: int = 0, record_every: int = 10) -> Analysis:
+def analyze(
+    X,
+    Y,
+    v,
+    W=None,
+    *,
+    starts=None,
+    n_starts: int = 6,
+    steps: int = 2000,
+    lr: float = 0.1,
+    loss: str = "logistic",
+    seed: int = 0,
+    record_every: int = 10,
+) -> Analysis:
     """Train ``p`` on any instance and compare where it goes with the ATT-SVM theory.
 
     Parameters
@@ -113,14 +138,16 @@ def analyze(X, Y, v, W=None, *, starts=None, n_starts: int = 6, steps: int = 200
         r = cache[alpha]
         reports.append(r)
         s = history.probs[-1, j].numpy()
-        rows.append({
-            "start": np.round(starts[j], 3).tolist(),
-            "selection": alpha,
-            "feasible": r.feasible,
-            "locally optimal": r.locally_optimal,
-            "globally optimal": r.globally_optimal,
-            "correlation": round(float(geometry.correlation(p, r.p_mm)), 6) if r.feasible else np.nan,
-            "min attention on selection": round(float(s[np.arange(len(alpha)), list(alpha)].min()), 6),
-            "norm": round(float(np.linalg.norm(p)), 2),
-        })
+        rows.append(
+            {
+                "start": np.round(starts[j], 3).tolist(),
+                "selection": alpha,
+                "feasible": r.feasible,
+                "locally optimal": r.locally_optimal,
+                "globally optimal": r.globally_optimal,
+                "correlation": round(float(geometry.correlation(p, r.p_mm)), 6) if r.feasible else np.nan,
+                "min attention on selection": round(float(s[np.arange(len(alpha)), list(alpha)].min()), 6),
+                "norm": round(float(np.linalg.norm(p)), 2),
+            }
+        )
     return Analysis(problem, starts, history, reports, pd.DataFrame(rows))

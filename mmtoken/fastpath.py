@@ -13,6 +13,7 @@ carried over): the result is bit for bit that of one call, while a progress
 bar advances and Ctrl-C is honoured between chunks. Every array is checked
 (shapes, labels, finiteness) before the kernel reads it.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -71,8 +72,9 @@ def _float_array(x, name: str, ndim: int) -> np.ndarray:
     return np.ascontiguousarray(validate.real_array(x, name, ndim=ndim))
 
 
-def run_joint(X, Y, K, p0, v0, steps: int, lr: float, lr_v: float, loss: str, record, *,
-              chunk: int | None = None, callback=None) -> tuple[np.ndarray, np.ndarray]:
+def run_joint(
+    X, Y, K, p0, v0, steps: int, lr: float, lr_v: float, loss: str, record, *, chunk: int | None = None, callback=None
+) -> tuple[np.ndarray, np.ndarray]:
     """Joint normalized GD through the kernel: ``X (n, T, d)``, ``Y (n,)`` in ``{+1, -1}``,
     ``K (n, T, m)``, starts ``p0 (B, m)``, ``v0 (B, d)``.
 
@@ -101,8 +103,9 @@ def run_joint(X, Y, K, p0, v0, steps: int, lr: float, lr_v: float, loss: str, re
     out_p, out_v = np.empty((R, B, K.shape[-1])), np.empty((R, B, d))
     q, v = p0.copy(), v0.copy()
     for k0, k1 in _chunks(steps, B * n * T * (K.shape[-1] + 2 * d), chunk):
-        kernels.run_joint(X, Y, K, q, v, k0, k1, lr, lr_v, LOSS_IDS[loss], record,
-                   int(np.searchsorted(record, k0)), out_p, out_v)
+        kernels.run_joint(
+            X, Y, K, q, v, k0, k1, lr, lr_v, LOSS_IDS[loss], record, int(np.searchsorted(record, k0)), out_p, out_v
+        )
         if callback is not None:
             callback(k1)
     if record[-1] == steps:
@@ -110,8 +113,20 @@ def run_joint(X, Y, K, p0, v0, steps: int, lr: float, lr_v: float, loss: str, re
     return out_p, out_v
 
 
-def run(K: np.ndarray, gamma: np.ndarray, mask: np.ndarray, p0: np.ndarray, steps: int, lr: float,
-        normalized: bool, loss: str, record: np.ndarray, *, chunk: int | None = None, callback=None) -> np.ndarray:
+def run(
+    K: np.ndarray,
+    gamma: np.ndarray,
+    mask: np.ndarray,
+    p0: np.ndarray,
+    steps: int,
+    lr: float,
+    normalized: bool,
+    loss: str,
+    record: np.ndarray,
+    *,
+    chunk: int | None = None,
+    callback=None,
+) -> np.ndarray:
     """Run the kernel on flat batches.
 
     Parameters
@@ -134,19 +149,32 @@ def run(K: np.ndarray, gamma: np.ndarray, mask: np.ndarray, p0: np.ndarray, step
     mask = np.ascontiguousarray(np.asarray(mask, dtype=np.bool_))
     B, n, T, m = K.shape
     if gamma.shape != (B, n, T) or mask.shape != (B, n, T) or p0.shape != (B, m):
-        raise ValueError(f"gamma and mask must be {(B, n, T)} and p0 {(B, m)} for K {K.shape}, got "
-                         f"{gamma.shape}, {mask.shape}, {p0.shape}")
+        raise ValueError(
+            f"gamma and mask must be {(B, n, T)} and p0 {(B, m)} for K {K.shape}, got "
+            f"{gamma.shape}, {mask.shape}, {p0.shape}"
+        )
     if not mask.any(-1).all():
         raise ValueError("mask leaves an input with no real token")
     record = _check_record(record, steps)
     out = np.empty((len(record), B, m))
     q = p0.copy()
     for k0, k1 in _chunks(steps, B * n * T * m, chunk):
-        kernels.run(K, gamma, mask, q, k0, k1, lr, bool(normalized), LOSS_IDS[loss], record,
-             int(np.searchsorted(record, k0)), out)
+        kernels.run(
+            K,
+            gamma,
+            mask,
+            q,
+            k0,
+            k1,
+            lr,
+            bool(normalized),
+            LOSS_IDS[loss],
+            record,
+            int(np.searchsorted(record, k0)),
+            out,
+        )
         if callback is not None:
             callback(k1)
     if record[-1] == steps:
         out[-1] = q
     return out
-

@@ -5,6 +5,7 @@ the package does not import numba (about a second). The functions take
 checked arrays (see :mod:`mmtoken.fastpath`) and are not meant to be called
 directly.
 """
+
 import math
 
 import numpy as np
@@ -13,11 +14,12 @@ from numba import njit
 
 @njit(cache=True)
 def log_neg_deriv(u, loss_id):
-    if loss_id == 0:       # log sigmoid(-u) = -softplus(u)
+    if loss_id == 0:  # log sigmoid(-u) = -softplus(u)
         return -(max(u, 0.0) + math.log1p(math.exp(-abs(u))))
     if loss_id == 1:
         return -u
     return 0.0
+
 
 @njit(cache=True)
 def gradient(K, gamma, mask, q, loss_id, logw, sgn, top, G):
@@ -43,11 +45,11 @@ def gradient(K, gamma, mask, q, loss_id, logw, sgn, top, G):
             if mask[i, t] and t != best:
                 d = 0.0
                 for j in range(m):
-                    d += (K[i, t, j] - K[i, best, j]) * q[j]   # logit gap from key differences
+                    d += (K[i, t, j] - K[i, best, j]) * q[j]  # logit gap from key differences
                 logw[i, t] = d
                 total += math.exp(d)
         lse = math.log1p(total)
-        umt = 0.0                                              # u - gamma_top from small probabilities
+        umt = 0.0  # u - gamma_top from small probabilities
         for t in range(T):
             if logw[i, t] > -np.inf:
                 logw[i, t] -= lse
@@ -60,7 +62,7 @@ def gradient(K, gamma, mask, q, loss_id, logw, sgn, top, G):
                     logw[i, t] = -np.inf
                     continue
                 logw[i, t] += lnd + math.log(abs(gap))
-                sgn[i, t] = -1.0 if gap > 0 else 1.0              # l' < 0
+                sgn[i, t] = -1.0 if gap > 0 else 1.0  # l' < 0
                 if logw[i, t] > M:
                     M = logw[i, t]
     for j in range(m):
@@ -83,6 +85,7 @@ def gradient(K, gamma, mask, q, loss_id, logw, sgn, top, G):
     for j in range(m):
         G[j] /= norm
     return M + math.log(norm) - math.log(n)
+
 
 @njit(cache=True)
 def run(K, gamma, mask, q, k0, k1, lr, normalized, loss_id, record, r0, out):
@@ -111,6 +114,7 @@ def run(K, gamma, mask, q, k0, k1, lr, normalized, loss_id, record, r0, out):
             scale = lr if normalized else lr * math.exp(log_norm)
             for j in range(m):
                 q[b, j] -= scale * G[j]
+
 
 @njit(cache=True)
 def head_direction(X, Y, K, gamma, q, loss_id, Gv):
@@ -152,6 +156,7 @@ def head_direction(X, Y, K, gamma, q, loss_id, Gv):
     if norm > 0:
         for j in range(d):
             Gv[j] /= norm
+
 
 @njit(cache=True)
 def run_joint(X, Y, K, q, v, k0, k1, lr, lr_v, loss_id, record, r0, out_p, out_v):
@@ -215,11 +220,11 @@ def run_kq(Kx, gamma, mask, Kf, Qf, steps, lr, separate, record, out_K, out_Q):
             if ln == -np.inf:
                 continue
             Gm = G.reshape(d, d)
-            gK = Gm @ Qf[b]               # grad_K = G Q (up to the positive factor ||G||)
-            gQ = Gm.T @ Kf[b]             # grad_Q = G^T K, taken at the same point
+            gK = Gm @ Qf[b]  # grad_K = G Q (up to the positive factor ||G||)
+            gQ = Gm.T @ Kf[b]  # grad_Q = G^T K, taken at the same point
             nK = math.sqrt((gK * gK).sum())
             nQ = math.sqrt((gQ * gQ).sum())
-            if not separate:              # one unit step for the pair (K, Q)
+            if not separate:  # one unit step for the pair (K, Q)
                 nK = nQ = math.sqrt(nK * nK + nQ * nQ)
             if nK > 0:
                 Kf[b] -= (lr / nK) * gK

@@ -25,6 +25,7 @@ For the attention weights ``W`` of a transformer read out at query ``z_i`` the
 keys are ``vec(x_it z_i^T)`` (:func:`mmtoken.tfsvm.w_keys`), so :func:`w_gen_svm` is the same
 problem in ``W``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -100,11 +101,13 @@ class GenSVMSolution:
         nx = float(np.linalg.norm(self.x))
         slack = self.D @ self.x - 1.0
         recon = self.D.T @ self.dual + (self.E.T @ self.mu if len(self.mu) else 0.0)
-        return {"primal": float(max(0.0, -slack.min())),
-                "ties": float(np.abs(self.E @ self.x).max() / nx) if len(self.E) else 0.0,
-                "dual": float(max(0.0, -self.dual.min()) / max(self.dual.max(), 1e-300)),
-                "stationarity": float(np.linalg.norm(self.x - recon) / nx),
-                "complementarity": float(np.abs(self.dual * slack).max() / max(self.dual.max(), 1e-300))}
+        return {
+            "primal": float(max(0.0, -slack.min())),
+            "ties": float(np.abs(self.E @ self.x).max() / nx) if len(self.E) else 0.0,
+            "dual": float(max(0.0, -self.dual.min()) / max(self.dual.max(), 1e-300)),
+            "stationarity": float(np.linalg.norm(self.x - recon) / nx),
+            "complementarity": float(np.abs(self.dual * slack).max() / max(self.dual.max(), 1e-300)),
+        }
 
 
 def constraint_rows(K, sets, tied: bool = True):
@@ -153,12 +156,12 @@ def gen_svm(K, sets, tied: bool = True) -> GenSVMSolution:
     if len(E):
         _, s, vt = np.linalg.svd(E, full_matrices=True)
         rank = int((s > RANK_TOL * max(s.max(), 1e-300)).sum())
-        N = vt[rank:].T                                    # (m, m - rank) orthonormal null space of E
+        N = vt[rank:].T  # (m, m - rank) orthonormal null space of E
     else:
         N = np.eye(m)
     if N.shape[1] == 0:
         raise svm.InfeasibleSVM("the ties leave only w = 0, which meets no margin constraint")
-    y = svm.min_norm_nnls(D @ N, np.ones(len(D)))        # raises InfeasibleSVM with a certificate
+    y = svm.min_norm_nnls(D @ N, np.ones(len(D)))  # raises InfeasibleSVM with a certificate
     x = N @ y
     if not np.any(x):
         raise svm.InfeasibleSVM("generalised SVM: the least-norm point is 0")
@@ -167,8 +170,8 @@ def gen_svm(K, sets, tied: bool = True) -> GenSVMSolution:
     A = np.vstack([D[act], E]) if len(E) else D[act]
     coef = np.linalg.lstsq(A.T, x, rcond=None)[0]
     dual = np.zeros(len(D))
-    dual[act] = coef[:act.sum()]
-    return GenSVMSolution(x, D, rows, E, ties, dual, coef[act.sum():])
+    dual[act] = coef[: act.sum()]
+    return GenSVMSolution(x, D, rows, E, ties, dual, coef[act.sum() :])
 
 
 def w_gen_svm(X, Z, sets, tied: bool = True) -> np.ndarray:

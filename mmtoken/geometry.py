@@ -1,4 +1,5 @@
 """Geometry of token selection: optimal tokens, SVM-neighbours, local optimality, cones, correlations."""
+
 from __future__ import annotations
 
 import itertools
@@ -125,7 +126,7 @@ def enumerate_selections(K, gamma, tol: float = 1e-6) -> list[SelectionReport]:
     if gamma.shape != K.shape[:2]:
         raise ValueError(f"gamma must have shape (n, T) = {K.shape[:2]} like the keys, got {gamma.shape}")
     n, T = gamma.shape
-    if T ** n > 4096:
+    if T**n > 4096:
         raise ValueError(f"{T}^{n} selections are too many to enumerate")
     return [classify(K, gamma, a, tol) for a in itertools.product(range(T), repeat=n)]
 

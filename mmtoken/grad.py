@@ -16,6 +16,7 @@ formed from the *small* probabilities themselves:
   before summing, so the *direction* survives even when every weight
   underflows; the scale is returned separately as ``log ||grad L||``.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,10 +48,10 @@ class Saturation:
     ``(..., n)`` for ``top``, ``gamma_top``, ``u_minus_top``.
     """
 
-    top: torch.Tensor          # index of the most attended token
-    log_s: torch.Tensor        # log softmax probabilities
-    dK: torch.Tensor           # k_t - k_top
-    dgamma: torch.Tensor       # gamma_t - gamma_top
+    top: torch.Tensor  # index of the most attended token
+    log_s: torch.Tensor  # log softmax probabilities
+    dK: torch.Tensor  # k_t - k_top
+    dgamma: torch.Tensor  # gamma_t - gamma_top
     gamma_top: torch.Tensor
     u_minus_top: torch.Tensor  # u - gamma_top, from the small probabilities
 
@@ -71,11 +72,17 @@ def saturation(problem: AttentionProblem, p: torch.Tensor) -> Saturation:
     if p.shape[-1] != K.shape[-1]:
         raise ValueError(f"p has dimension {p.shape[-1]} but the keys have {K.shape[-1]}")
     try:
-        np.broadcast_shapes(tuple(K.shape[:-3]), tuple(gamma.shape[:-2]), tuple(p.shape[:-1]),
-                            tuple(mask.shape[:-2]) if mask is not None else ())
+        np.broadcast_shapes(
+            tuple(K.shape[:-3]),
+            tuple(gamma.shape[:-2]),
+            tuple(p.shape[:-1]),
+            tuple(mask.shape[:-2]) if mask is not None else (),
+        )
     except ValueError:
-        raise ValueError(f"p {tuple(p.shape)} does not broadcast against the problem's batch "
-                         f"(K {tuple(K.shape)}, gamma {tuple(gamma.shape)})") from None
+        raise ValueError(
+            f"p {tuple(p.shape)} does not broadcast against the problem's batch "
+            f"(K {tuple(K.shape)}, gamma {tuple(gamma.shape)})"
+        ) from None
     z = (K @ p.unsqueeze(-2).unsqueeze(-1)).squeeze(-1)
     if mask is not None:
         z = z.masked_fill(~mask, float("-inf"))
@@ -115,8 +122,9 @@ class StableGrad:
         return self.direction * self.log_norm.exp().unsqueeze(-1)
 
 
-def _combine(log_w: torch.Tensor, sign: torch.Tensor, vectors: torch.Tensor, log_scale: float,
-             reduce_dims: int) -> StableGrad:
+def _combine(
+    log_w: torch.Tensor, sign: torch.Tensor, vectors: torch.Tensor, log_scale: float, reduce_dims: int
+) -> StableGrad:
     """``sum sign * exp(log_w) * vectors`` over the last ``reduce_dims`` dims of ``log_w``, in log space."""
     flat = log_w.flatten(-reduce_dims)
     M = flat.max(-1).values
@@ -126,14 +134,20 @@ def _combine(log_w: torch.Tensor, sign: torch.Tensor, vectors: torch.Tensor, log
     G = (w.unsqueeze(-1) * vectors).flatten(-reduce_dims - 1, -2).sum(-2)
     norm = G.norm(dim=-1)
     ok = (norm > 0) & torch.isfinite(M)
-    direction = torch.where(ok[..., None], G / norm.clamp_min(torch.finfo(G.dtype).tiny)[..., None], torch.zeros_like(G))
-    log_norm = torch.where(ok, M_safe + torch.log(norm.clamp_min(torch.finfo(G.dtype).tiny)) + log_scale,
-                           torch.full_like(M_safe, float("-inf")))
+    direction = torch.where(
+        ok[..., None], G / norm.clamp_min(torch.finfo(G.dtype).tiny)[..., None], torch.zeros_like(G)
+    )
+    log_norm = torch.where(
+        ok,
+        M_safe + torch.log(norm.clamp_min(torch.finfo(G.dtype).tiny)) + log_scale,
+        torch.full_like(M_safe, float("-inf")),
+    )
     return StableGrad(direction, log_norm)
 
 
-def grad_p(problem: AttentionProblem, p: torch.Tensor, loss: str | Loss = "logistic",
-           sat: Saturation | None = None) -> StableGrad:
+def grad_p(
+    problem: AttentionProblem, p: torch.Tensor, loss: str | Loss = "logistic", sat: Saturation | None = None
+) -> StableGrad:
     """Saturation-safe ``grad_p L(p)`` for ``L(p) = (1/n) sum_i l(Y_i f(X_i))``.
 
     Parameters
@@ -150,24 +164,26 @@ def grad_p(problem: AttentionProblem, p: torch.Tensor, loss: str | Loss = "logis
     loss = get_loss(loss)
     p = _problem_and_point(problem, p)
     sat = sat or saturation(problem, p)
-    gap = sat.dgamma - sat.u_minus_top[..., None]              # gamma_t - u, accurate
+    gap = sat.dgamma - sat.u_minus_top[..., None]  # gamma_t - u, accurate
     log_w = loss.log_neg_deriv(sat.u)[..., None] + sat.log_s + torch.log(gap.abs())
     is_top = torch.zeros_like(log_w, dtype=torch.bool).scatter_(-1, sat.top[..., None], True)
-    log_w = log_w.masked_fill(is_top, float("-inf"))            # k_top - k_top = 0
-    sign = -torch.sign(gap)                                     # l' < 0
+    log_w = log_w.masked_fill(is_top, float("-inf"))  # k_top - k_top = 0
+    sign = -torch.sign(gap)  # l' < 0
     return _combine(log_w, sign, sat.dK, -math.log(problem.n), reduce_dims=2)
 
 
-def loss_value(problem: AttentionProblem, p: torch.Tensor, loss: str | Loss = "logistic",
-               sat: Saturation | None = None) -> torch.Tensor:
+def loss_value(
+    problem: AttentionProblem, p: torch.Tensor, loss: str | Loss = "logistic", sat: Saturation | None = None
+) -> torch.Tensor:
     """``L(p)``, ``(...)``, with margins formed without cancellation."""
     loss = get_loss(loss)
     sat = sat or saturation(problem, p)
     return loss.value(sat.u).mean(-1)
 
 
-def loss_parts(problem: AttentionProblem, p: torch.Tensor, loss: str | Loss = "logistic",
-               sat: Saturation | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def loss_parts(
+    problem: AttentionProblem, p: torch.Tensor, loss: str | Loss = "logistic", sat: Saturation | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``L(p)`` split as ``base + excess``: ``base = mean l(gamma_top)``, ``excess`` tiny under saturation.
 
     Comparing two points with the same selection through ``excess`` keeps the
@@ -182,8 +198,10 @@ def loss_parts(problem: AttentionProblem, p: torch.Tensor, loss: str | Loss = "l
 # ---------------------------------------------------------------------------
 # The naive computations the book warns about (kept for the trap chapter).
 
-def autograd_grad(problem: AttentionProblem, p: torch.Tensor, loss: str | Loss = "logistic",
-                  dtype: torch.dtype = torch.float64) -> torch.Tensor:
+
+def autograd_grad(
+    problem: AttentionProblem, p: torch.Tensor, loss: str | Loss = "logistic", dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
     """``grad_p L`` by autograd through the plain softmax, in ``dtype``.
 
     This is how the public code computes it (in float32): accurate while the

@@ -6,6 +6,7 @@ Every instance carries tokens ``X (n, T, d)``, labels ``Y (n,)``, head
 them) and the third carries the score (``v = e_3``), so ``p`` moves in the
 plane.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -124,8 +125,15 @@ def fig3(case: str = "tight") -> Instance:
         raise ValueError(f"case must be 'tight' or 'loose', got {case!r}")
     third = (0.5, 1.0) if case == "tight" else (0.5, 1.5)
     X = np.array([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, -1.0]], [[0.0, 0.0], list(third)]])
-    return Instance(X, np.array([1.0, -1.0, 1.0]), np.array([-1.0, 0.0]), np.eye(2),
-                    np.array([[0.0, -1.0]]), f"fig3-{case}", {"v0": np.array([-1.0, 0.0])})
+    return Instance(
+        X,
+        np.array([1.0, -1.0, 1.0]),
+        np.array([-1.0, 0.0]),
+        np.eye(2),
+        np.array([[0.0, -1.0]]),
+        f"fig3-{case}",
+        {"v0": np.array([-1.0, 0.0])},
+    )
 
 
 def fig4(C: float) -> Instance:

@@ -22,6 +22,7 @@
   inputs' attention margins and, for a non-support input ``i``, its attention margin plus
   ``rho`` times its head-margin excess ``Delta_i``, keeping every selection.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -76,7 +77,7 @@ def joint_reference(X, Y, W=None, tol: float = 1e-6) -> JointReference:
     if X.ndim != 3 or Y.shape != (X.shape[0],):
         raise ValueError(f"X must be (n, T, d) and Y (n,), got {X.shape} and {Y.shape}")
     n, T, _ = X.shape
-    if T ** n > 4096:
+    if T**n > 4096:
         raise ValueError(f"{T}^{n} selections are too many to enumerate")
     K = X if W is None else X @ np.asarray(W, dtype=float)
     table = []
@@ -93,7 +94,7 @@ def joint_reference(X, Y, W=None, tol: float = 1e-6) -> JointReference:
         raise ValueError(f"the head-SVM margin is maximized by more than one selection: {feasible[-2][1]}, {best}")
     alpha = np.array(best)
     head = svm.head_svm(X, Y, alpha)
-    score = Y[:, None] * (X @ head.x)                                  # (n, T) under v_mm
+    score = Y[:, None] * (X @ head.x)  # (n, T) under v_mm
     chosen = score[np.arange(n), alpha]
     others = np.where(np.arange(T)[None, :] == alpha[:, None], -np.inf, score)
     if not np.all(others.max(-1) < chosen - tol):
@@ -102,8 +103,9 @@ def joint_reference(X, Y, W=None, tol: float = 1e-6) -> JointReference:
     unit_margin = chosen / np.linalg.norm(head.x)
     excess = unit_margin - unit_margin.min()
     excess[support] = 0.0
-    return JointReference(alpha, head.x, support, excess, svm.att_svm(K, alpha).x,
-                          svm.relaxed_att_svm(K, alpha, support).x, table)
+    return JointReference(
+        alpha, head.x, support, excess, svm.att_svm(K, alpha).x, svm.relaxed_att_svm(K, alpha, support).x, table
+    )
 
 
 @dataclass
@@ -128,13 +130,28 @@ class JointLoss:
         return torch.where(same, split, self.total < other.total)
 
     def where(self, mask: torch.Tensor, other: JointLoss) -> JointLoss:
-        return JointLoss(*(torch.where(m, a, b) for m, a, b in (
-            (mask, self.base, other.base), (mask, self.excess, other.excess), (mask, self.total, other.total),
-            (mask[..., None], self.top, other.top))))
+        return JointLoss(
+            *(
+                torch.where(m, a, b)
+                for m, a, b in (
+                    (mask, self.base, other.base),
+                    (mask, self.excess, other.excess),
+                    (mask, self.total, other.total),
+                    (mask[..., None], self.top, other.top),
+                )
+            )
+        )
 
 
-def joint_loss(X: torch.Tensor, Y: torch.Tensor, K: torch.Tensor, v: torch.Tensor, p: torch.Tensor,
-               loss: Loss, sat: grad.Saturation | None = None) -> JointLoss:
+def joint_loss(
+    X: torch.Tensor,
+    Y: torch.Tensor,
+    K: torch.Tensor,
+    v: torch.Tensor,
+    p: torch.Tensor,
+    loss: Loss,
+    sat: grad.Saturation | None = None,
+) -> JointLoss:
     """:class:`JointLoss` at ``v (..., d)``, ``p (..., m)`` (``sat``: the saturation at that point, if at hand)."""
     problem = AttentionProblem(K, scores(X, Y, v))
     sat = sat or grad.saturation(problem, p)
@@ -142,8 +159,9 @@ def joint_loss(X: torch.Tensor, Y: torch.Tensor, K: torch.Tensor, v: torch.Tenso
     return JointLoss(base, excess, loss.value(sat.u).mean(-1), sat.top)
 
 
-def joint_regularization_path(X, Y, radii_v, radii_p, a0, b0, *, W=None, loss: str | Loss = "logistic",
-                              iters: int = 600, theta0: float = 0.3) -> tuple[torch.Tensor, torch.Tensor]:
+def joint_regularization_path(
+    X, Y, radii_v, radii_p, a0, b0, *, W=None, loss: str | Loss = "logistic", iters: int = 600, theta0: float = 0.3
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Solutions of ``min L(v, p) s.t. ||v|| <= R_v, ||p|| <= R_p`` on the two spheres, for paired radii.
 
     Parameters
@@ -196,8 +214,9 @@ def joint_regularization_path(X, Y, radii_v, radii_p, a0, b0, *, W=None, loss: s
     return (Rv * a).cpu(), (Rp * b).cpu()
 
 
-def best_of_starts(X, Y, V: torch.Tensor, P: torch.Tensor, *, W=None,
-                   loss: str | Loss = "logistic") -> tuple[torch.Tensor, torch.Tensor]:
+def best_of_starts(
+    X, Y, V: torch.Tensor, P: torch.Tensor, *, W=None, loss: str | Loss = "logistic"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per pair of radii, the start of lowest loss: ``V (nR, starts, d)``, ``P (nR, starts, m)`` -> ``(nR, d)``, ``(nR, m)``."""
     loss = get_loss(loss)
     X = as_tensor(X, "X")
@@ -205,15 +224,16 @@ def best_of_starts(X, Y, V: torch.Tensor, P: torch.Tensor, *, W=None,
     K = X if W is None else X @ as_tensor(W, "W", device=X.device)
     val = joint_loss(X, Y, K, V.to(X.device), P.to(X.device), loss)
     rows = torch.arange(V.shape[0])
-    lead = val.total.argmin(1)                                   # the best selection, by the direct loss
-    same = (val.top == val.top[rows, lead][:, None]).all(-1)     # starts that share it
+    lead = val.total.argmin(1)  # the best selection, by the direct loss
+    same = (val.top == val.top[rows, lead][:, None]).all(-1)  # starts that share it
     key = torch.where(same, (val.base - val.base[rows, lead][:, None]) + val.excess, torch.full_like(val.base, np.inf))
-    idx = key.argmin(1)                                          # among them, by the split (exact)
+    idx = key.argmin(1)  # among them, by the split (exact)
     return V[rows, idx], P[rows, idx]
 
 
-def radial_slopes(X, Y, V: torch.Tensor, P: torch.Tensor, *, W=None,
-                  loss: str | Loss = "logistic") -> tuple[torch.Tensor, torch.Tensor]:
+def radial_slopes(
+    X, Y, V: torch.Tensor, P: torch.Tensor, *, W=None, loss: str | Loss = "logistic"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Signs of ``<grad_v L, v>`` and ``<grad_p L, p>`` at ``(V, P)``, ``(...)`` each.
 
     Both negative means that growing either norm lowers the loss, so the ridge-constrained
@@ -260,5 +280,13 @@ def limit_direction(K, alpha, support, excess, rho: float) -> np.ndarray:
     return np.asarray(q.value) / np.linalg.norm(q.value)
 
 
-__all__ = ["JointReference", "joint_reference", "JointLoss", "joint_loss", "joint_regularization_path", "best_of_starts",
-           "radial_slopes", "limit_direction"]
+__all__ = [
+    "JointReference",
+    "joint_reference",
+    "JointLoss",
+    "joint_loss",
+    "joint_regularization_path",
+    "best_of_starts",
+    "radial_slopes",
+    "limit_direction",
+]

@@ -33,6 +33,7 @@ whether it meets the threshold that was written down before measuring.
     computation of the same quantity); must pass, but is not evidence for a
     paper's result.
 """
+
 from __future__ import annotations
 
 import time
@@ -85,7 +86,7 @@ class Result:
     details: str = ""
     known_miss: str | None = None
     error: str | None = None
-    missing: str | None = None   # the input data are absent: neither passed nor failed
+    missing: str | None = None  # the input data are absent: neither passed nor failed
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -109,9 +110,17 @@ def status(row: dict) -> str:
 REGISTRY: dict[str, Claim] = {}
 
 
-def claim(id: str, *, statement: str, checks: str, threshold: str,
-          kind: str = "theorem", chapter: str = "", known_miss: str | None = None,
-          requires: Callable[[], str | None] | None = None) -> Callable:
+def claim(
+    id: str,
+    *,
+    statement: str,
+    checks: str,
+    threshold: str,
+    kind: str = "theorem",
+    chapter: str = "",
+    known_miss: str | None = None,
+    requires: Callable[[], str | None] | None = None,
+) -> Callable:
     """Register the decorated zero-argument function as claim ``id``.
 
     ``known_miss``: for an observation that misses its threshold, the evidence
@@ -154,8 +163,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def _missing_result(c: Claim, why: str) -> Result:
-    return Result(c.id, c.statement, c.checks, c.kind, c.chapter, c.threshold, None, False, 0.0,
-                  "", None, None, why)
+    return Result(c.id, c.statement, c.checks, c.kind, c.chapter, c.threshold, None, False, 0.0, "", None, None, why)
 
 
 def evaluate(c: Claim) -> Result:
@@ -171,9 +179,20 @@ def evaluate(c: Claim) -> Result:
         measured, passed, details = None, False, ""
         error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     seconds = time.perf_counter() - start
-    return Result(c.id, c.statement, c.checks, c.kind, c.chapter, c.threshold,
-                  measured, passed, round(seconds, 2), details,
-                  c.known_miss if not passed else None, error)
+    return Result(
+        c.id,
+        c.statement,
+        c.checks,
+        c.kind,
+        c.chapter,
+        c.threshold,
+        measured,
+        passed,
+        round(seconds, 2),
+        details,
+        c.known_miss if not passed else None,
+        error,
+    )
 
 
 def run_one(c: Claim) -> Result:
@@ -184,6 +203,7 @@ def run_one(c: Claim) -> Result:
 
 
 # --------------------------------------------------------------------------- recorded results
+
 
 def _scale() -> str:
     from . import config
@@ -211,8 +231,7 @@ def record_key(c: Claim, scale: str | None = None) -> tuple[str, str, str]:
     if scale not in config.SCALES:
         raise ValueError(f"scale must be one of {config.SCALES}, got {scale!r}")
     text = {k: getattr(c, k) for k in ("id", "statement", "checks", "kind", "threshold", "chapter", "known_miss")}
-    fp = resultcache.fingerprint(resultcache.source_fingerprint(c.func.__module__), {"claim": text, "scale": scale},
-                                 "")
+    fp = resultcache.fingerprint(resultcache.source_fingerprint(c.func.__module__), {"claim": text, "scale": scale}, "")
     return str(records_dir(scale) / f"{c.id}.npz"), f"claims/{scale}/{c.id}", fp
 
 
@@ -236,8 +255,8 @@ def record(c: Claim, r: Result) -> None:
 
     path, name, fp = record_key(c)
     try:
-        resultcache.save(path, name, fp, {}, {"result": r.to_dict()})   # atomic: readers see the old or the new
-    except (OSError, DataFolderError) as exc:   # a read-only data folder: the result stands, unrecorded
+        resultcache.save(path, name, fp, {}, {"result": r.to_dict()})  # atomic: readers see the old or the new
+    except (OSError, DataFolderError) as exc:  # a read-only data folder: the result stands, unrecorded
         import warnings
 
         warnings.warn(f"claim {c.id}: result not recorded ({exc})", RuntimeWarning, stacklevel=2)
@@ -279,9 +298,9 @@ def recorded(only: list[str] | None = None, compute_missing: bool = True) -> lis
             from .resultcache import locked
 
             try:
-                with locked(record_key(c)[0]):   # another process evaluating it: wait for its record
+                with locked(record_key(c)[0]):  # another process evaluating it: wait for its record
                     r = read_record(c) or run_one(c)
-            except OSError:                      # no lock possible (read-only data folder): evaluate here
+            except OSError:  # no lock possible (read-only data folder): evaluate here
                 r = run_one(c)
         if r is not None:
             out.append(r)

@@ -4,6 +4,7 @@ Each loss provides its value ``l(u)``, its derivative ``l'(u) < 0`` and
 ``log|l'(u)|``; the last is what the saturation-safe gradients use, and it
 stays finite where ``l'(u)`` itself underflows (large margins ``u``).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -30,9 +31,9 @@ class Loss:
 
 logistic = Loss(
     "logistic",
-    value=lambda u: F.softplus(-u),               # log(1 + e^{-u}) without overflow
+    value=lambda u: F.softplus(-u),  # log(1 + e^{-u}) without overflow
     deriv=lambda u: -torch.sigmoid(-u),
-    log_neg_deriv=lambda u: -F.softplus(u),         # log sigmoid(-u)
+    log_neg_deriv=lambda u: -F.softplus(u),  # log sigmoid(-u)
     excess=lambda g, h: torch.log1p(torch.sigmoid(-g) * torch.expm1(-h)),
 )
 exponential = Loss(

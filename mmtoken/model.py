@@ -9,6 +9,7 @@ Shapes: ``n`` inputs, ``T`` tokens, ``d`` token dimension, ``m`` key
 dimension; any number of leading batch dimensions ``...`` (runs, instances)
 broadcast against each other.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,8 +57,10 @@ def scores(X: torch.Tensor, Y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Token scores ``gamma_it = Y_i x_it^T v``: ``X (..., n, T, d)``, ``Y (..., n)``, ``v (..., d)`` -> ``(..., n, T)``."""
     X, Y, v = _tensor(X, "X"), _tensor(Y, "Y"), _tensor(v, "v")
     if X.ndim < 3 or Y.ndim < 1 or v.ndim < 1:
-        raise ValueError(f"X must be (..., n, T, d), Y (..., n) and v (..., d); got {tuple(X.shape)}, "
-                         f"{tuple(Y.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"X must be (..., n, T, d), Y (..., n) and v (..., d); got {tuple(X.shape)}, "
+            f"{tuple(Y.shape)}, {tuple(v.shape)}"
+        )
     if X.shape[-1] != v.shape[-1]:
         raise ValueError(f"X has token dimension {X.shape[-1]} but v has {v.shape[-1]}")
     if Y.shape[-1] != X.shape[-3]:
@@ -127,8 +130,9 @@ class AttentionProblem:
         try:
             torch.broadcast_shapes(self.K.shape[:-3], self.gamma.shape[:-2])
         except RuntimeError:
-            raise ValueError(f"the batch shapes of K {tuple(self.K.shape)} and gamma {tuple(self.gamma.shape)} "
-                             "do not broadcast") from None
+            raise ValueError(
+                f"the batch shapes of K {tuple(self.K.shape)} and gamma {tuple(self.gamma.shape)} do not broadcast"
+            ) from None
         if self.mask is not None:
             if isinstance(self.mask, torch.Tensor):
                 bad = self.mask.is_complex() or not bool(((self.mask == 0) | (self.mask == 1)).all())

@@ -14,6 +14,7 @@ column, so that no label is shrunk. In a notebook, :func:`set_theme` renders
 figures at twice their pixel size ("retina" PNGs), so they stay sharp on
 high-density screens.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -42,30 +43,70 @@ DIRECTION_STYLES = (("0.1", "--"), ("0.45", (0, (1, 1.5))), ("0.3", "-."), ("0.6
 COLUMN_WIDTH = 6.7
 """Width (inches) of the book's text column at ``figure.dpi`` = 100, on a 1280 px screen."""
 
-FONT_SIZES = {"font.size": 10, "axes.labelsize": 10, "axes.titlesize": 10, "xtick.labelsize": 9,
-              "ytick.labelsize": 9, "legend.fontsize": 9, "legend.title_fontsize": 9}
+FONT_SIZES = {
+    "font.size": 10,
+    "axes.labelsize": 10,
+    "axes.titlesize": 10,
+    "xtick.labelsize": 9,
+    "ytick.labelsize": 9,
+    "legend.fontsize": 9,
+    "legend.title_fontsize": 9,
+}
 """Points; 10 pt is about 14 CSS px for a figure shown at its own width."""
 
 
 SEABORN_WHITEGRID = {
-    "figure.facecolor": "white", "axes.labelcolor": ".15", "xtick.direction": "out", "ytick.direction": "out",
-    "xtick.color": ".15", "ytick.color": ".15", "axes.axisbelow": True, "grid.linestyle": "-", "text.color": ".15",
+    "figure.facecolor": "white",
+    "axes.labelcolor": ".15",
+    "xtick.direction": "out",
+    "ytick.direction": "out",
+    "xtick.color": ".15",
+    "ytick.color": ".15",
+    "axes.axisbelow": True,
+    "grid.linestyle": "-",
+    "text.color": ".15",
     "font.family": ["sans-serif"],
     "font.sans-serif": ["Arial", "DejaVu Sans", "Liberation Sans", "Bitstream Vera Sans", "sans-serif"],
-    "lines.solid_capstyle": "round", "patch.edgecolor": "w", "patch.force_edgecolor": True, "xtick.top": False,
-    "ytick.right": False, "axes.grid": True, "axes.facecolor": "white", "axes.edgecolor": ".8", "grid.color": ".8",
-    "axes.spines.left": True, "axes.spines.bottom": True, "axes.spines.right": True, "axes.spines.top": True,
-    "xtick.bottom": False, "ytick.left": False,
+    "lines.solid_capstyle": "round",
+    "patch.edgecolor": "w",
+    "patch.force_edgecolor": True,
+    "xtick.top": False,
+    "ytick.right": False,
+    "axes.grid": True,
+    "axes.facecolor": "white",
+    "axes.edgecolor": ".8",
+    "grid.color": ".8",
+    "axes.spines.left": True,
+    "axes.spines.bottom": True,
+    "axes.spines.right": True,
+    "axes.spines.top": True,
+    "xtick.bottom": False,
+    "ytick.left": False,
 }
 """seaborn's ``whitegrid`` style (``seaborn.axes_style("whitegrid")``) without its default
 colormap: written out so that the theme does not import seaborn (and scipy.stats, about a
 second); tests/test_plotting.py checks it against seaborn. Images in the book name their colormap."""
 
 SEABORN_NOTEBOOK = {
-    "axes.linewidth": 1.25, "grid.linewidth": 1, "lines.linewidth": 1.5, "lines.markersize": 6, "patch.linewidth": 1,
-    "xtick.major.width": 1.25, "ytick.major.width": 1.25, "xtick.minor.width": 1, "ytick.minor.width": 1,
-    "xtick.major.size": 6, "ytick.major.size": 6, "xtick.minor.size": 4, "ytick.minor.size": 4, "font.size": 12,
-    "axes.labelsize": 12, "axes.titlesize": 12, "xtick.labelsize": 11, "ytick.labelsize": 11, "legend.fontsize": 11,
+    "axes.linewidth": 1.25,
+    "grid.linewidth": 1,
+    "lines.linewidth": 1.5,
+    "lines.markersize": 6,
+    "patch.linewidth": 1,
+    "xtick.major.width": 1.25,
+    "ytick.major.width": 1.25,
+    "xtick.minor.width": 1,
+    "ytick.minor.width": 1,
+    "xtick.major.size": 6,
+    "ytick.major.size": 6,
+    "xtick.minor.size": 4,
+    "ytick.minor.size": 4,
+    "font.size": 12,
+    "axes.labelsize": 12,
+    "axes.titlesize": 12,
+    "xtick.labelsize": 11,
+    "ytick.labelsize": 11,
+    "legend.fontsize": 11,
     "legend.title_fontsize": 12,
 }
 """seaborn's ``notebook`` context (``seaborn.plotting_context("notebook")``), checked likewise."""
@@ -73,10 +114,18 @@ SEABORN_NOTEBOOK = {
 
 def theme_rc() -> dict:
     """The rcParams :func:`set_theme` sets: seaborn's whitegrid style and notebook context, then the book's own."""
-    return {**SEABORN_WHITEGRID, **SEABORN_NOTEBOOK,
-            "figure.figsize": (6.0, 4.0), "figure.dpi": 100, "savefig.dpi": 200, "legend.frameon": False,
-            **FONT_SIZES, "axes.prop_cycle": cycler(color=PALETTE) + cycler(linestyle=LINESTYLES),
-            "lines.linewidth": 1.6, "lines.markersize": 5}
+    return {
+        **SEABORN_WHITEGRID,
+        **SEABORN_NOTEBOOK,
+        "figure.figsize": (6.0, 4.0),
+        "figure.dpi": 100,
+        "savefig.dpi": 200,
+        "legend.frameon": False,
+        **FONT_SIZES,
+        "axes.prop_cycle": cycler(color=PALETTE) + cycler(linestyle=LINESTYLES),
+        "lines.linewidth": 1.6,
+        "lines.markersize": 5,
+    }
 
 
 def set_theme(retina: bool = True) -> None:
@@ -88,7 +137,7 @@ def set_theme(retina: bool = True) -> None:
     are unchanged, so the text form of a figure (``<Figure size 600x400 ...>``,
     which nbval compares) is too.
     """
-    matplotlib.rcParams.update(theme_rc())   # what seaborn.set_theme(...) sets, without importing seaborn
+    matplotlib.rcParams.update(theme_rc())  # what seaborn.set_theme(...) sets, without importing seaborn
     if retina:
         _retina()
 
@@ -126,8 +175,9 @@ def style(k: int, *, marker: bool = False, markevery=None) -> dict:
     return out
 
 
-def figsize(ncols: int = 1, nrows: int = 1, *, aspect: float | None = None,
-            width: float | None = None) -> tuple[float, float]:
+def figsize(
+    ncols: int = 1, nrows: int = 1, *, aspect: float | None = None, width: float | None = None
+) -> tuple[float, float]:
     """Size (inches) of a figure of ``nrows`` x ``ncols`` panels that fits the text column.
 
     One panel: 6 in wide (600 px); two or more: the column width (:data:`COLUMN_WIDTH`).
@@ -143,12 +193,19 @@ def figsize(ncols: int = 1, nrows: int = 1, *, aspect: float | None = None,
         raise ValueError(f"figsize: width must be in (0, {COLUMN_WIDTH}] inches (the column), got {width!r}")
     w = width or (6.0 if ncols == 1 else COLUMN_WIDTH)
     aspect = aspect or {1: 2 / 3, 2: 0.8}.get(ncols, 0.9)
-    panel = (w - 0.55 * ncols) / ncols            # room for each panel's y labels
+    panel = (w - 0.55 * ncols) / ncols  # room for each panel's y labels
     return (round(w, 2), round(nrows * (panel * aspect + 0.65), 2))
 
 
-def subplots(ncols: int = 1, nrows: int = 1, *, titles: Sequence[str] | None = None,
-             aspect: float | None = None, width: float | None = None, **kwargs):
+def subplots(
+    ncols: int = 1,
+    nrows: int = 1,
+    *,
+    titles: Sequence[str] | None = None,
+    aspect: float | None = None,
+    width: float | None = None,
+    **kwargs,
+):
     """``plt.subplots`` at :func:`figsize`, with a constrained layout and optional panel titles.
 
     Returns ``(fig, axes)``; ``axes`` is one Axes for a single panel, else an array
@@ -223,8 +280,16 @@ def plot_paths(paths, *, directions=None, tokens=None, labels=None, ax=None, arr
         ax.plot([0, q[0]], [0, q[1]], ls=ls, lw=1.3, color=color, label=name)
     if tokens is not None:
         for i, keys in enumerate(np.asarray(tokens)):
-            ax.scatter(keys[:, 0], keys[:, 1], marker=MARKERS[i % len(MARKERS)], s=40,
-                       facecolors="none", edgecolors="k", lw=1, zorder=3)
+            ax.scatter(
+                keys[:, 0],
+                keys[:, 1],
+                marker=MARKERS[i % len(MARKERS)],
+                s=40,
+                facecolors="none",
+                edgecolors="k",
+                lw=1,
+                zorder=3,
+            )
     ax.set_xlabel("$p_1$")
     ax.set_ylabel("$p_2$")
     ax.set_aspect("equal", adjustable="datalim")
@@ -243,7 +308,7 @@ def plot_curves(x, ys: dict, *, xlabel: str, ylabel: str, ax=None, logx=False, l
     for k, (name, y) in enumerate(ys.items()):
         y = np.asarray(y)
         st = style(k)
-        fmt = (styles or {}).get(name)              # an explicit format string wins over the dash
+        fmt = (styles or {}).get(name)  # an explicit format string wins over the dash
         lead, kw = ((fmt,), {"color": st["color"]}) if fmt else ((), st)
         if y.ndim == 1:
             ax.plot(x, y, *lead, label=name, lw=1.8, **kw)
@@ -265,9 +330,15 @@ def attention_heatmap(weights, *, row_labels=None, col_labels=None, ax=None, cma
     import seaborn as sns  # imported when used (it brings scipy.stats)
 
     fig, ax = _ax(ax)
-    sns.heatmap(np.asarray(weights), ax=ax, cmap=cmap, vmin=0, cbar=cbar,
-                xticklabels=col_labels if col_labels is not None else False,
-                yticklabels=row_labels if row_labels is not None else False)
+    sns.heatmap(
+        np.asarray(weights),
+        ax=ax,
+        cmap=cmap,
+        vmin=0,
+        cbar=cbar,
+        xticklabels=col_labels if col_labels is not None else False,
+        yticklabels=row_labels if row_labels is not None else False,
+    )
     return fig
 
 
@@ -276,8 +347,17 @@ def token_scatter(x, y, *, xlabel: str, ylabel: str, hue=None, size=None, ax=Non
     import seaborn as sns
 
     fig, ax = _ax(ax)
-    sns.scatterplot(x=np.asarray(x), y=np.asarray(y), hue=hue, size=size, ax=ax, s=12 if size is None else None,
-                    alpha=alpha, edgecolor=None, legend=hue is not None)
+    sns.scatterplot(
+        x=np.asarray(x),
+        y=np.asarray(y),
+        hue=hue,
+        size=size,
+        ax=ax,
+        s=12 if size is None else None,
+        alpha=alpha,
+        edgecolor=None,
+        legend=hue is not None,
+    )
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     return fig

@@ -24,6 +24,7 @@ caller's random state is left as it was.
 This is the computation the book shows to fail once the softmax saturates (see
 the saturation appendix); the theory chapters use :mod:`mmtoken.grad` instead.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -65,17 +66,17 @@ class PromptAttention(nn.Module):
                 self.query.weight.data = weight.to(dtype).clone()
                 self.key.weight.data = weight.to(dtype).clone()
             self.value = nn.Identity()
-            self.w = nn.Parameter(torch.randn(d, dtype=dtype) * 0.01)             # overwritten by the caller
+            self.w = nn.Parameter(torch.randn(d, dtype=dtype) * 0.01)  # overwritten by the caller
             self.prompt = nn.Parameter(torch.randn(starts, d, dtype=dtype) * 0.01)
         self.attention: torch.Tensor | None = None
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """``X (n, T, d)`` -> outputs ``(S, n)``; keeps the attention ``(S, n, T)`` in :attr:`attention`."""
-        Q = self.query(self.prompt)[:, None, None, :]                     # (S, 1, 1, d)
-        K = self.key(X)                                                     # (n, T, d)
-        A = torch.softmax(Q @ K.transpose(-2, -1), dim=-1)                 # (S, n, 1, T)
+        Q = self.query(self.prompt)[:, None, None, :]  # (S, 1, 1, d)
+        K = self.key(X)  # (n, T, d)
+        A = torch.softmax(Q @ K.transpose(-2, -1), dim=-1)  # (S, n, 1, T)
         self.attention = A[..., 0, :]
-        out = A @ self.value(X)                                             # (S, n, 1, d)
+        out = A @ self.value(X)  # (S, n, 1, d)
         return out[..., 0, :] @ self.w
 
 
@@ -97,8 +98,19 @@ def _check(X, Y, v, starts, weight, steps, lr, eps, record_every):
         raise ValueError(f"lr must be > 0 and eps >= 0, got lr={lr}, eps={eps}")
 
 
-def public_normalized_gd(X, Y, v, starts, *, steps: int, lr: float = 0.1, eps: float = EPS_FIG1, weight=None,
-                         dtype: torch.dtype = torch.float32, record_every: int = 1) -> History:
+def public_normalized_gd(
+    X,
+    Y,
+    v,
+    starts,
+    *,
+    steps: int,
+    lr: float = 0.1,
+    eps: float = EPS_FIG1,
+    weight=None,
+    dtype: torch.dtype = torch.float32,
+    record_every: int = 1,
+) -> History:
     """Normalized GD on the prompt exactly as the public code runs it, every start at once.
 
     Parameters
@@ -122,7 +134,7 @@ def public_normalized_gd(X, Y, v, starts, *, steps: int, lr: float = 0.1, eps: f
     weight = None if weight is None else t(weight)
     _check(X, Y, v, starts, weight, steps, lr, eps, record_every)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)             # tiny tensors: a thread pool only adds overhead (10x on a busy CPU)
+    torch.set_num_threads(1)  # tiny tensors: a thread pool only adds overhead (10x on a busy CPU)
     try:
         return _loop(X, Y, v, starts, weight, dtype, steps, lr, eps, record_every)
     finally:
@@ -138,7 +150,7 @@ def _loop(X, Y, v, starts, weight, dtype, steps, lr, eps, record_every) -> Histo
     rows: dict[str, list] = {"step": [], "p": [], "loss": [], "probs": [], "gnorm": []}
     for it in range(steps + 1):
         optimizer.zero_grad()
-        loss = torch.log(1 + torch.exp(-Y * model(X))).mean(-1)           # (S,): each start's mean loss
+        loss = torch.log(1 + torch.exp(-Y * model(X))).mean(-1)  # (S,): each start's mean loss
         if it in record:
             rows["step"].append(it)
             rows["p"].append(model.prompt.detach().clone())
@@ -148,16 +160,22 @@ def _loop(X, Y, v, starts, weight, dtype, steps, lr, eps, record_every) -> Histo
             if it in record:
                 rows["gnorm"].append(torch.full((starts.shape[0],), float("nan"), dtype=dtype))
             break
-        loss.sum().backward()                                               # row s of the gradient = start s's
+        loss.sum().backward()  # row s of the gradient = start s's
         g = model.prompt.grad
         gn = g.norm(dim=-1, keepdim=True)
         if it in record:
             rows["gnorm"].append(gn[:, 0].clone())
-        g /= gn + eps                                                       # the public normalization
+        g /= gn + eps  # the public normalization
         optimizer.step()
     P = torch.stack(rows["p"]).double()
-    return History(np.array(rows["step"]), P, P.norm(dim=-1), torch.stack(rows["loss"]).double(),
-                   torch.stack(rows["probs"]).double(), extra={"grad_norm": torch.stack(rows["gnorm"]).double()})
+    return History(
+        np.array(rows["step"]),
+        P,
+        P.norm(dim=-1),
+        torch.stack(rows["loss"]).double(),
+        torch.stack(rows["probs"]).double(),
+        extra={"grad_norm": torch.stack(rows["gnorm"]).double()},
+    )
 
 
 def token_space_weight(W) -> np.ndarray:
@@ -172,8 +190,16 @@ def token_space_weight(W) -> np.ndarray:
     return W @ W.T
 
 
-def run_instance(inst: Instance, *, steps: int, lr: float = 0.1, eps: float = EPS_FIG1,
-                 dtype: torch.dtype = torch.float32, record_every: int = 1, starts=None) -> History:
+def run_instance(
+    inst: Instance,
+    *,
+    steps: int,
+    lr: float = 0.1,
+    eps: float = EPS_FIG1,
+    dtype: torch.dtype = torch.float32,
+    record_every: int = 1,
+    starts=None,
+) -> History:
     """:func:`public_normalized_gd` on a package :class:`~mmtoken.instances.Instance`.
 
     The starts (``inst.starts`` unless given, ``(S, m)`` in key space) are lifted to token space
@@ -185,8 +211,18 @@ def run_instance(inst: Instance, *, steps: int, lr: float = 0.1, eps: float = EP
     starts = np.asarray(inst.starts if starts is None else starts, dtype=float)
     if starts.ndim != 2 or starts.shape[1] != W.shape[1]:
         raise ValueError(f"starts must have shape (S, {W.shape[1]}), got {starts.shape}")
-    h = public_normalized_gd(inst.X, inst.Y, inst.v, starts @ W.T, steps=steps, lr=lr, eps=eps, weight=weight,
-                             dtype=dtype, record_every=record_every)
+    h = public_normalized_gd(
+        inst.X,
+        inst.Y,
+        inst.v,
+        starts @ W.T,
+        steps=steps,
+        lr=lr,
+        eps=eps,
+        weight=weight,
+        dtype=dtype,
+        record_every=record_every,
+    )
     P = h.p @ torch.as_tensor(W)
     return History(h.steps, P, P.norm(dim=-1), h.loss, h.probs, extra=h.extra)
 

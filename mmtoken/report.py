@@ -11,6 +11,7 @@ Each row carries the anchor ``claim-<id>`` (stable: the claim id itself) and lin
 to the place its chapter states the claim, which a chapter marks with the role
 ``{claim}`<id>``` (see ``CONTRIBUTING.md``).
 """
+
 from __future__ import annotations
 
 import html
@@ -27,22 +28,23 @@ from .ledger import status as ledger_status
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 LEDGER_DOC = "book/appendix/claims"
-CLAIM_ANCHOR = "claim-"          # ledger row:            claims.html#claim-A.global.gd
-STATEMENT_ANCHOR = "stmt-"       # statement in a chapter: 02_global.html#stmt-A.global.gd
+CLAIM_ANCHOR = "claim-"  # ledger row:            claims.html#claim-A.global.gd
+STATEMENT_ANCHOR = "stmt-"  # statement in a chapter: 02_global.html#stmt-A.global.gd
 CLAIM_ROLE = re.compile(r"\{claim\}`([^`]+)`")
 KIND_LABELS = {"theorem": "theorem", "observation": "observation", "consistency": "consistency"}
 
 
 # --- the book's order and titles ------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Page:
     """One page of the book as the reader sees it in the sidebar."""
 
-    doc: str            # document name, e.g. "book/part1/02_global"
-    title: str          # first heading of the page
-    label: str | None   # "2" for a numbered chapter, "A" for a lettered appendix, None otherwise
-    part: str           # caption of its part in _toc.yml
+    doc: str  # document name, e.g. "book/part1/02_global"
+    title: str  # first heading of the page
+    label: str | None  # "2" for a numbered chapter, "A" for a lettered appendix, None otherwise
+    part: str  # caption of its part in _toc.yml
 
     @property
     def stem(self) -> str:
@@ -141,6 +143,7 @@ def relative_url(from_doc: str, to_doc: str) -> str:
 
 # --- the ledger -----------------------------------------------------------------------------
 
+
 def _row(r: Result | dict) -> dict:
     return r.to_dict() if isinstance(r, Result) else dict(r)
 
@@ -162,11 +165,13 @@ def summary_line(results: Iterable[Result | dict], scale: str | None = None) -> 
     st = [status(r) for r in rows]
     kinds = [r["kind"] for r in rows]
     where = f" at {scale} scale" if scale else ""
-    absent = (f"\n{st.count('data missing')} not run: their data are missing." if "data missing" in st else "")
-    return (f"{plural(len(rows), 'claim')}{where}: {st.count('pass')} passed, "
-            f"{plural(st.count('known miss'), 'known miss', 'known misses')}, {st.count('FAIL')} failed.{absent}\n"
-            f"{plural(kinds.count('theorem'), 'theorem')}, {plural(kinds.count('observation'), 'observation')}, "
-            f"{plural(kinds.count('consistency'), 'consistency check')}.")
+    absent = f"\n{st.count('data missing')} not run: their data are missing." if "data missing" in st else ""
+    return (
+        f"{plural(len(rows), 'claim')}{where}: {st.count('pass')} passed, "
+        f"{plural(st.count('known miss'), 'known miss', 'known misses')}, {st.count('FAIL')} failed.{absent}\n"
+        f"{plural(kinds.count('theorem'), 'theorem')}, {plural(kinds.count('observation'), 'observation')}, "
+        f"{plural(kinds.count('consistency'), 'consistency check')}."
+    )
 
 
 def _number(v: Any) -> str:
@@ -174,7 +179,7 @@ def _number(v: Any) -> str:
         return str(v)
     if isinstance(v, float):
         text = f"{v:.6g}"
-        return text + ".0" if text.lstrip("-").isdigit() else text      # 1.0, not 1: a float
+        return text + ".0" if text.lstrip("-").isdigit() else text  # 1.0, not 1: a float
     if isinstance(v, dict):
         return "{" + ", ".join(f"{k}: {_number(x)}" for k, x in v.items()) + "}"
     if isinstance(v, (list, tuple)):
@@ -201,9 +206,21 @@ def ledger_payload(results: Iterable[Result]) -> str:
     Text, not a JSON output: a notebook's glued (undisplayed) outputs must be strings.
     The ``claims-ledger`` directive reads it back with :func:`rows_from_payload`.
     """
-    keep = ("id", "statement", "checks", "kind", "chapter", "threshold", "measured", "passed",
-            "details", "known_miss", "error", "missing")
-    return json.dumps({"rows": [{k: _row(r).get(k) for k in keep} for r in results]})   # keys in their order
+    keep = (
+        "id",
+        "statement",
+        "checks",
+        "kind",
+        "chapter",
+        "threshold",
+        "measured",
+        "passed",
+        "details",
+        "known_miss",
+        "error",
+        "missing",
+    )
+    return json.dumps({"rows": [{k: _row(r).get(k) for k in keep} for r in results]})  # keys in their order
 
 
 def rows_from_payload(text: str) -> list[dict]:
@@ -211,7 +228,7 @@ def rows_from_payload(text: str) -> list[dict]:
     import ast
 
     text = text.strip()
-    if text[:1] in "'\"(":                        # the text/plain repr of a str
+    if text[:1] in "'\"(":  # the text/plain repr of a str
         text = ast.literal_eval(text)
     rows = json.loads(text).get("rows")
     if not isinstance(rows, list):
@@ -262,25 +279,33 @@ def row_html(d: dict, back: str | None, chapter_url: str | None) -> str:
         where = f'<a class="claim-chapter" href="{html.escape(chapter_url)}">its chapter</a>'
     else:
         where = ""
-    claim = (f'{_code(d["id"])}<span class="ledger-kind ledger-kind-{html.escape(d["kind"])}">'
-             f'{html.escape(KIND_LABELS.get(d["kind"], d["kind"]))}</span>'
-             + (f'<span class="ledger-where">{where}</span>' if where else ""))
+    claim = (
+        f'{_code(d["id"])}<span class="ledger-kind ledger-kind-{html.escape(d["kind"])}">'
+        f"{html.escape(KIND_LABELS.get(d['kind'], d['kind']))}</span>"
+        + (f'<span class="ledger-where">{where}</span>' if where else "")
+    )
     checks = f'{html.escape(d["statement"])}<span class="ledger-sub">checks: {html.escape(d["checks"])}</span>'
     measured = "<br>".join(html.escape(x) for x in measured_items(d))
-    result = (f'<span class="ledger-measured">{measured}</span>'
-              f'<span class="ledger-sub">threshold: {html.escape(d["threshold"])}</span>')
+    result = (
+        f'<span class="ledger-measured">{measured}</span>'
+        f'<span class="ledger-sub">threshold: {html.escape(d["threshold"])}</span>'
+    )
     if d.get("known_miss"):
         result += f'<span class="ledger-sub ledger-note">known miss: {html.escape(d["known_miss"])}</span>'
-    return (f'<tr id="{CLAIM_ANCHOR}{html.escape(d["id"])}" class="ledger-{cls}">'
-            f'<td class="ledger-status"><span class="ledger-badge ledger-badge-{cls}">{st}</span></td>'
-            f'<td class="ledger-claim">{claim}</td><td class="ledger-checks">{checks}</td>'
-            f'<td class="ledger-result">{result}</td></tr>')
+    return (
+        f'<tr id="{CLAIM_ANCHOR}{html.escape(d["id"])}" class="ledger-{cls}">'
+        f'<td class="ledger-status"><span class="ledger-badge ledger-badge-{cls}">{st}</span></td>'
+        f'<td class="ledger-claim">{claim}</td><td class="ledger-checks">{checks}</td>'
+        f'<td class="ledger-result">{result}</td></tr>'
+    )
 
 
-TABLE_HEAD = ('<table class="ledger"><colgroup><col class="ledger-col-status"><col class="ledger-col-claim">'
-              '<col class="ledger-col-checks"><col class="ledger-col-result"></colgroup>'
-              '<thead><tr><th>status</th><th>claim</th><th>what it checks</th><th>measured / threshold</th>'
-              '</tr></thead><tbody>')
+TABLE_HEAD = (
+    '<table class="ledger"><colgroup><col class="ledger-col-status"><col class="ledger-col-claim">'
+    '<col class="ledger-col-checks"><col class="ledger-col-result"></colgroup>'
+    "<thead><tr><th>status</th><th>claim</th><th>what it checks</th><th>measured / threshold</th>"
+    "</tr></thead><tbody>"
+)
 
 
 def group_html(group: Group, from_doc: str = LEDGER_DOC, places: dict[str, list[str]] | None = None) -> str:
@@ -318,8 +343,7 @@ def _clip(text: str, width: int) -> str:
 
 def claims_text(results: Iterable[Result | dict]) -> str:
     """Plain text: one line per claim with status and measured value (no timings)."""
-    return "\n".join(f"{status(r):10s} {_row(r)['id']:28s} {_clip('; '.join(measured_items(r)), 90)}"
-                     for r in results)
+    return "\n".join(f"{status(r):10s} {_row(r)['id']:28s} {_clip('; '.join(measured_items(r)), 90)}" for r in results)
 
 
 OUTPUT_WIDTH = 72
@@ -332,8 +356,9 @@ def claims_block(results: Iterable[Result | dict], width: int = OUTPUT_WIDTH) ->
     import textwrap
 
     def wrapped(text: str) -> list[str]:
-        return textwrap.wrap(text, width, initial_indent=" " * 6, subsequent_indent=" " * 8,
-                             break_on_hyphens=False) or [" " * 6]
+        return textwrap.wrap(
+            text, width, initial_indent=" " * 6, subsequent_indent=" " * 8, break_on_hyphens=False
+        ) or [" " * 6]
 
     out: list[str] = []
     for r in results:
@@ -366,6 +391,7 @@ def chapter_claims(only: list[str], width: int = OUTPUT_WIDTH) -> str:
 
 # --- benchmarks -----------------------------------------------------------------------------
 
+
 def _meta_line(meta: dict | None, fallback: str) -> str:
     """``measured 2026-11-29 on <cpu> (2 cores); torch 2.13.0; torch threads 2; Python 3.11.7``."""
     if not meta:
@@ -395,35 +421,52 @@ def benchmark_tables(results_dir: Path, root: Path = ROOT) -> dict[str, tuple[st
     f = results_dir / "figures.json"
     if f.is_file():
         data = json.loads(f.read_text())
-        rows = [{"published figure (paper A)": r["figure"],
-                 "compiled kernel, batched (ms)": round(1000 * r["batched_compiled_s"], 1),
-                 "torch, batched (ms)": round(1000 * r["batched_torch_s"], 1),
-                 "public-style loop (s)": round(r["per_start_public_s"], 2),
-                 "speed-up: kernel": f"{r['speedup']:.0f}x",
-                 "speed-up: torch": f"{r['speedup_torch']:.1f}x"} for r in data["rows"]]
+        rows = [
+            {
+                "published figure (paper A)": r["figure"],
+                "compiled kernel, batched (ms)": round(1000 * r["batched_compiled_s"], 1),
+                "torch, batched (ms)": round(1000 * r["batched_torch_s"], 1),
+                "public-style loop (s)": round(r["per_start_public_s"], 2),
+                "speed-up: kernel": f"{r['speedup']:.0f}x",
+                "speed-up: torch": f"{r['speedup_torch']:.1f}x",
+            }
+            for r in data["rows"]
+        ]
         meta = data.get("meta", {})
-        out["figures"] = (_meta_line(meta, "machine not recorded")
-                          + (f"; {meta['steps']} steps" if meta.get("steps") else ""), pd.DataFrame(rows))
+        out["figures"] = (
+            _meta_line(meta, "machine not recorded") + (f"; {meta['steps']} steps" if meta.get("steps") else ""),
+            pd.DataFrame(rows),
+        )
     f = results_dir / "whole_process.json"
     if f.is_file():
         data = json.loads(f.read_text())
         pub = data["rows"].get("public-style script", {}).get("cpu_s_median")
-        rows = [{"process": name, "CPU (s), median": r["cpu_s_median"], "CPU (s), min": r["cpu_s_min"],
-                 "public-style / this": f"{pub / r['cpu_s_median']:.1f}x" if pub and name.startswith("mmtoken")
-                 else ""} for name, r in data["rows"].items()]
+        rows = [
+            {
+                "process": name,
+                "CPU (s), median": r["cpu_s_median"],
+                "CPU (s), min": r["cpu_s_min"],
+                "public-style / this": f"{pub / r['cpu_s_median']:.1f}x" if pub and name.startswith("mmtoken") else "",
+            }
+            for name, r in data["rows"].items()
+        ]
         meta = data.get("meta", {})
-        out["whole_process"] = (_meta_line(meta, "machine not recorded")
-                                + (f"; {meta['repeat']} runs each" if meta.get("repeat") else ""), pd.DataFrame(rows))
+        out["whole_process"] = (
+            _meta_line(meta, "machine not recorded") + (f"; {meta['repeat']} runs each" if meta.get("repeat") else ""),
+            pd.DataFrame(rows),
+        )
     f = results_dir / "random.json"
     if f.is_file():
         data = json.loads(f.read_text())
-        measures = {"batched (instances/s)": lambda r: f"{r['batched_inst_per_s']:,.0f}",
-                    "one at a time (instances/s)": lambda r: f"{r['loop_inst_per_s']:,.0f}",
-                    "speed-up": lambda r: f"{r['speedup']:.1f}x",
-                    "max |difference| of the iterates": lambda r: f"{r['max_abs_diff']:.1e}",
-                    "sweep: instances": lambda r: f"{r['sweep_instances']}",
-                    "sweep: wall time (s)": lambda r: f"{r['sweep_wall_s']:.1f}",
-                    "sweep: CPU time (s)": lambda r: f"{r['sweep_cpu_s']:.1f}"}
+        measures = {
+            "batched (instances/s)": lambda r: f"{r['batched_inst_per_s']:,.0f}",
+            "one at a time (instances/s)": lambda r: f"{r['loop_inst_per_s']:,.0f}",
+            "speed-up": lambda r: f"{r['speedup']:.1f}x",
+            "max |difference| of the iterates": lambda r: f"{r['max_abs_diff']:.1e}",
+            "sweep: instances": lambda r: f"{r['sweep_instances']}",
+            "sweep: wall time (s)": lambda r: f"{r['sweep_wall_s']:.1f}",
+            "sweep: CPU time (s)": lambda r: f"{r['sweep_cpu_s']:.1f}",
+        }
         trainers = {name: r for name, r in data.items() if isinstance(r, dict) and "batched_inst_per_s" in r}
         # one column per trainer (two), one row per measure: fits the column
         rows = [{"measure": m, **{name: f(r) for name, r in trainers.items()}} for m, f in measures.items()]
@@ -432,8 +475,10 @@ def benchmark_tables(results_dir: Path, root: Path = ROOT) -> dict[str, tuple[st
     f = results_dir / "book.json"
     if f.is_file():
         data = json.loads(f.read_text())
-        chapters = {(nb[:-len(".ipynb")] if nb.endswith(".ipynb") else nb): s for nb, s in data["chapters"].items()}
-        rows = [{"page": p.heading, "execution (s)": chapters.pop(p.doc)} for p in book_order(root) if p.doc in chapters]
+        chapters = {(nb[: -len(".ipynb")] if nb.endswith(".ipynb") else nb): s for nb, s in data["chapters"].items()}
+        rows = [
+            {"page": p.heading, "execution (s)": chapters.pop(p.doc)} for p in book_order(root) if p.doc in chapters
+        ]
         rows += [{"page": doc, "execution (s)": s} for doc, s in chapters.items()]
         rows.append({"page": "whole book", "execution (s)": data["total_s"]})
         out["book"] = (_meta_line(data.get("meta"), "machine not recorded"), pd.DataFrame(rows))

@@ -33,6 +33,7 @@ that of every ``mmtoken`` module it imports, transitively, found statically
 (from the import statements, lazy imports inside functions included), so a
 change in an unrelated chapter leaves a result valid.
 """
+
 from __future__ import annotations
 
 import ast
@@ -105,7 +106,7 @@ def _imports(name: str, path: Path) -> set[str]:
             else:
                 target = node.module or ""
             found.add(target)
-            found.update(f"{target}.{a.name}" for a in node.names)   # `from pkg import module`
+            found.update(f"{target}.{a.name}" for a in node.names)  # `from pkg import module`
     out = set()
     for m in found:
         # importing a.b.c runs a/__init__, a/b/__init__ too
@@ -120,7 +121,7 @@ def module_closure(name: str) -> tuple[str, ...]:
     if module_file(name) is None:
         raise ValueError(f"{name!r} is not a module of the {PACKAGE} package")
     parts = name.split(".")
-    seen, todo = set(), [".".join(parts[:k]) for k in range(1, len(parts) + 1)]   # with its packages
+    seen, todo = set(), [".".join(parts[:k]) for k in range(1, len(parts) + 1)]  # with its packages
     while todo:
         m = todo.pop()
         if m in seen:
@@ -154,8 +155,7 @@ def source_fingerprint(name: str) -> str:
 
 def fingerprint(code: str, config: dict, data: str) -> str:
     """Digest of a code fingerprint, a JSON-able configuration and a data fingerprint."""
-    payload = json.dumps({"code": code, "config": config, "data": data, "format": FORMAT}, sort_keys=True,
-                         default=str)
+    payload = json.dumps({"code": code, "config": config, "data": data, "format": FORMAT}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -165,16 +165,22 @@ def save(path: str | os.PathLike, name: str, fp: str, arrays: dict[str, np.ndarr
     for k, v in arrays.items():
         if k == HEADER or v.dtype == object:
             raise ValueError(f"array {k!r} cannot be cached (reserved name or object dtype)")
-    header = {"format": FORMAT, "name": name, "fingerprint": fp, "meta": meta,
-              "shapes": {k: list(v.shape) for k, v in arrays.items()},
-              "dtypes": {k: v.dtype.str for k, v in arrays.items()}}
+    header = {
+        "format": FORMAT,
+        "name": name,
+        "fingerprint": fp,
+        "meta": meta,
+        "shapes": {k: list(v.shape) for k, v in arrays.items()},
+        "dtypes": {k: v.dtype.str for k, v in arrays.items()},
+    }
     buf = io.BytesIO()
     np.savez_compressed(buf, **{HEADER: np.array(json.dumps(header))}, **arrays)
     atomic_write_bytes(path, buf.getvalue())
 
 
-def load(path: str | os.PathLike, name: str, fp: str,
-         expect: dict[str, tuple] | None = None) -> tuple[dict[str, np.ndarray], dict]:
+def load(
+    path: str | os.PathLike, name: str, fp: str, expect: dict[str, tuple] | None = None
+) -> tuple[dict[str, np.ndarray], dict]:
     """Read a result written by :func:`save`; raise :class:`CacheError` unless it is ``name`` at ``fp``.
 
     ``expect`` maps array names to required shapes (``None`` for a free
@@ -198,8 +204,10 @@ def load(path: str | os.PathLike, name: str, fp: str,
         raise CacheError(f"{path} lacks arrays {sorted(set(shapes) - set(arrays))} or has unlisted ones")
     for k, v in arrays.items():
         if list(v.shape) != shapes[k] or v.dtype.str != dtypes.get(k):
-            raise CacheError(f"{path}: array {k!r} has shape {v.shape} / dtype {v.dtype}, "
-                             f"recorded {tuple(shapes[k])} / {dtypes.get(k)}")
+            raise CacheError(
+                f"{path}: array {k!r} has shape {v.shape} / dtype {v.dtype}, "
+                f"recorded {tuple(shapes[k])} / {dtypes.get(k)}"
+            )
     for k, shape in (expect or {}).items():
         if k not in arrays:
             raise CacheError(f"{path} lacks the array {k!r}")
@@ -244,9 +252,13 @@ def locked(path: str | os.PathLike, timeout: float = -1) -> Iterator[None]:
         yield
 
 
-def load_or_compute(path: str | os.PathLike, name: str, fp: str,
-                    compute: Callable[[], tuple[dict[str, np.ndarray], dict]],
-                    expect: dict[str, tuple] | None = None) -> tuple[dict[str, np.ndarray], dict]:
+def load_or_compute(
+    path: str | os.PathLike,
+    name: str,
+    fp: str,
+    compute: Callable[[], tuple[dict[str, np.ndarray], dict]],
+    expect: dict[str, tuple] | None = None,
+) -> tuple[dict[str, np.ndarray], dict]:
     """The cached result ``name`` at ``fp`` from ``path``, or ``compute()`` it and store it there.
 
     A file that is damaged or holds another result is reported (``RuntimeWarning``
@@ -260,22 +272,29 @@ def load_or_compute(path: str | os.PathLike, name: str, fp: str,
         try:
             return load(path, name, fp, expect)
         except CacheError:
-            pass   # reported below, under the lock (another process may be replacing it right now)
+            pass  # reported below, under the lock (another process may be replacing it right now)
     with locked(path):
         if path.is_file():
             try:
                 return load(path, name, fp, expect)
             except CacheError as exc:
-                warnings.warn(f"ignoring the results cache: {exc}; recomputing {name} and replacing the file",
-                              RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"ignoring the results cache: {exc}; recomputing {name} and replacing the file",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         arrays, meta = compute()
         save(path, name, fp, arrays, meta)
         return load(path, name, fp, expect)
 
 
-def experiment_result(module: str, name: str, config: dict,
-                      compute: Callable[[], tuple[dict[str, np.ndarray], dict]],
-                      expect: dict[str, tuple] | None = None) -> tuple[dict[str, np.ndarray], dict]:
+def experiment_result(
+    module: str,
+    name: str,
+    config: dict,
+    compute: Callable[[], tuple[dict[str, np.ndarray], dict]],
+    expect: dict[str, tuple] | None = None,
+) -> tuple[dict[str, np.ndarray], dict]:
     """Result ``name`` of the experiment module ``module`` (``"mmtoken.experiments.x"``), from the
     results cache or computed now (:func:`load_or_compute`).
 
@@ -291,6 +310,6 @@ def experiment_result(module: str, name: str, config: dict,
     path = data_dir() / "results" / short / f"{name}.npz"
     try:
         return load_or_compute(path, f"{short}/{name}", fp, compute, expect)
-    except (OSError, DataFolderError) as exc:   # a data folder that cannot be written: compute, keep nothing
+    except (OSError, DataFolderError) as exc:  # a data folder that cannot be written: compute, keep nothing
         warnings.warn(f"results cache not used for {short}/{name} ({exc})", RuntimeWarning, stacklevel=2)
         return compute()

@@ -13,6 +13,7 @@ left without any in-vocabulary word has no input for the model: training
 skips it, and every accuracy here counts it as an error
 (:func:`evaluate`, :func:`bow_logistic`).
 """
+
 from __future__ import annotations
 
 import math
@@ -28,8 +29,9 @@ from .datasets.tokenize import PAD_ID
 from .embedding import gather_outputs
 
 
-def outputs(a: torch.Tensor, b: torch.Tensor, tokens: torch.Tensor,
-            counts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def outputs(
+    a: torch.Tensor, b: torch.Tensor, tokens: torch.Tensor, counts: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Model output ``(B,)`` and attention ``(B, T)`` from per-token logits ``a = E p`` and values ``b = E v``.
 
     ``tokens`` is ``(B, T)`` with ``PAD_ID`` at padding; every row must hold a
@@ -54,7 +56,7 @@ def collapse(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if tokens.ndim != 2:
         raise ValueError(f"tokens must have shape (N, T), got {tokens.shape}")
     N, T = tokens.shape
-    S = np.sort(tokens, axis=1)                       # padding (0) first, then the ids in order
+    S = np.sort(tokens, axis=1)  # padding (0) first, then the ids in order
     start = np.ones_like(S, dtype=bool)
     start[:, 1:] = S[:, 1:] != S[:, :-1]
     start &= S != PAD_ID
@@ -73,7 +75,7 @@ def collapse(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _trim(tokens: torch.Tensor) -> torch.Tensor:
     """Drop the all-padding columns at the right of a batch."""
     width = int((tokens != PAD_ID).sum(-1).max())
-    return tokens[:, :max(width, 1)]
+    return tokens[:, : max(width, 1)]
 
 
 def length_batches(lengths: np.ndarray, batch: int, gen: torch.Generator, pool: int = 50) -> list[torch.Tensor]:
@@ -91,9 +93,9 @@ def length_batches(lengths: np.ndarray, batch: int, gen: torch.Generator, pool: 
     perm = torch.randperm(lengths.numel(), generator=gen)
     out = []
     for k in range(0, perm.numel(), batch * pool):
-        chunk = perm[k:k + batch * pool]
+        chunk = perm[k : k + batch * pool]
         chunk = chunk[torch.argsort(lengths[chunk], stable=True)]
-        out.extend(chunk[j:j + batch] for j in range(0, chunk.numel(), batch))
+        out.extend(chunk[j : j + batch] for j in range(0, chunk.numel(), batch))
     order = torch.randperm(len(out), generator=gen)
     return [out[int(i)] for i in order]
 
@@ -115,8 +117,9 @@ class Chunks:
     n: int
 
     @classmethod
-    def build(cls, tokens: np.ndarray, labels: np.ndarray, size: int = 2048, dtype=torch.float32,
-              device=None) -> Chunks:
+    def build(
+        cls, tokens: np.ndarray, labels: np.ndarray, size: int = 2048, dtype=torch.float32, device=None
+    ) -> Chunks:
         tokens, labels = np.asarray(tokens), np.asarray(labels)
         if tokens.ndim != 2 or labels.shape != (tokens.shape[0],):
             raise ValueError(f"tokens must be (N, T) and labels (N,), got {tokens.shape} and {labels.shape}")
@@ -130,7 +133,7 @@ class Chunks:
         dev = device or config.device()
         out = cls([], [], [], [], int(order.size))
         for k in range(0, order.size, size):
-            idx = order[k:k + size]
+            idx = order[k : k + size]
             w = int(lengths[idx].max())
             out.tokens.append(torch.as_tensor(ids[idx, :w], dtype=torch.long, device=dev))
             out.counts.append(torch.as_tensor(counts[idx, :w], dtype=dtype, device=dev))
@@ -165,9 +168,20 @@ class FitHistory:
     val_accuracy: list[float] = field(default_factory=list)
 
 
-def fit(params: Params, tokens: torch.Tensor, y: torch.Tensor, *, train: tuple[str, ...], epochs: int,
-        lr: float, batch: int, seed: int, counts: torch.Tensor | None = None, warmup: int = 0,
-        val: tuple[Chunks, int] | None = None) -> FitHistory:
+def fit(
+    params: Params,
+    tokens: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    train: tuple[str, ...],
+    epochs: int,
+    lr: float,
+    batch: int,
+    seed: int,
+    counts: torch.Tensor | None = None,
+    warmup: int = 0,
+    val: tuple[Chunks, int] | None = None,
+) -> FitHistory:
     """Adam on the named parameters (``"E"``, ``"p"``, ``"v"``) with the logistic loss.
 
     Parameters
@@ -181,8 +195,9 @@ def fit(params: Params, tokens: torch.Tensor, y: torch.Tensor, *, train: tuple[s
     val : ``(chunks, n_empty)`` of a validation set: its accuracy is recorded after each epoch.
     """
     if epochs < 0 or lr <= 0 or warmup < 0 or not set(train) <= {"E", "p", "v"} or not train:
-        raise ValueError(f"need epochs >= 0, lr > 0, warmup >= 0 and train within E, p, v; got "
-                         f"{epochs}, {lr}, {warmup}, {train}")
+        raise ValueError(
+            f"need epochs >= 0, lr > 0, warmup >= 0 and train within E, p, v; got {epochs}, {lr}, {warmup}, {train}"
+        )
     names = [n for n in ("E", "p", "v") if n in train]
     leaves = {n: getattr(params, n).detach().clone().requires_grad_(n in names) for n in ("E", "p", "v")}
     opt = torch.optim.Adam([leaves[n] for n in names], lr=lr)
@@ -193,8 +208,11 @@ def fit(params: Params, tokens: torch.Tensor, y: torch.Tensor, *, train: tuple[s
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min(1.0, (k + 1) / ramp) if warmup else 1.0)
     history = FitHistory()
     # a bar over batches where someone watches a long fit (a Jupyter kernel, a terminal); off in builds
-    bar = config.progress_bar(total=epochs * per_epoch, desc=f"fit {'+'.join(names)}",
-                              enabled=config.progress_enabled(epochs * tokens.numel()))
+    bar = config.progress_bar(
+        total=epochs * per_epoch,
+        desc=f"fit {'+'.join(names)}",
+        enabled=config.progress_enabled(epochs * tokens.numel()),
+    )
     for _ in range(epochs):
         total = 0.0
         for idx in length_batches(lengths, batch, gen):
@@ -247,7 +265,7 @@ def one_step_closed_form(tokens: np.ndarray, labels: np.ndarray, f0: np.ndarray,
     lengths = valid.sum(1)
     if np.any(lengths == 0):
         raise ValueError("tokens holds a row without any token")
-    weight = labels / (1.0 + np.exp(labels * f0)) / lengths          # y_i sigma(-y_i f_i) / T_i
+    weight = labels / (1.0 + np.exp(labels * f0)) / lengths  # y_i sigma(-y_i f_i) / T_i
     rows = np.repeat(np.arange(tokens.shape[0]), tokens.shape[1])[valid.ravel()]
     return np.bincount(tokens.ravel()[valid.ravel()], weights=weight[rows], minlength=V) / tokens.shape[0]
 
@@ -307,14 +325,23 @@ def _csr(X: sparse.csr_matrix, device) -> torch.Tensor:
     X = X.tocsr()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        return torch.sparse_csr_tensor(torch.as_tensor(X.indptr, dtype=torch.int64),
-                                       torch.as_tensor(X.indices, dtype=torch.int64),
-                                       torch.as_tensor(X.data, dtype=torch.float64), size=X.shape,
-                                       check_invariants=False).to(device)
+        return torch.sparse_csr_tensor(
+            torch.as_tensor(X.indptr, dtype=torch.int64),
+            torch.as_tensor(X.indices, dtype=torch.int64),
+            torch.as_tensor(X.data, dtype=torch.float64),
+            size=X.shape,
+            check_invariants=False,
+        ).to(device)
 
 
-def bow_logistic(train_tok: np.ndarray, y: np.ndarray, eval_tok: dict[str, tuple[np.ndarray, np.ndarray]],
-                 V: int, C: float = 1.0, iters: int = 100) -> dict:
+def bow_logistic(
+    train_tok: np.ndarray,
+    y: np.ndarray,
+    eval_tok: dict[str, tuple[np.ndarray, np.ndarray]],
+    V: int,
+    C: float = 1.0,
+    iters: int = 100,
+) -> dict:
     """Binary bag-of-words logistic regression, evaluated on the named sets of ``eval_tok``.
 
     Minimises ``sum_i log(1 + exp(-y_i (w^T x_i + c))) + ||w||^2 / (2C)`` with
@@ -331,8 +358,15 @@ def bow_logistic(train_tok: np.ndarray, y: np.ndarray, eval_tok: dict[str, tuple
     X, XT = _csr(Xs, dev), _csr(Xs.T, dev)
     yt = torch.as_tensor(np.asarray(y, dtype=float), device=dev)
     theta = torch.zeros(V + 1, dtype=torch.float64, device=dev, requires_grad=True)
-    opt = torch.optim.LBFGS([theta], lr=1.0, max_iter=iters, history_size=20, line_search_fn="strong_wolfe",
-                            tolerance_grad=1e-8, tolerance_change=1e-12)
+    opt = torch.optim.LBFGS(
+        [theta],
+        lr=1.0,
+        max_iter=iters,
+        history_size=20,
+        line_search_fn="strong_wolfe",
+        tolerance_grad=1e-8,
+        tolerance_change=1e-12,
+    )
 
     def closure():
         # the gradient is formed by hand (sparse products), then handed to the optimiser
@@ -353,9 +387,12 @@ def bow_logistic(train_tok: np.ndarray, y: np.ndarray, eval_tok: dict[str, tuple
         has = (tok != PAD_ID).any(1)
         return float(((np.sign(score) == labels) & has).mean())
 
-    return {"accuracy": {name: accuracy(*pair) for name, pair in eval_tok.items()},
-            "train_accuracy": accuracy(train_tok, y), "iterations": int(opt.state_dict()["state"][0]["n_iter"]),
-            "w": w.cpu().numpy()}
+    return {
+        "accuracy": {name: accuracy(*pair) for name, pair in eval_tok.items()},
+        "train_accuracy": accuracy(train_tok, y),
+        "iterations": int(opt.state_dict()["state"][0]["n_iter"]),
+        "w": w.cpu().numpy(),
+    }
 
 
 def top_decile(count: np.ndarray, delta: np.ndarray, min_count: int = 20) -> np.ndarray:

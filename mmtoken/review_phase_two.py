@@ -9,6 +9,7 @@ gradient descent with it; :func:`top_tokens` and :func:`selection_conflicts`
 say which token each review ends on and whether a selection can be made by
 any ``p`` at all.
 """
+
 from __future__ import annotations
 
 import math
@@ -59,18 +60,20 @@ def logit_gradient(a: torch.Tensor, b: torch.Tensor, data: Chunks) -> tuple[torc
         mask = tok != PAD_ID
         z = (a[tok] + torch.log(cnt.to(a.dtype))).masked_fill(~mask, float("-inf"))  # collapsed rows
         top = z.argmax(-1, keepdim=True)
-        log_s = torch.log_softmax(z - z.gather(-1, top), dim=-1)          # exact 0 logit at the top token
+        log_s = torch.log_softmax(z - z.gather(-1, top), dim=-1)  # exact 0 logit at the top token
         gamma = y.to(a.dtype)[:, None] * b[tok]
-        dgamma = (gamma - gamma.gather(-1, top)).masked_fill(~mask, 0.0)   # gamma_t - gamma_top
+        dgamma = (gamma - gamma.gather(-1, top)).masked_fill(~mask, 0.0)  # gamma_t - gamma_top
         u_minus_top = (log_s.exp() * dgamma).sum(-1)
         u = gamma.gather(-1, top).squeeze(-1) + u_minus_top
         loss += float(LOGISTIC.value(u).sum())
-        gap = dgamma - u_minus_top[:, None]                                  # gamma_t - u, accurate
+        gap = dgamma - u_minus_top[:, None]  # gamma_t - u, accurate
         log_w = LOGISTIC.log_neg_deriv(u)[:, None] + log_s + torch.log(gap.abs())
         M = float(log_w.max())
         if math.isfinite(M):
-            g = torch.zeros_like(a).index_add_(0, tok.reshape(-1), (-torch.sign(gap) * torch.exp(log_w - M)).reshape(-1))
-            parts.append((M, g))                                             # l' < 0: the sign flips
+            g = torch.zeros_like(a).index_add_(
+                0, tok.reshape(-1), (-torch.sign(gap) * torch.exp(log_w - M)).reshape(-1)
+            )
+            parts.append((M, g))  # l' < 0: the sign flips
         unsat = max(unsat, float(-torch.expm1(log_s.max(-1).values).max()))
     if not parts:
         return torch.zeros_like(a), -math.inf, loss / data.n, unsat
@@ -98,8 +101,18 @@ class PhaseTwo:
     stop: str
 
 
-def phase_two(E: torch.Tensor, v: torch.Tensor, data: Chunks, *, steps: int, lr: float = 0.05,
-              grow: float = 1.2, tol: float = 1e-9, window: int = 20, record_every: int = 5) -> PhaseTwo:
+def phase_two(
+    E: torch.Tensor,
+    v: torch.Tensor,
+    data: Chunks,
+    *,
+    steps: int,
+    lr: float = 0.05,
+    grow: float = 1.2,
+    tol: float = 1e-9,
+    window: int = 20,
+    record_every: int = 5,
+) -> PhaseTwo:
     """Phase two of the theory: ``E`` fixed, ``p`` from 0 by normalized GD with a monotone step.
 
     ``p <- p - eta g/||g||`` with ``g = E^T dL/da`` (:func:`logit_gradient`,
@@ -114,8 +127,9 @@ def phase_two(E: torch.Tensor, v: torch.Tensor, data: Chunks, *, steps: int, lr:
     the loss has stopped decreasing at the precision that matters here).
     """
     if steps < 1 or lr <= 0 or grow < 1 or tol < 0 or window < 1:
-        raise ValueError(f"need steps >= 1, lr > 0, grow >= 1, tol >= 0, window >= 1; got "
-                         f"{steps}, {lr}, {grow}, {tol}, {window}")
+        raise ValueError(
+            f"need steps >= 1, lr > 0, grow >= 1, tol >= 0, window >= 1; got {steps}, {lr}, {grow}, {tol}, {window}"
+        )
     b = E @ v
     p = torch.zeros(E.shape[1], dtype=E.dtype, device=E.device)
 
@@ -128,8 +142,14 @@ def phase_two(E: torch.Tensor, v: torch.Tensor, data: Chunks, *, steps: int, lr:
     direction, log_norm, loss, unsat = at(p)
     eta, accepted, stop = lr, 0, "budget"
     past = [loss]
-    rec = {"steps": [0], "loss": [loss], "p_norm": [0.0], "step_size": [eta], "grad_log_norm": [log_norm],
-           "unsaturated": [unsat]}
+    rec = {
+        "steps": [0],
+        "loss": [loss],
+        "p_norm": [0.0],
+        "step_size": [eta],
+        "grad_log_norm": [log_norm],
+        "unsaturated": [unsat],
+    }
     for k in range(1, steps + 1):
         q = p - eta * direction
         d_q, ln_q, loss_q, unsat_q = at(q)
@@ -216,6 +236,12 @@ def selection_conflicts(tokens: np.ndarray, chosen: np.ndarray, V: int) -> dict:
         k = int(np.flatnonzero(two)[np.argmax(weaker[two])])
         example, counts = (int(e_src[k]), int(e_dst[k])), (int(n_reviews[k]), int(n_reviews[pos[k]]))
     sizes = np.bincount(comp)
-    return {"constraints": int(edges.size), "feasible": not bool(on_cycle.any()), "two_cycles": int(two.sum()),
-            "conflicted": float(conflicted.mean()), "largest": int(sizes.max()), "example": example,
-            "example_counts": counts}
+    return {
+        "constraints": int(edges.size),
+        "feasible": not bool(on_cycle.any()),
+        "two_cycles": int(two.sum()),
+        "conflicted": float(conflicted.mean()),
+        "largest": int(sizes.max()),
+        "example": example,
+        "example_counts": counts,
+    }

@@ -14,6 +14,7 @@ with the vocabulary size, number and length of Rotten Tomatoes' reviews: if
 phase two selects there and not on the reviews, the data, not the
 dimension, is what the reviews lack.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,8 +44,9 @@ def run(data: Data, seed: int, s: Setup = REGIME) -> tuple[dict, dict]:
 
 def _run(data: Data, seed: int, s: Setup) -> tuple[dict, dict]:
     start = time.process_time()
-    top = torch.as_tensor(review_model.top_decile(data.stats.count, data.stats.delta, review_runs.TOP_COUNT),
-                          device=config.device())
+    top = torch.as_tensor(
+        review_model.top_decile(data.stats.count, data.stats.delta, review_runs.TOP_COUNT), device=config.device()
+    )
     v, E_small, _ = review_runs.init(s, data.V, seed)
     metrics, arrays = review_runs.two_phase(s, data, v, E_small, top, conflicts=True)
     metrics["cpu_seconds"] = time.process_time() - start
@@ -61,15 +63,30 @@ def control_data(rt: Data, seed: int = 0) -> Data:
     n_train, n_test = rt.fit.size, rt.evaluation.size
     c = CONTROL
     n_neutral = rt.V - 1 - c["n_pos"] - c["n_neg"]
-    syn = synthetic.generate(n_train + n_test, c["T"], n_pos=c["n_pos"], n_neg=c["n_neg"], n_neutral=n_neutral,
-                             min_len=c["min_len"], seed=seed)
+    syn = synthetic.generate(
+        n_train + n_test,
+        c["T"],
+        n_pos=c["n_pos"],
+        n_neg=c["n_neg"],
+        n_neutral=n_neutral,
+        min_len=c["min_len"],
+        seed=seed,
+    )
     tokens = syn.tokens.numpy().astype(np.int32)
     labels = syn.labels.numpy().astype(np.int8)
     lengths = (tokens != tokenize.PAD_ID).sum(1).astype(np.int32)
     split = np.r_[np.zeros(n_train, np.int8), np.ones(n_test, np.int8)]
     vocab = [tokenize.PAD] + [f"{k}{i}" for k, i in zip(syn.kind[1:], range(1, syn.vocab_size))]
-    corpus = tokenize.TokenizedCorpus("control", vocab, tokens, lengths, lengths.copy(), labels, split,
-                                      tokenize.TokenizerConfig(min_count=1, max_len=c["T"]))
+    corpus = tokenize.TokenizedCorpus(
+        "control",
+        vocab,
+        tokens,
+        lengths,
+        lengths.copy(),
+        labels,
+        split,
+        tokenize.TokenizerConfig(min_count=1, max_len=c["T"]),
+    )
     fit, evaluation = np.arange(n_train), np.arange(n_train, n_train + n_test)
     stats = corpus_stats.token_stats(tokens[fit], labels[fit].astype(int), corpus.vocab_size, pad_id=tokenize.PAD_ID)
     return Data(corpus, "test", fit, evaluation, 0, 0, stats)
@@ -86,13 +103,13 @@ def cached(seed: int, which: str = "reviews", steps: int | None = None) -> tuple
 
     s = REGIME if steps is None else dataclasses.replace(REGIME, p2_steps=steps)
     ds = text.load("rt")
-    fp = review_runs.cache_fingerprint(s, ds.fingerprint, {"seed": seed, "run": which, "control": CONTROL},
-                                       modules=(sys.modules[__name__], synthetic))
+    fp = review_runs.cache_fingerprint(
+        s, ds.fingerprint, {"seed": seed, "run": which, "control": CONTROL}, modules=(sys.modules[__name__], synthetic)
+    )
     kind = f"{which}-regime{seed}" + ("" if steps is None else f"-{steps}")
 
     def compute():
         data = review_runs.prepare(s, ds)
         return run(data if which == "reviews" else control_data(data, seed), seed, s)
 
-    return resultcache.load_or_compute(review_runs.result_path("rt", kind, fp), f"real_reviews/rt/{kind}", fp,
-                                       compute)
+    return resultcache.load_or_compute(review_runs.result_path("rt", kind, fp), f"real_reviews/rt/{kind}", fp, compute)

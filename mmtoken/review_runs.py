@@ -22,6 +22,7 @@ Every result is stored in the validated results cache
 (:mod:`mmtoken.resultcache`) under ``data/results/real_reviews/``, keyed by
 the code of this computation, the configuration and the data.
 """
+
 from __future__ import annotations
 
 import sys
@@ -61,21 +62,21 @@ class Setup:
     """
 
     dataset: str
-    min_count: int            # vocabulary: words seen this often in the training split
-    max_len: int              # T: first T in-vocabulary words, padded
-    d: int = 64               # embedding dimension
-    lr: float = 3e-3          # Adam step of joint training (and of uniform attention "at the same step")
+    min_count: int  # vocabulary: words seen this often in the training split
+    max_len: int  # T: first T in-vocabulary words, padded
+    d: int = 64  # embedding dimension
+    lr: float = 3e-3  # Adam step of joint training (and of uniform attention "at the same step")
     epochs: int = 4
-    init_std: float = 0.1     # E^0 entries of joint training
-    warmup: int = 0           # epochs of linear warm-up
-    lr_v: float = 3e-3        # joint training with v trained
+    init_std: float = 0.1  # E^0 entries of joint training
+    warmup: int = 0  # epochs of linear warm-up
+    lr_v: float = 3e-3  # joint training with v trained
     epochs_v: int = 4
     lr_uniform: float = 3e-2  # uniform attention at its own validated step
     epochs_uniform: int = 4
-    bow_C: float = 1.0        # logistic regression: sum of losses + ||w||^2 / (2 C)
+    bow_C: float = 1.0  # logistic regression: sum of losses + ||w||^2 / (2 C)
     batch: int = 256
-    small_std: float = 1e-6   # E^0 entries of the two-phase protocol ("small random")
-    p2_steps: int = 300       # phase two: gradient evaluations of normalized GD on p
+    small_std: float = 1e-6  # E^0 entries of the two-phase protocol ("small random")
+    p2_steps: int = 300  # phase two: gradient evaluations of normalized GD on p
     scan: tuple = (-30.0, -10.0, -3.0, -1.0, -0.3, 0.0, 0.3, 1.0, 3.0, 10.0, 30.0)  # p = c v / max|E^1 v|
     max_train: int | None = None  # seeded subsample (Yelp at quick scale)
     max_test: int | None = None
@@ -87,14 +88,16 @@ class Setup:
 
 def cache_fingerprint(s: Setup, data_fp: str, extra: dict | None = None, modules: tuple = ()) -> str:
     """Fingerprint of a result: this computation's code (and ``modules``), the setup (and ``extra``) and the data."""
-    code = resultcache.code_fingerprint([review_model, review_phase_two, corpus_stats, tokenize, losses, sys.modules[__name__],
-                                         *modules])
+    code = resultcache.code_fingerprint(
+        [review_model, review_phase_two, corpus_stats, tokenize, losses, sys.modules[__name__], *modules]
+    )
     return resultcache.fingerprint(code, {"setup": asdict(s), **(extra or {})}, data_fp)
 
 
 # ----------------------------------------------------------------------------- data
-def validation_split(labels: np.ndarray, train_rows: np.ndarray, fraction: float = 0.2,
-                     seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def validation_split(
+    labels: np.ndarray, train_rows: np.ndarray, fraction: float = 0.2, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """Split ``train_rows`` into (fit, validation) rows, stratified by ``labels``; both sorted."""
     if not 0 < fraction < 1:
         raise ValueError(f"fraction must lie in (0, 1), got {fraction}")
@@ -117,12 +120,12 @@ class Data:
     """
 
     corpus: tokenize.TokenizedCorpus
-    part: str                  # "validation" (search) or "test" (final runs)
+    part: str  # "validation" (search) or "test" (final runs)
     fit: np.ndarray
     evaluation: np.ndarray
     n_empty_fit: int
     n_empty_eval: int
-    stats: TokenStats          # over the fit rows
+    stats: TokenStats  # over the fit rows
 
     @property
     def V(self) -> int:
@@ -144,8 +147,9 @@ def prepare(s: Setup, ds: text.TextDataset, part: str = "test") -> Data:
         train, test = validation_split(corpus.labels, train, VALIDATION["fraction"], VALIDATION["seed"])
     has = corpus.lengths > 0
     fit, evaluation = train[has[train]], test[has[test]]
-    stats = corpus_stats.token_stats(corpus.tokens[fit], corpus.labels[fit].astype(int), corpus.vocab_size,
-                                  pad_id=tokenize.PAD_ID)
+    stats = corpus_stats.token_stats(
+        corpus.tokens[fit], corpus.labels[fit].astype(int), corpus.vocab_size, pad_id=tokenize.PAD_ID
+    )
     return Data(corpus, part, fit, evaluation, int((~has[train]).sum()), int((~has[test]).sum()), stats)
 
 
@@ -164,10 +168,13 @@ def tensors(data: Data, dtype=torch.float32) -> Tensors:
     """:class:`Tensors` of ``data`` in ``dtype`` on the package device."""
     c, dev = data.corpus, config.device()
     ids, counts = review_model.collapse(c.tokens[data.fit])
-    return Tensors(torch.as_tensor(ids, dtype=torch.long, device=dev), torch.as_tensor(counts, dtype=dtype, device=dev),
-                   torch.as_tensor(c.labels[data.fit], dtype=dtype, device=dev),
-                   Chunks.build(c.tokens[data.fit], c.labels[data.fit], dtype=dtype),
-                   Chunks.build(c.tokens[data.evaluation], c.labels[data.evaluation], dtype=dtype))
+    return Tensors(
+        torch.as_tensor(ids, dtype=torch.long, device=dev),
+        torch.as_tensor(counts, dtype=dtype, device=dev),
+        torch.as_tensor(c.labels[data.fit], dtype=dtype, device=dev),
+        Chunks.build(c.tokens[data.fit], c.labels[data.fit], dtype=dtype),
+        Chunks.build(c.tokens[data.evaluation], c.labels[data.evaluation], dtype=dtype),
+    )
 
 
 def verbatim_overlap(ds: text.TextDataset) -> int:
@@ -188,16 +195,38 @@ def init(s: Setup, V: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch
     return v.to(dev), E_small.to(dev), E_init.to(dev)
 
 
-def train_model(s: Setup, data: Data, v: torch.Tensor, E0: torch.Tensor, run: str, seed: int,
-                t: Tensors | None = None, record_val: bool = False) -> tuple[Params, review_model.FitHistory]:
+def train_model(
+    s: Setup,
+    data: Data,
+    v: torch.Tensor,
+    E0: torch.Tensor,
+    run: str,
+    seed: int,
+    t: Tensors | None = None,
+    record_val: bool = False,
+) -> tuple[Params, review_model.FitHistory]:
     """Train one of the runs ``joint`` (E, p), ``joint_v`` (E, p, v), ``uniform`` / ``uniform_tuned`` (E; p = 0)."""
     t = t or tensors(data)
-    train, lr, epochs = {"joint": (("E", "p"), s.lr, s.epochs), "joint_v": (("E", "p", "v"), s.lr_v, s.epochs_v),
-                         "uniform": (("E",), s.lr, s.epochs),
-                         "uniform_tuned": (("E",), s.lr_uniform, s.epochs_uniform)}[run]
+    train, lr, epochs = {
+        "joint": (("E", "p"), s.lr, s.epochs),
+        "joint_v": (("E", "p", "v"), s.lr_v, s.epochs_v),
+        "uniform": (("E",), s.lr, s.epochs),
+        "uniform_tuned": (("E",), s.lr_uniform, s.epochs_uniform),
+    }[run]
     params = Params(E0.clone(), torch.zeros_like(v, dtype=E0.dtype), v.to(E0.dtype).clone())
-    hist = review_model.fit(params, t.X, t.y, counts=t.counts, train=train, epochs=epochs, lr=lr, batch=s.batch,
-                       seed=seed + 1, warmup=s.warmup, val=(t.test, data.n_empty_eval) if record_val else None)
+    hist = review_model.fit(
+        params,
+        t.X,
+        t.y,
+        counts=t.counts,
+        train=train,
+        epochs=epochs,
+        lr=lr,
+        batch=s.batch,
+        seed=seed + 1,
+        warmup=s.warmup,
+        val=(t.test, data.n_empty_eval) if record_val else None,
+    )
     return params, hist
 
 
@@ -216,8 +245,9 @@ def describe(params: Params, data: Data, test: Chunks, train: Chunks, top: torch
 
 
 # ----------------------------------------------------------------------------- the two-phase protocol
-def two_phase(s: Setup, data: Data, v: torch.Tensor, E_small: torch.Tensor, top: torch.Tensor,
-              conflicts: bool = False) -> tuple[dict, dict]:
+def two_phase(
+    s: Setup, data: Data, v: torch.Tensor, E_small: torch.Tensor, top: torch.Tensor, conflicts: bool = False
+) -> tuple[dict, dict]:
     """One step on E from ``E_small`` at ``p = 0`` (float64), the scan ``p = c v``, then phase two on ``p``.
 
     Phase two runs on the training split; its end point is evaluated once on
@@ -238,9 +268,12 @@ def two_phase(s: Setup, data: Data, v: torch.Tensor, E_small: torch.Tensor, top:
     step = b1 - b0
     keep = data.stats.count >= TOP_COUNT
     one = review_model.evaluate(p1, test, data.n_empty_eval, top)  # right after the step: p = 0, uniform attention
-    one.update(eta=eta, alignment=corpus_stats.spearman(b1[keep], data.stats.alpha[keep]),
-               closed_form_error=float(np.abs(step - eta * coef * float(v @ v))[1:].max() / np.abs(step).max()),
-               first_order_error=float(np.abs(step - eta / 2 * data.stats.alpha)[1:].max() / np.abs(step).max()))
+    one.update(
+        eta=eta,
+        alignment=corpus_stats.spearman(b1[keep], data.stats.alpha[keep]),
+        closed_form_error=float(np.abs(step - eta * coef * float(v @ v))[1:].max() / np.abs(step).max()),
+        first_order_error=float(np.abs(step - eta / 2 * data.stats.alpha)[1:].max() / np.abs(step).max()),
+    )
     scale_c = float(np.abs(b1).max())
     scan = {"c": list(s.scan), "loss": [], "accuracy": []}
     for c_ in s.scan:  # on the training split: the landscape phase two descends
@@ -252,14 +285,31 @@ def two_phase(s: Setup, data: Data, v: torch.Tensor, E_small: torch.Tensor, top:
     m, arrays = describe(end, data, test, train, top)
     attended = review_phase_two.top_tokens(p1.E @ ph.p, train)
     optimal = review_phase_two.top_tokens(p1.E @ v, train, labels=True)
-    m.update(c=float(ph.p @ v) * scale_c, stop=ph.stop, accepted=ph.accepted, train_loss=ph.loss[-1],
-             unsaturated=ph.unsaturated[-1], steps=ph.steps[-1], attends_optimal=float((attended == optimal).mean()))
+    m.update(
+        c=float(ph.p @ v) * scale_c,
+        stop=ph.stop,
+        accepted=ph.accepted,
+        train_loss=ph.loss[-1],
+        unsaturated=ph.unsaturated[-1],
+        steps=ph.steps[-1],
+        attends_optimal=float((attended == optimal).mean()),
+    )
     if conflicts:
         m["attended_conflicts"] = review_phase_two.selection_conflicts(c.tokens[data.fit], attended, data.V)
-    history = {"steps": ph.steps, "loss": ph.loss, "p_norm": ph.p_norm, "step_size": ph.step_size,
-               "grad_log_norm": ph.grad_log_norm, "unsaturated": ph.unsaturated}
-    return {"one_step": one, "two_phase": m, "scan": scan, "phase_two": history}, \
-        {"values/E0": b0, "values/one_step": b1, "closed_form": coef, **{f"{k}/two_phase": x for k, x in arrays.items()}}
+    history = {
+        "steps": ph.steps,
+        "loss": ph.loss,
+        "p_norm": ph.p_norm,
+        "step_size": ph.step_size,
+        "grad_log_norm": ph.grad_log_norm,
+        "unsaturated": ph.unsaturated,
+    }
+    return {"one_step": one, "two_phase": m, "scan": scan, "phase_two": history}, {
+        "values/E0": b0,
+        "values/one_step": b1,
+        "closed_form": coef,
+        **{f"{k}/two_phase": x for k, x in arrays.items()},
+    }
 
 
 # ----------------------------------------------------------------------------- one seed
@@ -276,7 +326,7 @@ def examples(data: Data, params: Params, seed: int, per_class: int = 2) -> tuple
     for label in (1, -1):
         pool = [int(i) for i in data.evaluation if lo <= c.lengths[i] <= hi and c.labels[i] == label]
         for i in sorted(rng.choice(pool, min(per_class, len(pool)), replace=False)) if pool else []:
-            tok = torch.as_tensor(c.tokens[i:i + 1, : c.lengths[i]], dtype=torch.long, device=a.device)
+            tok = torch.as_tensor(c.tokens[i : i + 1, : c.lengths[i]], dtype=torch.long, device=a.device)
             f, att = review_model.outputs(a, b, tok)
             arrays[f"example/{len(out)}"] = att[0].detach().double().cpu().numpy()
             out.append({"row": int(i), "words": c.decode(i), "label": int(label), "output": float(f[0])})
@@ -313,9 +363,13 @@ def _run_seed(s: Setup, data: Data, seed: int) -> tuple[dict, dict]:
 def run_bow(s: Setup, data: Data) -> dict:
     """The bag-of-words logistic regression (deterministic: no seed)."""
     c = data.corpus
-    r = review_model.bow_logistic(c.tokens[data.fit], c.labels[data.fit],
-                             {"eval": (c.tokens[data.evaluation], c.labels[data.evaluation])},
-                             data.V, C=s.bow_C)
+    r = review_model.bow_logistic(
+        c.tokens[data.fit],
+        c.labels[data.fit],
+        {"eval": (c.tokens[data.evaluation], c.labels[data.evaluation])},
+        data.V,
+        C=s.bow_C,
+    )
     n = data.evaluation.size
     acc = r["accuracy"]["eval"] * n / (n + data.n_empty_eval)  # the empty reviews count as errors
     return {"accuracy": acc, "train_accuracy": r["train_accuracy"], "iterations": r["iterations"]}
@@ -339,16 +393,22 @@ def _profile(s: Setup, ds: text.TextDataset, data: Data) -> dict:
     alpha = torch.as_tensor(data.stats.alpha)
     train = Chunks.build(c.tokens[data.fit], c.labels[data.fit], dtype=torch.float64)
     optimal = review_phase_two.top_tokens(alpha, train, labels=True)
-    return {"bow": run_bow(s, data),
-            "polarity": corpus_stats.polarity_mix(c.tokens[data.fit], c.labels[data.fit], data.stats).as_dict(),
-            "optimal_conflicts": review_phase_two.selection_conflicts(c.tokens[data.fit], optimal, data.V),
-            "optimal_positive": float((data.stats.alpha[optimal] * c.labels[data.fit] > 0).mean()),
-            "verbatim_overlap": verbatim_overlap(ds), "n_train": int(data.fit.size + data.n_empty_fit),
-            "n_test": int(data.evaluation.size + data.n_empty_eval), "empty_train": data.n_empty_fit,
-            "empty_test": data.n_empty_eval, "vocab": data.V - 1,
-            "mean_len": float(c.lengths[data.fit].mean()),
-            "truncated": float((c.full_lengths[data.fit] > s.max_len).mean()),
-            "tokens_top": int((data.stats.count >= TOP_COUNT).sum()), "tokens_u": int((data.stats.count >= U_COUNT).sum())}
+    return {
+        "bow": run_bow(s, data),
+        "polarity": corpus_stats.polarity_mix(c.tokens[data.fit], c.labels[data.fit], data.stats).as_dict(),
+        "optimal_conflicts": review_phase_two.selection_conflicts(c.tokens[data.fit], optimal, data.V),
+        "optimal_positive": float((data.stats.alpha[optimal] * c.labels[data.fit] > 0).mean()),
+        "verbatim_overlap": verbatim_overlap(ds),
+        "n_train": int(data.fit.size + data.n_empty_fit),
+        "n_test": int(data.evaluation.size + data.n_empty_eval),
+        "empty_train": data.n_empty_fit,
+        "empty_test": data.n_empty_eval,
+        "vocab": data.V - 1,
+        "mean_len": float(c.lengths[data.fit].mean()),
+        "truncated": float((c.full_lengths[data.fit] > s.max_len).mean()),
+        "tokens_top": int((data.stats.count >= TOP_COUNT).sum()),
+        "tokens_u": int((data.stats.count >= U_COUNT).sum()),
+    }
 
 
 # ----------------------------------------------------------------------------- cached entry points
@@ -367,8 +427,9 @@ def cached_seed(s: Setup, ds: text.TextDataset, seed: int, data: Data | None = N
     V = len(tokenize.tokenize_dataset(ds, s.tokenizer).vocab) if data is None else data.V
     expect = {f"{k}/{run}": (V,) for run in RUNS for k in ("logits", "values")}
     expect.update({"values/one_step": (V,), "logits/two_phase": (V,), "closed_form": (V,)})
-    return resultcache.load_or_compute(result_path(s.dataset, f"seed{seed}", fp), f"real_reviews/{s.dataset}/seed{seed}",
-                                       fp, compute, expect)
+    return resultcache.load_or_compute(
+        result_path(s.dataset, f"seed{seed}", fp), f"real_reviews/{s.dataset}/seed{seed}", fp, compute, expect
+    )
 
 
 def cached_profile(s: Setup, ds: text.TextDataset, data: Data | None = None) -> dict:
@@ -378,8 +439,9 @@ def cached_profile(s: Setup, ds: text.TextDataset, data: Data | None = None) -> 
     def compute():
         return {}, profile(s, ds, data if data is not None else prepare(s, ds))
 
-    return resultcache.load_or_compute(result_path(s.dataset, "profile", fp), f"real_reviews/{s.dataset}/profile", fp,
-                                       compute)[1]
+    return resultcache.load_or_compute(
+        result_path(s.dataset, "profile", fp), f"real_reviews/{s.dataset}/profile", fp, compute
+    )[1]
 
 
 def seed_cached(s: Setup, ds: text.TextDataset, seed: int) -> bool:

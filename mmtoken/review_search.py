@@ -10,6 +10,7 @@ attention) and the L2 weight of the bag-of-words model. One development seed
 :data:`mmtoken.review_runs.VALIDATION`. Only accuracy is optimised: nothing
 here looks at attention.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,6 +51,7 @@ GRID = {
 }
 MAX_EPOCHS = {"imdb": 6, "rt": 12}
 """Epochs tried in the search: the validation accuracy is recorded after each, the best epoch is chosen."""
+
 
 def _trial(s: Setup, ds: text.TextDataset, run: str, seed: int = DEV_SEED) -> dict:
     """Train ``run`` under ``s`` on the fit part, recording the validation accuracy after every epoch."""
@@ -100,8 +102,9 @@ def _search(s0: Setup, ds: text.TextDataset) -> tuple[Setup, list[dict]]:
     accs = {}
     for C in GRID["bow_C"]:
         accs[C] = run_bow(dataclasses.replace(s, bow_C=C), data)["accuracy"]
-        records.append({"factor": "bow_C", "value": C, "run": "bow", "val_accuracy": [accs[C]], "best_epoch": 0,
-                        "best": accs[C]})
+        records.append(
+            {"factor": "bow_C", "value": C, "run": "bow", "val_accuracy": [accs[C]], "best_epoch": 0, "best": accs[C]}
+        )
     s = dataclasses.replace(s, bow_C=max(GRID["bow_C"], key=lambda x: (accs[x], -GRID["bow_C"].index(x))))
     return s, records
 
@@ -110,13 +113,19 @@ def cached_search(dataset: str) -> tuple[Setup, list[dict]]:
     """:func:`search` from :data:`START`, through the results cache."""
     s0 = START[dataset]
     ds = text.load(dataset)
-    fp = cache_fingerprint(s0, ds.fingerprint, {"grid": GRID, "max_epochs": MAX_EPOCHS, "validation": VALIDATION,
-                                                 "seed": DEV_SEED}, modules=(sys.modules[__name__],))
+    fp = cache_fingerprint(
+        s0,
+        ds.fingerprint,
+        {"grid": GRID, "max_epochs": MAX_EPOCHS, "validation": VALIDATION, "seed": DEV_SEED},
+        modules=(sys.modules[__name__],),
+    )
 
     def compute():
         chosen, records = search(s0, ds)
         return {}, {"chosen": asdict(chosen), "records": records}
 
-    _, meta = resultcache.load_or_compute(result_path(dataset, "search", fp), f"real_reviews/{dataset}/search", fp, compute)
+    _, meta = resultcache.load_or_compute(
+        result_path(dataset, "search", fp), f"real_reviews/{dataset}/search", fp, compute
+    )
     chosen = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["chosen"].items()}
     return Setup(**chosen), meta["records"]

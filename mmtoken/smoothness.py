@@ -20,6 +20,7 @@ the maxima of the loss derivatives taken over ``[min gamma, max gamma]``.
 :func:`hessian` evaluates the closed form above, to compare the bound with
 the largest Hessian norm actually met on a grid.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -35,7 +36,7 @@ def _second_derivative(loss: Loss, u: torch.Tensor) -> torch.Tensor:
     with torch.enable_grad():
         x = u.detach().clone().requires_grad_(True)
         d1 = loss.deriv(x)
-        if not d1.requires_grad:                       # l' constant (correlation loss): l'' = 0
+        if not d1.requires_grad:  # l' constant (correlation loss): l'' = 0
             return torch.zeros_like(u)
         (d2,) = torch.autograd.grad(d1.sum(), x)
     return d2.detach()
@@ -78,7 +79,7 @@ def smoothness_bound(K, gamma, loss: str | Loss = "logistic") -> float:
         dg = float(gi.max() - gi.min())
         D = float(np.linalg.norm(Ki[:, None] - Ki[None], axis=-1).max())
         d1, d2 = derivative_bounds(loss, float(gi.min()), float(gi.max()))
-        total += dg * D ** 2 / 4 * (d1 + d2 * dg / 4)
+        total += dg * D**2 / 4 * (d1 + d2 * dg / 4)
     return total / len(K)
 
 
@@ -92,20 +93,21 @@ def hessian(problem: AttentionProblem, p, loss: str | Loss = "logistic") -> torc
     loss = get_loss(loss)
     p = as_tensor(p, "p", device=problem.K.device)
     sat = saturation(problem, p)
-    s = sat.probs                                                  # (..., n, T)
-    dk = sat.dK - (s[..., None] * sat.dK).sum(-2, keepdim=True)    # k - kbar
-    dg = sat.dgamma - sat.u_minus_top[..., None]                   # gamma - u
-    grad_u = (s * dg)[..., None] * dk                              # (..., n, T, m)
+    s = sat.probs  # (..., n, T)
+    dk = sat.dK - (s[..., None] * sat.dK).sum(-2, keepdim=True)  # k - kbar
+    dg = sat.dgamma - sat.u_minus_top[..., None]  # gamma - u
+    grad_u = (s * dg)[..., None] * dk  # (..., n, T, m)
     grad_u = grad_u.sum(-2)
     hess_u = torch.einsum("...t,...ta,...tb->...ab", s * dg, dk, dk)
-    d1 = loss.deriv(sat.u)                                         # (..., n)
+    d1 = loss.deriv(sat.u)  # (..., n)
     d2 = _second_derivative(loss, sat.u)
     H = d2[..., None, None] * grad_u[..., :, None] * grad_u[..., None, :] + d1[..., None, None] * hess_u
     return H.mean(-3)
 
 
-def hessian_norm_max(problem: AttentionProblem, box: float, points: int = 301,
-                     loss: str | Loss = "logistic") -> tuple[float, np.ndarray]:
+def hessian_norm_max(
+    problem: AttentionProblem, box: float, points: int = 301, loss: str | Loss = "logistic"
+) -> tuple[float, np.ndarray]:
     """Largest ``||hess L(p)||_2`` over a square grid ``[-box, box]^2`` (planar ``p`` only).
 
     Returns the maximum and the grid point where it is met.

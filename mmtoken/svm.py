@@ -43,6 +43,7 @@ Two errors, never confused:
     feasibility, so :func:`mmtoken.geometry.classify` lets it propagate
     instead of calling the selection infeasible.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -136,6 +137,7 @@ class SVMSolution:
 # scale-safe norms and the acceptance check
 # ---------------------------------------------------------------------------
 
+
 def _norm(v: np.ndarray) -> float:
     """``||v||`` without overflow or underflow of the squares."""
     v = np.asarray(v, dtype=float).ravel()
@@ -153,8 +155,7 @@ def _relative_kkt(D, b, r, x, nu) -> dict[str, float]:
     """Scale-free KKT measures of ``x`` with unit-row multipliers ``nu`` (rows with ``r = 0`` excluded)."""
     nx = _norm(x)
     if not np.isfinite(nx) or nx == 0:
-        return {"primal": np.inf, "active": np.inf, "dual": np.inf, "stationarity": np.inf,
-                "complementarity": np.inf}
+        return {"primal": np.inf, "active": np.inf, "dual": np.inf, "stationarity": np.inf, "complementarity": np.inf}
     x = x.ravel()
     a = D / r[:, None]
     xh = x / nx
@@ -179,6 +180,7 @@ def _passes(measures: dict) -> bool:
 # ---------------------------------------------------------------------------
 # the solvers (Clarabel, NNLS) and the exact polish
 # ---------------------------------------------------------------------------
+
 
 def least_distance(G: np.ndarray, h: np.ndarray):
     """Least-distance programming ``min ||y|| s.t. G y >= h`` by NNLS (Lawson & Hanson, ch. 23).
@@ -247,8 +249,10 @@ def _representable(D: np.ndarray, b: np.ndarray, r: np.ndarray, keep: np.ndarray
     with np.errstate(over="ignore", under="ignore", divide="ignore"):
         log_c = np.max(np.log(b[keep & (b > 0)]) - np.log(r[keep & (b > 0)]))
     if not SCALE_RANGE[0] < log_c < SCALE_RANGE[1]:
-        raise ValueError(f"{data}: the solution would have norm about 1e{log_c / np.log(10):.0f}, outside the range "
-                         f"float64 holds with full precision; rescale {data}")
+        raise ValueError(
+            f"{data}: the solution would have norm about 1e{log_c / np.log(10):.0f}, outside the range "
+            f"float64 holds with full precision; rescale {data}"
+        )
     return float(np.exp(log_c))
 
 
@@ -268,8 +272,10 @@ def _solve_min_norm(D: np.ndarray, b: np.ndarray, rows: list, what: str, data: s
     zero = r == 0
     if (zero & (b > 0)).any():
         bad = sorted({rows[j] for j in np.flatnonzero(zero & (b > 0))})
-        raise InfeasibleSVM(f"{what}: no solution. Constraint rows {bad} (input, token) are zero: "
-                            "the token equals the selected one, so no direction can separate them.")
+        raise InfeasibleSVM(
+            f"{what}: no solution. Constraint rows {bad} (input, token) are zero: "
+            "the token equals the selected one, so no direction can separate them."
+        )
     keep = ~zero
     if not (b[keep] > 0).any():
         raise ValueError(f"{what}: every right-hand side is 0, so x = 0 is the solution and there is no margin")
@@ -307,17 +313,22 @@ def _solve_min_norm(D: np.ndarray, b: np.ndarray, rows: list, what: str, data: s
             if (m := verified(out, extra)) is not None:
                 exact = (out, extra, m, "nnls")
         elif extra <= CERTIFICATE_TOL:
-            raise InfeasibleSVM(f"{what}: no solution (Clarabel: {status}; certified by NNLS Farkas multipliers, "
-                                f"margin bound {extra:.1e}). "
-                                + _blame(G, h, [rows[j] for j in np.flatnonzero(keep)]))
+            raise InfeasibleSVM(
+                f"{what}: no solution (Clarabel: {status}; certified by NNLS Farkas multipliers, "
+                f"margin bound {extra:.1e}). " + _blame(G, h, [rows[j] for j in np.flatnonzero(keep)])
+            )
         else:
-            raise SolverFailed(f"{what}: Clarabel reports {status} and the NNLS certificate only bounds the "
-                               f"normalised margin by {extra:.1e} (> {CERTIFICATE_TOL}): feasibility cannot be "
-                               "decided at float64 precision.")
+            raise SolverFailed(
+                f"{what}: Clarabel reports {status} and the NNLS certificate only bounds the "
+                f"normalised margin by {extra:.1e} (> {CERTIFICATE_TOL}): feasibility cannot be "
+                "decided at float64 precision."
+            )
     if exact is None:
-        raise SolverFailed(f"{what}: neither Clarabel (status {status}) nor the NNLS route produced a point that "
-                           f"passes the KKT check at relative tolerance {KKT_TOL}; the rows are too ill-conditioned "
-                           f"to decide (row norms from {r[keep].min():.3g} to {r[keep].max():.3g}).")
+        raise SolverFailed(
+            f"{what}: neither Clarabel (status {status}) nor the NNLS route produced a point that "
+            f"passes the KKT check at relative tolerance {KKT_TOL}; the rows are too ill-conditioned "
+            f"to decide (row norms from {r[keep].min():.3g} to {r[keep].max():.3g})."
+        )
     y, mu, measures, method = exact
     x = c * y
     nu = np.zeros(len(b))
@@ -344,8 +355,13 @@ def _feasible(G: np.ndarray, h: np.ndarray) -> bool:
 def _blame(G, h, rows) -> str:
     """Name the inputs whose own constraints are already infeasible."""
     inputs = sorted({i for i, _ in rows})
-    bad = [i for i in inputs if not _feasible(G[[j for j, q in enumerate(rows) if q[0] == i]],
-                                              h[[j for j, q in enumerate(rows) if q[0] == i]])]
+    bad = [
+        i
+        for i in inputs
+        if not _feasible(
+            G[[j for j, q in enumerate(rows) if q[0] == i]], h[[j for j, q in enumerate(rows) if q[0] == i]]
+        )
+    ]
     if bad:
         return f"input(s) {bad} cannot be separated on their own (their selected token is not a vertex the keys can single out)"
     return f"each input is separable alone, but inputs {inputs} cannot be separated by one common direction"
@@ -355,14 +371,17 @@ def _blame(G, h, rows) -> str:
 # the problems
 # ---------------------------------------------------------------------------
 
+
 def _check_keys_selection(K, alpha, name: str = "K", min_tokens: int = 2):
     K = validate.real_array(K, name, ndim=3)
     n, T, m = K.shape
     if n == 0 or m == 0:
         raise ValueError(f"{name} must have shape (n, T, m) with n >= 1 and m >= 1, got {K.shape}")
     if T < min_tokens:
-        raise ValueError(f"{name} has T = {T} token(s) per input; at least {min_tokens} are needed "
-                         "(with one token there is nothing to select against)")
+        raise ValueError(
+            f"{name} has T = {T} token(s) per input; at least {min_tokens} are needed "
+            "(with one token there is nothing to select against)"
+        )
     return K, validate.selection(alpha, n, T, "alpha")
 
 
@@ -503,8 +522,10 @@ def min_norm_nnls(D, b) -> np.ndarray:
     r = _row_norms(D)
     zero = r == 0
     if (zero & (b > 0)).any():
-        raise InfeasibleSVM(f"least-distance problem is infeasible: rows {np.flatnonzero(zero & (b > 0)).tolist()} "
-                            "of D are zero with b > 0")
+        raise InfeasibleSVM(
+            f"least-distance problem is infeasible: rows {np.flatnonzero(zero & (b > 0)).tolist()} "
+            "of D are zero with b > 0"
+        )
     keep = ~zero
     if not (b[keep] > 0).any():
         return np.zeros(D.shape[1])  # x = 0 meets every constraint (also when there is none)

@@ -14,6 +14,7 @@ sequences in random order.
 Ids: ``0`` pad, ``1..n_pos`` positive, then ``n_neg`` negative, then the
 neutral tokens; ``V = 1 + n_pos + n_neg + n_neutral``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -67,8 +68,17 @@ class SyntheticData:
         return np.flatnonzero(self.kind == kind)
 
 
-def generate(n: int = 200, T: int = 8, *, n_pos: int = 4, n_neg: int = 4, n_neutral: int = 40,
-             min_len: int | None = None, pos_frac: float = 0.5, seed: int = 0) -> SyntheticData:
+def generate(
+    n: int = 200,
+    T: int = 8,
+    *,
+    n_pos: int = 4,
+    n_neg: int = 4,
+    n_neutral: int = 40,
+    min_len: int | None = None,
+    pos_frac: float = 0.5,
+    seed: int = 0,
+) -> SyntheticData:
     """Draw ``n`` sequences of the data model (see the module docstring).
 
     Parameters
@@ -103,7 +113,15 @@ def generate(n: int = 200, T: int = 8, *, n_pos: int = 4, n_neg: int = 4, n_neut
     imp_tok = np.where(labels > 0, rng.choice(pos_ids, size=n), rng.choice(neg_ids, size=n))
     tokens[np.arange(n), important] = imp_tok
     kind = np.array(["pad"] + ["positive"] * n_pos + ["negative"] * n_neg + ["neutral"] * n_neutral)
-    params = dict(n=n, T=T, n_pos=n_pos, n_neg=n_neg, n_neutral=n_neutral, min_len=min_len,
-                  pos_frac=pos_frac, seed=seed)
-    return SyntheticData(torch.as_tensor(tokens, dtype=torch.int64), torch.as_tensor(labels, dtype=torch.float64),
-                         torch.as_tensor(mask), torch.as_tensor(important), V, kind, params)
+    params = dict(
+        n=n, T=T, n_pos=n_pos, n_neg=n_neg, n_neutral=n_neutral, min_len=min_len, pos_frac=pos_frac, seed=seed
+    )
+    return SyntheticData(
+        torch.as_tensor(tokens, dtype=torch.int64),
+        torch.as_tensor(labels, dtype=torch.float64),
+        torch.as_tensor(mask),
+        torch.as_tensor(important),
+        V,
+        kind,
+        params,
+    )

@@ -26,6 +26,7 @@ Two max-margin problems name the limits, for a selection ``alpha``:
 
 Everything is float64; instances are batched along leading axes.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,13 +51,16 @@ RANK_TOL = 1e-2
 # the model and the keys map
 # ---------------------------------------------------------------------------
 
+
 def _tokens_queries(X, Z) -> tuple[torch.Tensor, torch.Tensor]:
     X, Z = as_tensor(X, "X"), as_tensor(Z, "Z", device=None)
     if X.ndim < 3 or 0 in X.shape:
         raise ValueError(f"X must have shape (..., n, T, d) with no empty dimension, got {tuple(X.shape)}")
     if Z.ndim < 2 or Z.shape[-2:] != (X.shape[-3], X.shape[-1]):
-        raise ValueError(f"Z must have shape (..., n, d) = (..., {X.shape[-3]}, {X.shape[-1]}) (one query per "
-                         f"input of X), got {tuple(Z.shape)}")
+        raise ValueError(
+            f"Z must have shape (..., n, d) = (..., {X.shape[-3]}, {X.shape[-1]}) (one query per "
+            f"input of X), got {tuple(Z.shape)}"
+        )
     for name, a in (("X", X), ("Z", Z)):
         if not bool(torch.isfinite(a).all()):
             raise ValueError(f"{name} contains NaN or infinite values")
@@ -83,7 +87,7 @@ def w_keys(X, Z) -> torch.Tensor:
     ``(..., n, T, d*d)`` float64 tensor.
     """
     X, Z = _tokens_queries(X, Z)
-    K = X.unsqueeze(-1) * Z.unsqueeze(-2).unsqueeze(-2)      # (..., n, T, d, d): x_it[a] z_i[b]
+    K = X.unsqueeze(-1) * Z.unsqueeze(-2).unsqueeze(-2)  # (..., n, T, d, d): x_it[a] z_i[b]
     return K.flatten(-2)
 
 
@@ -118,7 +122,7 @@ def logits(X, Z, W) -> torch.Tensor:
     -> ``(..., n, T)``."""
     X, Z = _tokens_queries(X, Z)
     W = _square(W, X.shape[-1]).to(X.device)
-    Wz = (W.unsqueeze(-3) @ Z.unsqueeze(-1)).squeeze(-1)     # (..., n, d)
+    Wz = (W.unsqueeze(-3) @ Z.unsqueeze(-1)).squeeze(-1)  # (..., n, d)
     return (X @ Wz.unsqueeze(-1)).squeeze(-1)
 
 
@@ -133,6 +137,7 @@ def output(X, Z, W, v) -> torch.Tensor:
 # ---------------------------------------------------------------------------
 # training
 # ---------------------------------------------------------------------------
+
 
 @dataclass
 class Run:
@@ -155,8 +160,7 @@ class Run:
         return self.probs[-1].argmax(-1).numpy()
 
 
-def train_w(problem: AttentionProblem, W0, *, steps: int, lr: float = 0.1,
-            record_every: int | None = None) -> Run:
+def train_w(problem: AttentionProblem, W0, *, steps: int, lr: float = 0.1, record_every: int | None = None) -> Run:
     """Normalized GD ``W <- W - lr G/||G||_F`` on the ``W`` problem (:func:`w_problem`).
 
     This is :func:`mmtoken.train.train_p` on ``p = vec(W)``, unchanged (the
@@ -174,8 +178,16 @@ def train_w(problem: AttentionProblem, W0, *, steps: int, lr: float = 0.1,
     """
     d = _dim(problem)
     W0 = _square(W0, d, "W0")
-    h = train.train_p(problem, W0.flatten(-2), steps=steps, lr=lr, method="normalized",
-                      record_every=record_every, record_probs=True, progress=False)
+    h = train.train_p(
+        problem,
+        W0.flatten(-2),
+        steps=steps,
+        lr=lr,
+        method="normalized",
+        record_every=record_every,
+        record_probs=True,
+        progress=False,
+    )
     return Run(h.steps, h.p.unflatten(-1, (d, d)), h.probs)
 
 
@@ -188,8 +200,9 @@ def _dim(problem: AttentionProblem) -> int:
     return d
 
 
-def kq_grad(problem: AttentionProblem, K: torch.Tensor,
-            Q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def kq_grad(
+    problem: AttentionProblem, K: torch.Tensor, Q: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Directions of ``grad_K L = G Q`` and ``grad_Q L = G^T K`` at ``W = K Q^T``, from the stable ``G``.
 
     ``G = grad_W L`` is paper A's saturation-safe ``p``-gradient on the keys
@@ -218,8 +231,9 @@ def _unit(A: torch.Tensor) -> torch.Tensor:
     return torch.where(n > 0, A / n.clamp_min(torch.finfo(A.dtype).tiny), torch.zeros_like(A))
 
 
-def train_kq(problem: AttentionProblem, K0, Q0, *, steps: int, lr: float = 0.1,
-             record_every: int = 100, separate: bool = True) -> Run:
+def train_kq(
+    problem: AttentionProblem, K0, Q0, *, steps: int, lr: float = 0.1, record_every: int = 100, separate: bool = True
+) -> Run:
     """Normalized GD on ``(K, Q)``: ``K <- K - lr dK``, ``Q <- Q - lr dQ`` (each its own unit step).
 
     The directions come from :func:`kq_grad` (stable ``G``); both factors are
@@ -252,8 +266,10 @@ def train_kq(problem: AttentionProblem, K0, Q0, *, steps: int, lr: float = 0.1,
     try:
         batch = torch.broadcast_shapes(problem.K.shape[:-3], problem.gamma.shape[:-2], K.shape[:-2], Q.shape[:-2])
     except RuntimeError:
-        raise ValueError(f"K0 {tuple(K.shape)} and Q0 {tuple(Q.shape)} do not broadcast against the problem's "
-                         f"batch {tuple(problem.K.shape[:-3])}") from None
+        raise ValueError(
+            f"K0 {tuple(K.shape)} and Q0 {tuple(Q.shape)} do not broadcast against the problem's "
+            f"batch {tuple(problem.K.shape[:-3])}"
+        ) from None
     m = K.shape[-1]
     K, Q = K.expand(*batch, d, m).clone(), Q.expand(*batch, d, m).clone()
     record = sorted(set(range(0, steps + 1, record_every)) | {steps})
@@ -297,8 +313,19 @@ def _train_kq_compiled(problem, K, Q, steps, lr, record, separate):
     out_K, out_Q = np.empty((R, Kf.shape[0], d, m)), np.empty((R, Kf.shape[0], d, m))
     from . import fastpath_kernels as kernels  # numba: imported on first use
 
-    kernels.run_kq(Kx, gamma, mask, Kf, Qf, steps, lr, separate, np.array(record[:-1] if record[-1] == steps else record,
-                                                              dtype=np.int64), out_K, out_Q)
+    kernels.run_kq(
+        Kx,
+        gamma,
+        mask,
+        Kf,
+        Qf,
+        steps,
+        lr,
+        separate,
+        np.array(record[:-1] if record[-1] == steps else record, dtype=np.int64),
+        out_K,
+        out_Q,
+    )
     if record[-1] == steps:
         out_K[-1], out_Q[-1] = Kf, Qf
     shape = lambda a: torch.from_numpy(a).reshape(R, *batch, d, m)
@@ -325,13 +352,20 @@ def naive_grad(problem: AttentionProblem, p: torch.Tensor) -> torch.Tensor:
     K, gamma = problem.K.to(p.dtype), problem.gamma.to(p.dtype)
     s = torch.softmax((K @ p.unsqueeze(-2).unsqueeze(-1)).squeeze(-1), -1)
     u = (s * gamma).sum(-1)
-    dl = -torch.sigmoid(-u)                                      # logistic l'(u)
+    dl = -torch.sigmoid(-u)  # logistic l'(u)
     w = dl.unsqueeze(-1) * s * (gamma - u.unsqueeze(-1))
     return (w.unsqueeze(-1) * K).sum((-3, -2)) / problem.n
 
 
-def train_w_naive(problem: AttentionProblem, W0, *, steps: int, lr: float = 0.1, record_every: int = 100,
-                  dtype: torch.dtype = torch.float64) -> Run:
+def train_w_naive(
+    problem: AttentionProblem,
+    W0,
+    *,
+    steps: int,
+    lr: float = 0.1,
+    record_every: int = 100,
+    dtype: torch.dtype = torch.float64,
+) -> Run:
     """The naive run: normalized GD on ``W`` with :func:`naive_grad` (plain softmax) in ``dtype``.
 
     The step divides by ``||g|| + eps`` as the public code does (``eps`` of ``dtype``), so
@@ -351,7 +385,7 @@ def train_w_naive(problem: AttentionProblem, W0, *, steps: int, lr: float = 0.1,
     p = _square(W0, d, "W0").flatten(-2).to(dtype).clone()
     eps = torch.finfo(dtype).eps
     rows_k, rows_p = [], []
-    with config.single_thread():    # tiny tensors: torch's thread pool costs more than the arithmetic
+    with config.single_thread():  # tiny tensors: torch's thread pool costs more than the arithmetic
         rows_k, rows_p = _naive_loop(problem, p, steps, lr, record_every, eps)
     P = torch.stack(rows_p)
     return Run(np.array(rows_k), P.unflatten(-1, (d, d)), grad.saturation(problem, P).probs)
@@ -374,6 +408,7 @@ def _naive_loop(problem, p, steps, lr, record_every, eps):
 # ---------------------------------------------------------------------------
 # the two SVMs
 # ---------------------------------------------------------------------------
+
 
 def _keys_selection(X, Z, alpha) -> tuple[np.ndarray, np.ndarray]:
     X = validate.real_array(X, "X", ndim=3)
@@ -471,12 +506,14 @@ def nuclear_certificate(W, D, dual) -> dict:
     op = float(np.linalg.norm(M, 2))
     nuc = float(np.linalg.svd(W, compute_uv=False).sum())
     dual_value = float(mu_pos.sum() / op) if op > 0 else 0.0
-    return {"primal": float(max(0.0, 1.0 - margin.min())),
-            "dual": float(max(0.0, -mu.min()) / max(mu.max(), np.finfo(float).tiny)),
-            "gap": abs(nuc - dual_value) / nuc,
-            "active": int((margin <= 1.0 + 1e-6).sum()),
-            "complementarity": float(np.max(mu_pos * np.abs(margin - 1.0)) / max(mu_pos.sum(), np.finfo(float).tiny)),
-            "op_norm": op}
+    return {
+        "primal": float(max(0.0, 1.0 - margin.min())),
+        "dual": float(max(0.0, -mu.min()) / max(mu.max(), np.finfo(float).tiny)),
+        "gap": abs(nuc - dual_value) / nuc,
+        "active": int((margin <= 1.0 + 1e-6).sum()),
+        "complementarity": float(np.max(mu_pos * np.abs(margin - 1.0)) / max(mu_pos.sum(), np.finfo(float).tiny)),
+        "op_norm": op,
+    }
 
 
 def nuclear_excess(X, Z, alpha, W, optimum: float) -> np.ndarray | float:
@@ -496,7 +533,7 @@ def nuclear_excess(X, Z, alpha, W, optimum: float) -> np.ndarray | float:
     -------
     ``(...)`` float.
     """
-    keys = w_keys(X, Z).numpy()                                   # (..., n, T, d*d)
+    keys = w_keys(X, Z).numpy()  # (..., n, T, d*d)
     W = validate.real_array(W, "W", min_ndim=2)
     alpha = np.asarray(alpha)
     if alpha.shape != keys.shape[:-2] or alpha.dtype.kind not in "iu":
@@ -558,23 +595,28 @@ def nuclear_svm(X, Z, alpha, solver: str = NUCLEAR_SOLVER, tol: float = NUCLEAR_
         raise svm.SolverFailed(f"{what}: solver {solver} failed ({exc})") from None
     if prob.status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE) or W.value is None:
         # the feasible set is the Frobenius problem's: let the certified ATT-SVM decide
-        svm.att_svm(K, alpha)      # raises InfeasibleSVM naming the inputs when infeasible
-        raise svm.SolverFailed(f"{what}: solver {solver} reports {prob.status}, but the Frobenius "
-                               "Att-SVM of the same constraints is feasible")
+        svm.att_svm(K, alpha)  # raises InfeasibleSVM naming the inputs when infeasible
+        raise svm.SolverFailed(
+            f"{what}: solver {solver} reports {prob.status}, but the Frobenius "
+            "Att-SVM of the same constraints is feasible"
+        )
     Wv, mu = np.asarray(W.value, float), np.asarray(cons[0].dual_value, float).ravel()
     check = nuclear_certificate(Wv, D, mu)
     check["status"] = prob.status
     check["solver"] = solver.upper()
     bad = {k: check[k] for k in ("primal", "dual", "gap") if check[k] > tol}
     if bad or check["active"] == 0:
-        raise svm.SolverFailed(f"{what}: the solver's answer fails the optimality certificate "
-                               f"(tol {tol:g}): {bad or 'no active constraint'}")
+        raise svm.SolverFailed(
+            f"{what}: the solver's answer fails the optimality certificate "
+            f"(tol {tol:g}): {bad or 'no active constraint'}"
+        )
     return NuclearSolution(Wv, mu, D, rows, check)
 
 
 # ---------------------------------------------------------------------------
 # instances
 # ---------------------------------------------------------------------------
+
 
 def random_instances(count: int, n: int, T: int, d: int, seed: int = 0) -> dict[str, np.ndarray]:
     """``count`` random instances of the public code's experiments, batched.
@@ -587,10 +629,33 @@ def random_instances(count: int, n: int, T: int, d: int, seed: int = 0) -> dict[
         validate.count(val, name, minimum=lo)
     rng = np.random.default_rng(seed)
     unit = lambda a: a / np.linalg.norm(a, axis=-1, keepdims=True)
-    return {"X": unit(rng.normal(size=(count, n, T, d))), "Z": unit(rng.normal(size=(count, n, d))),
-            "v": unit(rng.normal(size=(count, d))), "Y": rng.choice([-1.0, 1.0], size=(count, n))}
+    return {
+        "X": unit(rng.normal(size=(count, n, T, d))),
+        "Z": unit(rng.normal(size=(count, n, d))),
+        "v": unit(rng.normal(size=(count, d))),
+        "Y": rng.choice([-1.0, 1.0], size=(count, n)),
+    }
 
 
-__all__ = ["w_keys", "w_problem", "logits", "output", "Run", "train_w", "kq_grad", "train_kq",
-           "naive_grad", "train_w_naive", "frobenius_svm", "NuclearSolution", "nuclear_svm", "nuclear_certificate", "nuclear_excess",
-           "numerical_rank", "random_instances", "NUCLEAR_SOLVER", "NUCLEAR_TOL", "RANK_TOL"]
+__all__ = [
+    "w_keys",
+    "w_problem",
+    "logits",
+    "output",
+    "Run",
+    "train_w",
+    "kq_grad",
+    "train_kq",
+    "naive_grad",
+    "train_w_naive",
+    "frobenius_svm",
+    "NuclearSolution",
+    "nuclear_svm",
+    "nuclear_certificate",
+    "nuclear_excess",
+    "numerical_rank",
+    "random_instances",
+    "NUCLEAR_SOLVER",
+    "NUCLEAR_TOL",
+    "RANK_TOL",
+]

@@ -4,6 +4,7 @@ All loops run every start / instance of a batch in one tensor operation
 and record a :class:`History` (a thinned copy of the iterates, norms,
 losses and softmax probabilities).
 """
+
 from __future__ import annotations
 
 import math
@@ -68,8 +69,10 @@ def _record_steps(steps: int, record_every: int | None, floats_per_record: int =
 def _warn_history(n_records: int, floats_per_record: int) -> None:
     """Warn when a history would hold more than :data:`HISTORY_WARN_BYTES`; refuse far beyond."""
     size = 8 * n_records * floats_per_record
-    msg = (f"the recorded history would take about {size / 2**30:.1f} GiB ({n_records} records); "
-           "pass a larger record_every (or leave it at None, which bounds the history)")
+    msg = (
+        f"the recorded history would take about {size / 2**30:.1f} GiB ({n_records} records); "
+        "pass a larger record_every (or leave it at None, which bounds the history)"
+    )
     if size > 32 * HISTORY_WARN_BYTES:
         raise ValueError(msg.replace("would take", "would take more memory than is sensible:"))
     if size > HISTORY_WARN_BYTES:
@@ -86,9 +89,18 @@ def _stack(rows: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack(rows).cpu()
 
 
-def train_p(problem: AttentionProblem, p0, *, steps: int, lr: float = 0.1, method: str = "normalized",
-            loss: str | Loss = "logistic", record_every: int | None = None, record_probs: bool = True,
-            progress: bool | None = None) -> History:
+def train_p(
+    problem: AttentionProblem,
+    p0,
+    *,
+    steps: int,
+    lr: float = 0.1,
+    method: str = "normalized",
+    loss: str | Loss = "logistic",
+    record_every: int | None = None,
+    record_probs: bool = True,
+    progress: bool | None = None,
+) -> History:
     """Train the tunable token ``p`` with the head fixed.
 
     Parameters
@@ -128,15 +140,21 @@ def train_p(problem: AttentionProblem, p0, *, steps: int, lr: float = 0.1, metho
     if p.ndim == 0 or p.shape[-1] != problem.m:
         raise ValueError(f"p0 must end in the key dimension m = {problem.m}, got shape {tuple(p.shape)}")
     try:
-        batch = torch.broadcast_shapes(problem.K.shape[:-3], problem.gamma.shape[:-2], p.shape[:-1],
-                                       problem.mask.shape[:-2] if problem.mask is not None else ())
+        batch = torch.broadcast_shapes(
+            problem.K.shape[:-3],
+            problem.gamma.shape[:-2],
+            p.shape[:-1],
+            problem.mask.shape[:-2] if problem.mask is not None else (),
+        )
     except RuntimeError:
-        raise ValueError(f"p0 {tuple(p.shape)} does not broadcast against the problem's batch "
-                         f"{tuple(problem.K.shape[:-3])}") from None
+        raise ValueError(
+            f"p0 {tuple(p.shape)} does not broadcast against the problem's batch {tuple(problem.K.shape[:-3])}"
+        ) from None
     if math.prod(batch) == 0:
         raise ValueError(f"p0 holds no start (batch shape {tuple(batch)})")
-    record = _record_steps(steps, record_every,
-                           math.prod(batch) * (problem.m + 2 + (problem.n * problem.T if record_probs else 0)))
+    record = _record_steps(
+        steps, record_every, math.prod(batch) * (problem.m + 2 + (problem.n * problem.T if record_probs else 0))
+    )
     p = p.expand(*batch, problem.m).clone()
     if problem.K.device.type == "cpu" and fastpath.available() and loss.name in fastpath.LOSS_IDS:
         return _train_p_compiled(problem, p, steps, lr, method, loss, sorted(record), record_probs, progress)
@@ -156,12 +174,22 @@ def train_p(problem: AttentionProblem, p0, *, steps: int, lr: float = 0.1, metho
         step = g.direction if method == "normalized" else g.value()
         p = p - lr * step
     P = _stack(rows["p"])
-    return History(np.array(rows["step"]), P, P.norm(dim=-1), _stack(rows["loss"]),
-                   _stack(rows["probs"]) if record_probs else None)
+    return History(
+        np.array(rows["step"]), P, P.norm(dim=-1), _stack(rows["loss"]), _stack(rows["probs"]) if record_probs else None
+    )
 
 
-def _train_p_compiled(problem: AttentionProblem, p: torch.Tensor, steps: int, lr: float, method: str,
-                      loss: Loss, record: list[int], record_probs: bool, progress: bool | None = None) -> History:
+def _train_p_compiled(
+    problem: AttentionProblem,
+    p: torch.Tensor,
+    steps: int,
+    lr: float,
+    method: str,
+    loss: Loss,
+    record: list[int],
+    record_probs: bool,
+    progress: bool | None = None,
+) -> History:
     """:func:`train_p` through the compiled CPU kernel (in chunks: a progress bar and Ctrl-C
     work between them); the history is evaluated afterwards in one batch."""
     K, gamma, mask = problem.K, problem.gamma, problem.mask
@@ -171,13 +199,21 @@ def _train_p_compiled(problem: AttentionProblem, p: torch.Tensor, steps: int, lr
     full_mask = torch.ones(gamma.shape, dtype=torch.bool) if mask is None else mask
     bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
     with progress_bar(total=steps, enabled=bar, desc=f"{method} GD") as pbar:
-        out = fastpath.run(flat(K, (n, T, m)), flat(gamma, (n, T)), flat(full_mask, (n, T)), flat(p, (m,)),
-                           steps, lr, method == "normalized", loss.name, np.array(record),
-                           callback=lambda done: pbar.update(done - pbar.n))
+        out = fastpath.run(
+            flat(K, (n, T, m)),
+            flat(gamma, (n, T)),
+            flat(full_mask, (n, T)),
+            flat(p, (m,)),
+            steps,
+            lr,
+            method == "normalized",
+            loss.name,
+            np.array(record),
+            callback=lambda done: pbar.update(done - pbar.n),
+        )
     P = torch.from_numpy(out).reshape(len(record), *batch, m)
     sat = saturation(problem, P)
-    return History(np.array(record), P, P.norm(dim=-1), loss.value(sat.u).mean(-1),
-                   sat.probs if record_probs else None)
+    return History(np.array(record), P, P.norm(dim=-1), loss.value(sat.u).mean(-1), sat.probs if record_probs else None)
 
 
 def sphere_step(w: torch.Tensor, direction: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
@@ -196,16 +232,16 @@ def sphere_step(w: torch.Tensor, direction: torch.Tensor, theta: torch.Tensor) -
     return new / new.norm(dim=-1, keepdim=True)
 
 
-def accept(ok: torch.Tensor, candidate: torch.Tensor, current: torch.Tensor,
-           theta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def accept(
+    ok: torch.Tensor, candidate: torch.Tensor, current: torch.Tensor, theta: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The monotone line search of every regularization path, one step: keep what lowered the loss.
 
     ``ok (...)`` says where ``candidate (..., m)`` lowered the loss; there it replaces ``current (..., m)``
     and its rotation angle grows by 1.5 (at most 1 radian), elsewhere ``current`` stays and the angle
     ``theta (...)`` halves. Returns the new points and angles; the loss never increases.
     """
-    return (torch.where(ok[..., None], candidate, current),
-            torch.where(ok, (theta * 1.5).clamp_max(1.0), theta * 0.5))
+    return (torch.where(ok[..., None], candidate, current), torch.where(ok, (theta * 1.5).clamp_max(1.0), theta * 0.5))
 
 
 def _log_excess(problem: AttentionProblem, p: torch.Tensor, loss: Loss) -> tuple[torch.Tensor, torch.Tensor]:
@@ -239,8 +275,9 @@ def _better(problem: AttentionProblem, p_new, p_old, loss, parts_old) -> tuple[t
     return diff < 0, parts_new
 
 
-def regularization_path(problem: AttentionProblem, radii, w0, *, loss: str | Loss = "logistic",
-                        iters: int = 500, theta0: float = 0.3) -> torch.Tensor:
+def regularization_path(
+    problem: AttentionProblem, radii, w0, *, loss: str | Loss = "logistic", iters: int = 500, theta0: float = 0.3
+) -> torch.Tensor:
     """Solutions of ``min L(p) s.t. ||p|| <= R`` for each ``R`` in ``radii``.
 
     With no finite critical point (Assumption A) the minimiser lies on the
@@ -274,8 +311,10 @@ def regularization_path(problem: AttentionProblem, radii, w0, *, loss: str | Los
     if w0.ndim != 2 or w0.shape[0] == 0 or w0.shape[1] != problem.m:
         raise ValueError(f"w0 must have shape (starts, {problem.m}) with at least one start, got {tuple(w0.shape)}")
     if not bool((w0.norm(dim=-1) > 0).all()):
-        raise ValueError(f"w0 rows {torch.nonzero(w0.norm(dim=-1) == 0).flatten().tolist()} are zero: "
-                         "a start direction must be non-zero")
+        raise ValueError(
+            f"w0 rows {torch.nonzero(w0.norm(dim=-1) == 0).flatten().tolist()} are zero: "
+            "a start direction must be non-zero"
+        )
     batch = problem.K.shape[:-3]
     w = (w0 / w0.norm(dim=-1, keepdim=True)).reshape(1, w0.shape[0], *([1] * len(batch)), w0.shape[1])
     w = w.expand(len(radii), w0.shape[0], *batch, w0.shape[1]).clone()
@@ -305,9 +344,20 @@ def best_of_starts(problem: AttentionProblem, points: torch.Tensor, loss: str | 
     return torch.gather(points, 1, idx[:, None, ..., None].expand(-1, 1, *points.shape[2:])).squeeze(1).cpu()
 
 
-def train_joint(X, Y, v0, p0, *, steps: int, lr: float = 0.1, lr_v: float | None = None, W=None,
-                loss: str | Loss = "logistic", record_every: int | None = None,
-                progress: bool | None = None) -> History:
+def train_joint(
+    X,
+    Y,
+    v0,
+    p0,
+    *,
+    steps: int,
+    lr: float = 0.1,
+    lr_v: float | None = None,
+    W=None,
+    loss: str | Loss = "logistic",
+    record_every: int | None = None,
+    progress: bool | None = None,
+) -> History:
     """Joint training of the head ``v`` and the token ``p``, each with its own normalized step.
 
     ``p <- p - lr grad_p L / ||grad_p L||`` and ``v <- v - lr_v grad_v L / ||grad_v L||``,
@@ -352,15 +402,17 @@ def train_joint(X, Y, v0, p0, *, steps: int, lr: float = 0.1, lr_v: float | None
     v = as_tensor(v0, "v0", device=X.device).clone()
     p = as_tensor(p0, "p0", device=X.device).clone()
     if v.ndim == 0 or p.ndim == 0 or v.shape[-1] != X.shape[-1] or p.shape[-1] != K.shape[-1]:
-        raise ValueError(f"v0 must end in d={X.shape[-1]} and p0 in m={K.shape[-1]}, got {tuple(v.shape)}, "
-                         f"{tuple(p.shape)}")
+        raise ValueError(
+            f"v0 must end in d={X.shape[-1]} and p0 in m={K.shape[-1]}, got {tuple(v.shape)}, {tuple(p.shape)}"
+        )
     try:
         batch = torch.broadcast_shapes(v.shape[:-1], p.shape[:-1])
         if X.ndim > 3:
             torch.broadcast_shapes(batch, X.shape[:-3], Y.shape[:-1])
     except RuntimeError:
-        raise ValueError(f"the batch shapes of v0 {tuple(v.shape)}, p0 {tuple(p.shape)} and X {tuple(X.shape)} "
-                         "do not broadcast") from None
+        raise ValueError(
+            f"the batch shapes of v0 {tuple(v.shape)}, p0 {tuple(p.shape)} and X {tuple(X.shape)} do not broadcast"
+        ) from None
     if math.prod(batch) == 0:
         raise ValueError("v0 and p0 hold no start")
     v, p = v.expand(*batch, v.shape[-1]).clone(), p.expand(*batch, p.shape[-1]).clone()
@@ -371,9 +423,9 @@ def train_joint(X, Y, v0, p0, *, steps: int, lr: float = 0.1, lr_v: float | None
         return _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, sorted(record), progress)
     rows: dict[str, list] = {k: [] for k in ("step", "p", "v", "loss", "probs", "out")}
     bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
-    problem = AttentionProblem(K, scores(X, Y, v))         # validated once
+    problem = AttentionProblem(K, scores(X, Y, v))  # validated once
     for k in progress_bar(range(steps + 1), enabled=bar, desc="joint GD"):
-        problem.gamma = scores(X, Y, v)                     # only the scores move with v
+        problem.gamma = scores(X, Y, v)  # only the scores move with v
         sat = saturation(problem, p)
         if k in record:
             rows["step"].append(k)
@@ -389,8 +441,15 @@ def train_joint(X, Y, v0, p0, *, steps: int, lr: float = 0.1, lr_v: float | None
         p = p - lr * gp.direction
         v = v - lr_v * gv
     P = _stack(rows["p"])
-    return History(np.array(rows["step"]), P, P.norm(dim=-1), _stack(rows["loss"]), _stack(rows["probs"]),
-                   _stack(rows["v"]), {"output_prob": _stack(rows["out"])})
+    return History(
+        np.array(rows["step"]),
+        P,
+        P.norm(dim=-1),
+        _stack(rows["loss"]),
+        _stack(rows["probs"]),
+        _stack(rows["v"]),
+        {"output_prob": _stack(rows["out"])},
+    )
 
 
 def _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, record, progress=None) -> History:
@@ -400,13 +459,31 @@ def _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, record, progress
     v_flat = v.reshape(-1, v.shape[-1]).numpy()
     bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
     with progress_bar(total=steps, enabled=bar, desc="joint GD") as pbar:
-        out_p, out_v = fastpath.run_joint(X.numpy(), Y.numpy(), K.numpy(), p_flat, v_flat, steps, lr, lr_v,
-                                          loss.name, np.array(record), callback=lambda done: pbar.update(done - pbar.n))
+        out_p, out_v = fastpath.run_joint(
+            X.numpy(),
+            Y.numpy(),
+            K.numpy(),
+            p_flat,
+            v_flat,
+            steps,
+            lr,
+            lr_v,
+            loss.name,
+            np.array(record),
+            callback=lambda done: pbar.update(done - pbar.n),
+        )
     P = torch.from_numpy(out_p).reshape(len(record), *batch, p.shape[-1])
     V = torch.from_numpy(out_v).reshape(len(record), *batch, v.shape[-1])
     sat = saturation(AttentionProblem(K, scores(X, Y, V)), P)
-    return History(np.array(record), P, P.norm(dim=-1), loss.value(sat.u).mean(-1), sat.probs, V,
-                   {"output_prob": torch.sigmoid(sat.u)})
+    return History(
+        np.array(record),
+        P,
+        P.norm(dim=-1),
+        loss.value(sat.u).mean(-1),
+        sat.probs,
+        V,
+        {"output_prob": torch.sigmoid(sat.u)},
+    )
 
 
 def grad_v(X: torch.Tensor, Y: torch.Tensor, sat: Saturation, loss: Loss) -> torch.Tensor:
@@ -415,14 +492,23 @@ def grad_v(X: torch.Tensor, Y: torch.Tensor, sat: Saturation, loss: Loss) -> tor
     The weights ``l'(u_i)`` are rescaled by their largest magnitude in log
     space so the direction survives when they all underflow.
     """
-    log_w = loss.log_neg_deriv(sat.u)                          # (..., n)
+    log_w = loss.log_neg_deriv(sat.u)  # (..., n)
     M = log_w.max(-1, keepdim=True).values
-    w = -torch.exp(log_w - M) * Y                              # l' < 0
-    attended = (sat.probs.unsqueeze(-1) * X).sum(-2)           # (..., n, d)
+    w = -torch.exp(log_w - M) * Y  # l' < 0
+    attended = (sat.probs.unsqueeze(-1) * X).sum(-2)  # (..., n, d)
     G = (w.unsqueeze(-1) * attended).sum(-2)
     norm = G.norm(dim=-1, keepdim=True)
     return torch.where(norm > 0, G / norm.clamp_min(1e-300), torch.zeros_like(G))
 
 
-__all__ = ["History", "train_p", "train_joint", "regularization_path", "best_of_starts", "sphere_step", "accept", "grad_v",
-           "loss_value"]
+__all__ = [
+    "History",
+    "train_p",
+    "train_joint",
+    "regularization_path",
+    "best_of_starts",
+    "sphere_step",
+    "accept",
+    "grad_v",
+    "loss_value",
+]

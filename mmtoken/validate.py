@@ -7,6 +7,7 @@ what was expected; nothing is silently truncated (complex numbers, fractional
 counts or selections) and nothing reaches NumPy, SciPy, torch or the compiled
 kernel before it is known to be well formed.
 """
+
 from __future__ import annotations
 
 import math
@@ -88,8 +89,12 @@ def positive(x, name: str, maximum: float | None = None) -> float:
 def nonnegative(x, name: str) -> float:
     """A finite real number ``>= 0``."""
     x = _scalar(x)
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real) or not math.isfinite(float(x)) \
-            or float(x) < 0:
+    if (
+        isinstance(x, (bool, np.bool_))
+        or not isinstance(x, numbers.Real)
+        or not math.isfinite(float(x))
+        or float(x) < 0
+    ):
         raise ValueError(f"{name} must be a finite number >= 0, got {x!r}")
     return float(x)
 

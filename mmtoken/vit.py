@@ -18,6 +18,7 @@ plays the role of paper A's key-query matrix and the [CLS] query
 (:func:`key_query_norm`) is the quantity the theory says must grow for the
 softmax to select tokens.
 """
+
 from __future__ import annotations
 
 import math
@@ -76,7 +77,7 @@ class ViTConfig:
     @property
     def n_patches(self) -> int:
         """``P``, the number of patch tokens."""
-        return self.grid ** 2
+        return self.grid**2
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -125,8 +126,8 @@ class Attention(nn.Module):
         at the same scale, so it is the like-for-like control for the growth of
         the key-query product.
         """
-        wv = self.v.weight.T.reshape(-1, self.heads, self.head_dim).transpose(0, 1)    # (h, d, dh)
-        wo = self.out.weight.T.reshape(self.heads, self.head_dim, -1)                   # (h, dh, d)
+        wv = self.v.weight.T.reshape(-1, self.heads, self.head_dim).transpose(0, 1)  # (h, d, dh)
+        wo = self.out.weight.T.reshape(self.heads, self.head_dim, -1)  # (h, dh, d)
         return wv @ wo
 
 
@@ -137,8 +138,7 @@ class Block(nn.Module):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
         self.attn = Attention(width, heads)
-        self.mlp = nn.Sequential(nn.Linear(width, mlp_ratio * width), nn.GELU(),
-                                 nn.Linear(mlp_ratio * width, width))
+        self.mlp = nn.Sequential(nn.Linear(width, mlp_ratio * width), nn.GELU(), nn.Linear(mlp_ratio * width, width))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         y, attn = self.attn(self.ln1(x))
@@ -184,8 +184,9 @@ class ViT(nn.Module):
         """``(B, C, H, W)`` -> ``(B, P, C*patch*patch)``, patches in row-major grid order."""
         c = self.config
         if images.ndim != 4 or tuple(images.shape[1:]) != (c.channels, c.image_size, c.image_size):
-            raise ValueError(f"expected images of shape (B, {c.channels}, {c.image_size}, {c.image_size}), "
-                             f"got {tuple(images.shape)}")
+            raise ValueError(
+                f"expected images of shape (B, {c.channels}, {c.image_size}, {c.image_size}), got {tuple(images.shape)}"
+            )
         return patchify(images, c.patch)
 
     def forward(self, images: torch.Tensor, return_attention: bool = False):
@@ -263,16 +264,21 @@ def weight_norms(model: ViT, layer: int = -1) -> dict[str, float]:
     fro, spec = key_query_norm(model, layer)
     with torch.no_grad():
         ov = block.attn.value_output_matrices().double()
-        out = {"qk": fro, "qk_spec": spec,
-               "q": float(block.attn.q.weight.double().norm()), "k": float(block.attn.k.weight.double().norm()),
-               "v": float(block.attn.v.weight.double().norm()),
-               "ov": float(torch.linalg.matrix_norm(ov).square().sum().sqrt()),
-               "mlp_in": float(block.mlp[0].weight.double().norm()),
-               "mlp_out": float(block.mlp[2].weight.double().norm())}
+        out = {
+            "qk": fro,
+            "qk_spec": spec,
+            "q": float(block.attn.q.weight.double().norm()),
+            "k": float(block.attn.k.weight.double().norm()),
+            "v": float(block.attn.v.weight.double().norm()),
+            "ov": float(torch.linalg.matrix_norm(ov).square().sum().sqrt()),
+            "mlp_in": float(block.mlp[0].weight.double().norm()),
+            "mlp_out": float(block.mlp[2].weight.double().norm()),
+        }
     return {k: out[k] for k in WEIGHT_NORMS}
 
 
 # --------------------------------------------------------------------------- training
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -311,9 +317,11 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"TrainConfig.{name} must be a positive integer, got {value!r}")
-        for name, ok, need in (("lr", lambda v: 0 < v < math.inf, "a finite number > 0"),
-                               ("weight_decay", lambda v: 0 <= v < math.inf, "a finite number >= 0"),
-                               ("warmup", lambda v: 0 <= v < 1, "in [0, 1)")):
+        for name, ok, need in (
+            ("lr", lambda v: 0 < v < math.inf, "a finite number > 0"),
+            ("weight_decay", lambda v: 0 <= v < math.inf, "a finite number >= 0"),
+            ("warmup", lambda v: 0 <= v < 1, "in [0, 1)"),
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
                 raise ValueError(f"TrainConfig.{name} must be {need}, got {value!r}")
@@ -323,8 +331,9 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.grad_clip must be None or a finite number > 0, got {self.grad_clip!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"TrainConfig.seed must be a non-negative integer, got {self.seed!r}")
-        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
-                                         or self.threads < 1):
+        if self.threads is not None and (
+            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
+        ):
             raise ValueError(f"TrainConfig.threads must be None or a positive integer, got {self.threads!r}")
 
     def to_dict(self) -> dict:
@@ -396,7 +405,7 @@ class Normalizer:
         s1 = torch.zeros(images.shape[1], dtype=torch.float64)
         s2 = torch.zeros_like(s1)
         for i in range(0, images.shape[0], chunk):
-            x = images[i:i + chunk].double().cpu() / 255.0
+            x = images[i : i + chunk].double().cpu() / 255.0
             s1 += x.sum((0, 2, 3))
             s2 += x.square().sum((0, 2, 3))
         n = images.shape[0] * images.shape[2] * images.shape[3]
@@ -410,23 +419,32 @@ class Normalizer:
 
 
 @torch.no_grad()
-def evaluate(model: ViT, images: torch.Tensor, labels: torch.Tensor, normalize: Normalizer,
-             batch_size: int = 1000) -> tuple[float, float]:
+def evaluate(
+    model: ViT, images: torch.Tensor, labels: torch.Tensor, normalize: Normalizer, batch_size: int = 1000
+) -> tuple[float, float]:
     """Mean cross-entropy and accuracy of ``model`` on ``uint8`` images ``(N, C, H, W)`` and labels ``(N,)``."""
     was_training = model.training
     model.eval()
     loss, correct = 0.0, 0
     for i in range(0, len(images), batch_size):
-        logits = model(normalize(images[i:i + batch_size]))
-        y = labels[i:i + batch_size]
+        logits = model(normalize(images[i : i + batch_size]))
+        y = labels[i : i + batch_size]
         loss += float(nn.functional.cross_entropy(logits, y, reduction="sum"))
         correct += int((logits.argmax(-1) == y).sum())
     model.train(was_training)
     return loss / len(images), correct / len(images)
 
 
-def train(model: ViT, images: torch.Tensor, labels: torch.Tensor, config: TrainConfig,
-          normalize: Normalizer, *, log_points: list[int] | None = None, on_log=None) -> None:
+def train(
+    model: ViT,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    config: TrainConfig,
+    normalize: Normalizer,
+    *,
+    log_points: list[int] | None = None,
+    on_log=None,
+) -> None:
     """Train ``model`` in place with AdamW, warm-up and cosine decay.
 
     Parameters
@@ -446,8 +464,7 @@ def train(model: ViT, images: torch.Tensor, labels: torch.Tensor, config: TrainC
     total = steps_per_epoch * config.epochs
     logs = set(log_points or [])
     gen = torch.Generator().manual_seed(config.seed + 1)
-    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas,
-                            weight_decay=config.weight_decay)
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, total, config.warmup))
     with pinned_threads(config.threads):
         model.train()
@@ -457,7 +474,7 @@ def train(model: ViT, images: torch.Tensor, labels: torch.Tensor, config: TrainC
         for _epoch in range(config.epochs):
             order = torch.randperm(images.shape[0], generator=gen).to(images.device)
             for b in range(steps_per_epoch):
-                idx = order[b * config.batch_size:(b + 1) * config.batch_size]
+                idx = order[b * config.batch_size : (b + 1) * config.batch_size]
                 x = images[idx]
                 if config.augment:
                     x = augment(x, gen)
@@ -478,6 +495,7 @@ def train(model: ViT, images: torch.Tensor, labels: torch.Tensor, config: TrainC
 
 
 # --------------------------------------------------------------------------- logit spread and its bound
+
 
 @torch.no_grad()
 def cls_logits(model: ViT, inputs: torch.Tensor, layer: int = -1) -> torch.Tensor:

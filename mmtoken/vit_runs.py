@@ -24,6 +24,7 @@ Runs that must be trained go to worker processes (:func:`train_in_processes`),
 each with the torch thread count of its configuration (one thread at quick
 scale), so the numbers do not depend on the machine's core count.
 """
+
 from __future__ import annotations
 
 import functools
@@ -51,12 +52,14 @@ from .datasets.download import cache_dir, sha256_file
 CACHE_NAME = "vit_sparsity"
 CACHE_VERSION = 2
 
+
 class CacheError(RuntimeError):
     """A cache folder exists but cannot be trusted: damaged, stale, or holding another run."""
 
 
 class CacheMissing(FileNotFoundError):
     """No cache folder for a run."""
+
 
 @dataclass(frozen=True)
 class Experiment:
@@ -106,10 +109,17 @@ class Experiment:
             raise ValueError(f"Experiment.n_probe ({self.n_probe}) exceeds n_validation ({self.n_validation})")
         if self.map_epochs is not None:
             e = self.map_epochs
-            if (not isinstance(e, tuple) or not e or any(isinstance(k, bool) or not isinstance(k, int) for k in e)
-                    or list(e) != sorted(set(e)) or e[0] < 0 or e[-1] > self.train.epochs):
-                raise ValueError(f"Experiment.map_epochs must be None or increasing epochs in 0..{self.train.epochs}, "
-                                 f"got {e!r}")
+            if (
+                not isinstance(e, tuple)
+                or not e
+                or any(isinstance(k, bool) or not isinstance(k, int) for k in e)
+                or list(e) != sorted(set(e))
+                or e[0] < 0
+                or e[-1] > self.train.epochs
+            ):
+                raise ValueError(
+                    f"Experiment.map_epochs must be None or increasing epochs in 0..{self.train.epochs}, got {e!r}"
+                )
         if self.foreground is not None and not 0 < self.foreground < 1:
             raise ValueError(f"Experiment.foreground must be None or in (0, 1), got {self.foreground!r}")
         if not isinstance(self.test, bool):
@@ -182,7 +192,9 @@ class Result:
         """``log[name][:, layer]`` at the epoch ends, ``(E+1,)``."""
         return self.log[name][self.epoch_end, layer]
 
+
 # --------------------------------------------------------------------------- data and statistics
+
 
 @dataclass(frozen=True)
 class RawData:
@@ -242,8 +254,14 @@ def effective_patches(p: np.ndarray) -> np.ndarray:
 
 
 @torch.no_grad()
-def attention_statistics(model: vit.ViT, images: np.ndarray, labels: np.ndarray, normalize: vit.Normalizer,
-                         fg: np.ndarray, batch_size: int = 1000) -> dict:
+def attention_statistics(
+    model: vit.ViT,
+    images: np.ndarray,
+    labels: np.ndarray,
+    normalize: vit.Normalizer,
+    fg: np.ndarray,
+    batch_size: int = 1000,
+) -> dict:
     """One pass over ``images``: loss, accuracy and the [CLS] attention statistics of every block.
 
     Parameters
@@ -268,27 +286,38 @@ def attention_statistics(model: vit.ViT, images: np.ndarray, labels: np.ndarray,
     ent, eff, share, top = (np.zeros(depth) for _ in range(4))
     sums = None
     for i in range(0, n, batch_size):
-        x = normalize(torch.as_tensor(images[i:i + batch_size], device=dev))
-        y = torch.as_tensor(labels[i:i + batch_size], device=dev)
+        x = normalize(torch.as_tensor(images[i : i + batch_size], device=dev))
+        y = torch.as_tensor(labels[i : i + batch_size], device=dev)
         logits, attns = model(x, return_attention=True)
         loss += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
         correct += int((logits.argmax(-1) == y).sum())
-        f = fg[i:i + batch_size]
+        f = fg[i : i + batch_size]
         a = np.stack([vit.cls_patch_attention(att.double()).cpu().numpy() for att in attns])  # (depth, B, h, P)
         sums = a.sum(1) if sums is None else sums + a.sum(1)
-        h = _entropy(a)                                                                     # (depth, B, h)
+        h = _entropy(a)  # (depth, B, h)
         ent += h.mean(-1).sum(-1)
         eff += np.exp(h).mean(-1).sum(-1)
-        head_mean = a.mean(2)                                                               # (depth, B, P)
+        head_mean = a.mean(2)  # (depth, B, P)
         share += (head_mean * f).sum(-1).sum(-1)
         top += f[np.arange(len(f)), head_mean.argmax(-1)].sum(-1)
-    mean_maps = sums / n                                                                    # (depth, h, P)
-    layers = [{"entropy": ent[l] / n, "eff_image": eff[l] / n,
-               "eff_mean": float(effective_patches(mean_maps[l]).mean()),
-               "fg_share": share[l] / n, "uniform": float(fg.mean()), "top1_fg": top[l] / n}
-              for l in range(depth)]
-    return {"loss": loss / n, "acc": correct / n, "layers": [{k: float(v) for k, v in d.items()} for d in layers],
-            "mean_map": mean_maps.mean(1)}
+    mean_maps = sums / n  # (depth, h, P)
+    layers = [
+        {
+            "entropy": ent[l] / n,
+            "eff_image": eff[l] / n,
+            "eff_mean": float(effective_patches(mean_maps[l]).mean()),
+            "fg_share": share[l] / n,
+            "uniform": float(fg.mean()),
+            "top1_fg": top[l] / n,
+        }
+        for l in range(depth)
+    ]
+    return {
+        "loss": loss / n,
+        "acc": correct / n,
+        "layers": [{k: float(v) for k, v in d.items()} for d in layers],
+        "mean_map": mean_maps.mean(1),
+    }
 
 
 @torch.no_grad()
@@ -298,8 +327,8 @@ def _probe(model: vit.ViT, x: torch.Tensor, fg: torch.Tensor) -> dict[str, list]
     _, attns = model(x, return_attention=True)
     out = {"entropy": [], "eff": [], "eff_mean": [], "fg_share": [], "maps": []}
     for attn in attns:
-        a = vit.cls_patch_attention(attn.double())           # (B, h, P)
-        h = vit.entropy(a)                                     # (B, h)
+        a = vit.cls_patch_attention(attn.double())  # (B, h, P)
+        h = vit.entropy(a)  # (B, h)
         out["entropy"].append(float(h.mean()))
         out["eff"].append(float(h.exp().mean()))
         out["eff_mean"].append(float(vit.entropy(a.mean(0)).exp().mean()))
@@ -310,8 +339,11 @@ def _probe(model: vit.ViT, x: torch.Tensor, fg: torch.Tensor) -> dict[str, list]
 
 def log_points(steps_per_epoch: int, epochs: int, per_epoch: int, first_epoch: int) -> list[int]:
     """Steps after which statistics are logged: ``per_epoch`` times an epoch, ``first_epoch`` times in the first."""
-    return sorted({round(k * steps_per_epoch / per_epoch) for k in range(epochs * per_epoch + 1)}
-                  | {round(k * steps_per_epoch / first_epoch) for k in range(first_epoch)})
+    return sorted(
+        {round(k * steps_per_epoch / per_epoch) for k in range(epochs * per_epoch + 1)}
+        | {round(k * steps_per_epoch / first_epoch) for k in range(first_epoch)}
+    )
+
 
 # --------------------------------------------------------------------------- training into a cache folder
 
@@ -328,8 +360,10 @@ def train_into(exp: Experiment, raw: RawData, target: Path, fingerprint: dict[st
     """
     m, t = exp.model, exp.train
     if raw.x_train.shape[1:] != (m.channels, m.image_size, m.image_size):
-        raise ValueError(f"{exp.dataset} images have shape {raw.x_train.shape[1:]}, the model expects "
-                         f"{(m.channels, m.image_size, m.image_size)}")
+        raise ValueError(
+            f"{exp.dataset} images have shape {raw.x_train.shape[1:]}, the model expects "
+            f"{(m.channels, m.image_size, m.image_size)}"
+        )
     tr, va = split_indices(len(raw.x_train), exp.n_validation, exp.split_seed)
     x_tr, y_tr, x_va, y_va = raw.x_train[tr], raw.y_train[tr], raw.x_train[va], raw.y_train[va]
     dev = config.device()
@@ -345,8 +379,8 @@ def train_into(exp: Experiment, raw: RawData, target: Path, fingerprint: dict[st
             normalize = vit.Normalizer.fit(torch.as_tensor(x_tr))
             xtr, ytr = torch.as_tensor(x_tr, device=dev), torch.as_tensor(y_tr, device=dev)
             xva, yva = torch.as_tensor(x_va, device=dev), torch.as_tensor(y_va, device=dev)
-            probe_fg = foreground_mask(x_va[:exp.n_probe], m.patch, exp.foreground)
-            probe_x = normalize(xva[:exp.n_probe])
+            probe_fg = foreground_mask(x_va[: exp.n_probe], m.patch, exp.foreground)
+            probe_x = normalize(xva[: exp.n_probe])
             fg = torch.as_tensor(probe_fg, dtype=torch.float64, device=dev)
             spe = len(x_tr) // t.batch_size
             log: dict[str, list] = {k: [] for k in LOG_KEYS}
@@ -374,27 +408,51 @@ def train_into(exp: Experiment, raw: RawData, target: Path, fingerprint: dict[st
                         maps.append(np.stack(stats["maps"]))
                         torch.save(model.state_dict(), tmp / f"ckpt_epoch{e:03d}.pt")
 
-            vit.train(model, xtr, ytr, t, normalize,
-                      log_points=log_points(spe, t.epochs, exp.logs_per_epoch, exp.logs_first_epoch), on_log=on_log)
+            vit.train(
+                model,
+                xtr,
+                ytr,
+                t,
+                normalize,
+                log_points=log_points(spe, t.epochs, exp.logs_per_epoch, exp.logs_first_epoch),
+                on_log=on_log,
+            )
             seconds, cpu_seconds = time.perf_counter() - wall0, time.process_time() - cpu0
             test, mean_map = None, None
             if exp.test:  # the one look at the test split
                 fg_test = foreground_mask(raw.x_test, m.patch, exp.foreground)
                 test = attention_statistics(model, raw.x_test, raw.y_test, normalize, fg_test)
                 mean_map = test.pop("mean_map")
-        arrays = {"probe_attention": np.stack(maps), "probe_images": x_va[:exp.n_probe],
-                  "probe_labels": y_va[:exp.n_probe], "probe_fg": probe_fg}
+        arrays = {
+            "probe_attention": np.stack(maps),
+            "probe_images": x_va[: exp.n_probe],
+            "probe_labels": y_va[: exp.n_probe],
+            "probe_fg": probe_fg,
+        }
         if mean_map is not None:
             arrays["test_mean_map"] = mean_map
         np.savez_compressed(tmp / "arrays.npz", **arrays)
-        history = {"experiment": asdict(exp), "classes": list(image_data.IMAGE_DATASETS[exp.dataset]),
-                   "seconds": seconds, "cpu_seconds": cpu_seconds,
-                   "normalizer": {"mean": normalize.mean.flatten().tolist(), "std": normalize.std.flatten().tolist()},
-                   "torch": torch.__version__, "device": str(dev), "log": log, **ends, "test": test}
+        history = {
+            "experiment": asdict(exp),
+            "classes": list(image_data.IMAGE_DATASETS[exp.dataset]),
+            "seconds": seconds,
+            "cpu_seconds": cpu_seconds,
+            "normalizer": {"mean": normalize.mean.flatten().tolist(), "std": normalize.std.flatten().tolist()},
+            "torch": torch.__version__,
+            "device": str(dev),
+            "log": log,
+            **ends,
+            "test": test,
+        }
         (tmp / "history.json").write_text(json.dumps(history))
         files = {p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size} for p in sorted(tmp.iterdir())}
-        manifest = {"name": CACHE_NAME, "version": CACHE_VERSION, "key": target.name, "fingerprint": fingerprint,
-                    "files": files}
+        manifest = {
+            "name": CACHE_NAME,
+            "version": CACHE_VERSION,
+            "key": target.name,
+            "fingerprint": fingerprint,
+            "files": files,
+        }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
         shutil.rmtree(target, ignore_errors=True)
         try:
@@ -406,8 +464,16 @@ def train_into(exp: Experiment, raw: RawData, target: Path, fingerprint: dict[st
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-TRAINING_CODE = (split_indices, foreground_mask, _entropy, effective_patches, attention_statistics, _probe,
-                 log_points, train_into)
+TRAINING_CODE = (
+    split_indices,
+    foreground_mask,
+    _entropy,
+    effective_patches,
+    attention_statistics,
+    _probe,
+    log_points,
+    train_into,
+)
 """The functions of this module that compute what a cache folder holds (with all of :mod:`mmtoken.vit`)."""
 
 
@@ -431,12 +497,16 @@ def cache_key(fp: Mapping[str, str]) -> str:
     blob = json.dumps({"name": CACHE_NAME, "version": CACHE_VERSION, **fp}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+
 # --------------------------------------------------------------------------- reading a cache folder, validated
 
+
 def _damaged(path: Path, reason: str) -> CacheError:
-    return CacheError(f"ViT cache {path} cannot be used: {reason}. run_experiment rebuilds it (it is treated as "
-                      f"missing); to rebuild it yourself, delete the folder or call "
-                      f"run_experiment(..., retrain=True).")
+    return CacheError(
+        f"ViT cache {path} cannot be used: {reason}. run_experiment rebuilds it (it is treated as "
+        f"missing); to rebuild it yourself, delete the folder or call "
+        f"run_experiment(..., retrain=True)."
+    )
 
 
 def _read_json(path: Path, folder: Path) -> dict:
@@ -456,15 +526,24 @@ def _experiment_from_dict(d: dict) -> Experiment:
     train["betas"] = tuple(train["betas"])
     d = dict(d)
     map_epochs = d.pop("map_epochs")
-    return Experiment(**{**d, "model": vit.ViTConfig(**d["model"]), "train": vit.TrainConfig(**train),
-                         "map_epochs": None if map_epochs is None else tuple(map_epochs)})
+    return Experiment(
+        **{
+            **d,
+            "model": vit.ViTConfig(**d["model"]),
+            "train": vit.TrainConfig(**train),
+            "map_epochs": None if map_epochs is None else tuple(map_epochs),
+        }
+    )
 
 
 def _check_array(path: Path, name: str, arr: np.ndarray, shape: tuple, kind: str) -> np.ndarray:
     if tuple(arr.shape) != tuple(shape) or arr.dtype.kind not in kind:
-        raise _damaged(path, f"array {name} has shape {tuple(arr.shape)} and dtype {arr.dtype}, "
-                             f"expected shape {tuple(shape)} and kind {kind!r}")
-    return arr   # non-finite values are allowed: a diverged run is a result, not a damaged cache
+        raise _damaged(
+            path,
+            f"array {name} has shape {tuple(arr.shape)} and dtype {arr.dtype}, "
+            f"expected shape {tuple(shape)} and kind {kind!r}",
+        )
+    return arr  # non-finite values are allowed: a diverged run is a result, not a damaged cache
 
 
 def load(path: os.PathLike, exp: Experiment | None = None, fp: Mapping[str, str] | None = None) -> Result:
@@ -523,9 +602,12 @@ def load(path: os.PathLike, exp: Experiment | None = None, fp: Mapping[str, str]
             arrays = {k: z[k] for k in z.files}
     except Exception as exc:  # a corrupt zip raises BadZipFile, OSError, ValueError or EOFError
         raise _damaged(path, f"arrays.npz cannot be read ({type(exc).__name__})") from None
-    expected = {"probe_attention": ((M, depth, exp.n_probe, P), "f"),
-                "probe_images": ((exp.n_probe, m.channels, m.image_size, m.image_size), "u"),
-                "probe_labels": ((exp.n_probe,), "iu"), "probe_fg": ((exp.n_probe, P), "b")}
+    expected = {
+        "probe_attention": ((M, depth, exp.n_probe, P), "f"),
+        "probe_images": ((exp.n_probe, m.channels, m.image_size, m.image_size), "u"),
+        "probe_labels": ((exp.n_probe,), "iu"),
+        "probe_fg": ((exp.n_probe, P), "b"),
+    }
     if exp.test:
         expected["test_mean_map"] = ((depth, P), "f")
     for name, (shape, kind) in expected.items():
@@ -555,15 +637,34 @@ def load(path: os.PathLike, exp: Experiment | None = None, fp: Mapping[str, str]
         raise _damaged(path, "history.json is inconsistent (epoch ends or classes)")
     if exp.test:
         keys = {"entropy", "eff_image", "eff_mean", "fg_share", "uniform", "top1_fg"}
-        if (not isinstance(test, dict) or not {"loss", "acc", "layers"} <= set(test)
-                or not isinstance(test["layers"], list) or len(test["layers"]) != depth
-                or any(not isinstance(d, dict) or set(d) != keys for d in test["layers"])):
+        if (
+            not isinstance(test, dict)
+            or not {"loss", "acc", "layers"} <= set(test)
+            or not isinstance(test["layers"], list)
+            or len(test["layers"]) != depth
+            or any(not isinstance(d, dict) or set(d) != keys for d in test["layers"])
+        ):
             raise _damaged(path, "history.json lacks the test statistics")
     elif test is not None:
         raise _damaged(path, "history.json holds test statistics of a run that must not touch the test split")
-    return Result(exp, log, epoch_end, val_loss, val_acc, test, arrays.get("test_mean_map"),
-                  arrays["probe_attention"], arrays["probe_images"], arrays["probe_labels"].astype(np.int64),
-                  arrays["probe_fg"], classes, seconds, cpu_seconds, normalizer, path)
+    return Result(
+        exp,
+        log,
+        epoch_end,
+        val_loss,
+        val_acc,
+        test,
+        arrays.get("test_mean_map"),
+        arrays["probe_attention"],
+        arrays["probe_images"],
+        arrays["probe_labels"].astype(np.int64),
+        arrays["probe_fg"],
+        classes,
+        seconds,
+        cpu_seconds,
+        normalizer,
+        path,
+    )
 
 
 def checkpoint(result: Result, epoch: int) -> vit.ViT:
@@ -623,7 +724,9 @@ def sweep_leftovers(root: os.PathLike) -> list[Path]:
                     drop(q)
     return removed
 
+
 # --------------------------------------------------------------------------- running (cached, seeds in parallel)
+
 
 def train_from_spec(spec_path: os.PathLike) -> None:
     """Worker entry point of :func:`train_in_processes`: run the job described by a JSON spec file.
@@ -662,20 +765,31 @@ def train_in_processes(jobs: list[tuple[Experiment, RawData, Path, dict]], worke
                 data_files[raw.name] = str(Path(tmp) / f"data-{len(data_files)}.npz")
                 np.savez(data_files[raw.name], **{k: getattr(raw, k) for k in RAW_ARRAYS})
             spec = Path(tmp) / f"job{i}.json"
-            spec.write_text(json.dumps({"experiment": asdict(exp), "data": data_files[raw.name],
-                                        "target": str(target), "fingerprint": fp}))
+            spec.write_text(
+                json.dumps(
+                    {"experiment": asdict(exp), "data": data_files[raw.name], "target": str(target), "fingerprint": fp}
+                )
+            )
             pending.append((spec, Path(tmp) / f"job{i}.out"))
         running, failures = [], []
         # each run takes minutes: a bar over finished runs where someone watches (off in builds)
-        bar = config.progress_bar(total=len(pending), desc="ViT runs",
-                                  enabled=config.progress_enabled(len(pending), threshold=1))
+        bar = config.progress_bar(
+            total=len(pending), desc="ViT runs", enabled=config.progress_enabled(len(pending), threshold=1)
+        )
         try:
             while pending or running:
                 while pending and len(running) < workers:
                     spec, out = pending.pop(0)
                     fh = open(out, "wb")
-                    running.append((subprocess.Popen([sys.executable, "-c", code, str(spec)], stdout=fh,
-                                                     stderr=subprocess.STDOUT, env=env), fh, out))
+                    running.append(
+                        (
+                            subprocess.Popen(
+                                [sys.executable, "-c", code, str(spec)], stdout=fh, stderr=subprocess.STDOUT, env=env
+                            ),
+                            fh,
+                            out,
+                        )
+                    )
                 time.sleep(0.2)
                 for job in [j for j in running if j[0].poll() is not None]:
                     running.remove(job)
@@ -686,7 +800,7 @@ def train_in_processes(jobs: list[tuple[Experiment, RawData, Path, dict]], worke
                         failures.append(out.read_bytes().decode(errors="replace")[-3000:])
         finally:
             bar.close()
-            for proc, fh, _ in running:   # interrupted: stop the workers this call started
+            for proc, fh, _ in running:  # interrupted: stop the workers this call started
                 proc.terminate()
                 proc.wait()
                 fh.close()
@@ -694,8 +808,9 @@ def train_in_processes(jobs: list[tuple[Experiment, RawData, Path, dict]], worke
         raise RuntimeError(f"{len(failures)} ViT training worker(s) failed; the last said:\n{failures[-1]}")
 
 
-def run_experiments(exps: Iterable[Experiment], *, retrain: bool = False, on_damage: str = "rebuild",
-                    workers: int | None = None) -> list[Result]:
+def run_experiments(
+    exps: Iterable[Experiment], *, retrain: bool = False, on_damage: str = "rebuild", workers: int | None = None
+) -> list[Result]:
     """Load the cached runs of ``exps`` from ``data/vit/<key>/``, training the missing ones first.
 
     Parameters
@@ -750,7 +865,7 @@ def run_experiments(exps: Iterable[Experiment], *, retrain: bool = False, on_dam
 
         # one process trains at a time: a second one (another pytest-xdist worker, a notebook
         # kernel) waits here, then finds the runs the first one wrote and trains only the rest
-        with locked(root.parent / "vit-training"):   # the lock file lives in data/.locks, not among the runs
+        with locked(root.parent / "vit-training"):  # the lock file lives in data/.locks, not among the runs
             if not retrain:
                 for target in list(todo):
                     exp, fp = todo[target]
@@ -763,8 +878,9 @@ def run_experiments(exps: Iterable[Experiment], *, retrain: bool = False, on_dam
                 workers = 1 if config.device().type != "cpu" else 2 * (os.cpu_count() or 1)
             jobs = [(exp, raws[exp.dataset], target, fp) for target, (exp, fp) in todo.items()]
             if min(workers, len(jobs)) <= 1:
-                for job in config.progress_bar(jobs, desc="ViT runs",
-                                               enabled=config.progress_enabled(len(jobs), threshold=1)):
+                for job in config.progress_bar(
+                    jobs, desc="ViT runs", enabled=config.progress_enabled(len(jobs), threshold=1)
+                ):
                     train_into(*job)
             elif jobs:
                 train_in_processes(jobs, workers)

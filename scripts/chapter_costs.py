@@ -20,6 +20,7 @@ caches). The other columns are estimates, and the note says so:
 Run ``python scripts/chapter_costs.py`` to rewrite the snippet; a unit test
 checks that it is up to date.
 """
+
 from __future__ import annotations
 
 import functools
@@ -64,8 +65,11 @@ study run at one size; its seeds' fits took 128 CPU s of the 428.5 s (recorded b
 T4 = {"float32": 4.0e12, "float64": 0.125e12, "launch_s": 10e-6}
 """Sustained rates assumed for a T4 (half of its peak) and the cost of one kernel launch."""
 
-CHAPTERS = {"08_random": "8 (random instances)", "09_vit_sparsity": "9 (ViT on images)",
-            "12_real_reviews": "12 (real reviews)"}
+CHAPTERS = {
+    "08_random": "8 (random instances)",
+    "09_vit_sparsity": "9 (ViT on images)",
+    "12_real_reviews": "12 (real reviews)",
+}
 
 
 class _OpCounter(TorchDispatchMode):
@@ -191,8 +195,12 @@ def reviews_work(scale: str) -> Work:
         rows = t.X[: s.batch]
         params = review_model.Params(torch.zeros(data.V, s.d), torch.zeros(s.d), torch.ones(s.d))
         for run in RUNS:
-            names, epochs = {"joint": (("E", "p"), s.epochs), "joint_v": (("E", "p", "v"), s.epochs_v),
-                             "uniform": (("E",), s.epochs), "uniform_tuned": (("E",), s.epochs_uniform)}[run]
+            names, epochs = {
+                "joint": (("E", "p"), s.epochs),
+                "joint_v": (("E", "p", "v"), s.epochs_v),
+                "uniform": (("E",), s.epochs),
+                "uniform_tuned": (("E",), s.epochs_uniform),
+            }[run]
             step = functools.partial(_fit_step, params, rows, t.y[: s.batch], t.counts[: s.batch], names, s.batch)
             total = total + count(step) * (math.ceil(N / s.batch) * epochs * len(SEEDS))
     return total
@@ -212,11 +220,17 @@ def estimates(chapter: str) -> dict:
 
     def t4(w: Work) -> float:
         return w.flops / T4[w.dtype] + w.ops * T4["launch_s"]
+
     # the part that does not grow with the scale is assumed to speed up as the counted quick runs do
     fixed = (cpu_quick - grows) * t4(quick) / grows
-    return {"quick": quick, "paper": paper, "cpu_quick": cpu_quick,
-            "cpu_paper": cpu_quick - grows + grows * paper.flops / quick.flops,
-            "t4_quick": fixed + t4(quick), "t4_paper": fixed + t4(paper)}
+    return {
+        "quick": quick,
+        "paper": paper,
+        "cpu_quick": cpu_quick,
+        "cpu_paper": cpu_quick - grows + grows * paper.flops / quick.flops,
+        "t4_quick": fixed + t4(quick),
+        "t4_paper": fixed + t4(paper),
+    }
 
 
 def human(seconds: float) -> str:
@@ -258,11 +272,12 @@ GPU was available to measure: read them as orders of magnitude
 
 def table(rows: dict) -> str:
     """The markdown table of the note."""
-    lines = ["| chapter | quick, 2-core CPU | paper, 2-core CPU | quick, T4 | paper, T4 |",
-             "|---|---|---|---|---|"]
+    lines = ["| chapter | quick, 2-core CPU | paper, 2-core CPU | quick, T4 | paper, T4 |", "|---|---|---|---|---|"]
     for ch, r in rows.items():
-        lines.append(f"| {CHAPTERS[ch]} | {human(r['cpu_quick'])} | {human(r['cpu_paper'])} | "
-                     f"{human(r['t4_quick'])} | {human(r['t4_paper'])} |")
+        lines.append(
+            f"| {CHAPTERS[ch]} | {human(r['cpu_quick'])} | {human(r['cpu_paper'])} | "
+            f"{human(r['t4_quick'])} | {human(r['t4_paper'])} |"
+        )
     return "\n".join(lines)
 
 
@@ -278,8 +293,10 @@ def main() -> None:
         rows[ch] = estimates(ch)
         print(f"{ch}: counted in {time.perf_counter() - start:.0f} s")
     for ch, r in rows.items():
-        print(ch, {k: (f"{v.flops:.3g} FLOP, {v.ops:.3g} ops" if isinstance(v, Work) else f"{v:.4g}")
-                   for k, v in r.items()})
+        print(
+            ch,
+            {k: (f"{v.flops:.3g} FLOP, {v.ops:.3g} ops" if isinstance(v, Work) else f"{v:.4g}") for k, v in r.items()},
+        )
     SNIPPET.write_text(note(rows))
     print(f"wrote {SNIPPET.relative_to(ROOT)}")
 

@@ -4,6 +4,7 @@
 Writes ``book/_static/logo.svg`` (site logo and favicon) and ``book/_static/logo.png``
 (the Open Graph image, 512x512). Deterministic; re-run only to change the design.
 """
+
 from pathlib import Path
 
 import matplotlib
@@ -37,8 +38,7 @@ def main():
     fig = draw()
     plt.rcParams["svg.hashsalt"] = "mmtoken"  # stable ids in the SVG
     fig.savefig(OUT / "logo.svg", transparent=True, metadata={"Date": None, "Creator": None})
-    fig.savefig(OUT / "logo.png", dpi=256, transparent=False, facecolor="white",
-                metadata={"Software": None})
+    fig.savefig(OUT / "logo.png", dpi=256, transparent=False, facecolor="white", metadata={"Software": None})
     print(f"wrote {OUT / 'logo.svg'} and {OUT / 'logo.png'}")
 
 

@@ -31,6 +31,7 @@ The reader notebooks (``scripts/reader_notebooks.py``) take their install cell
 from :func:`install_cell` here, so the book, the reader notebooks and the
 launch buttons cannot disagree.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,8 +67,9 @@ class Meta:
     def org_repo(self) -> tuple[str, str]:
         m = re.fullmatch(r"https://github\.com/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)", self.repository)
         if not m:
-            raise ValueError(f"[project.urls] Repository must be https://github.com/<org>/<repo>, "
-                             f"got {self.repository!r}")
+            raise ValueError(
+                f"[project.urls] Repository must be https://github.com/<org>/<repo>, got {self.repository!r}"
+            )
         return m.group(1), m.group(2)
 
     @property
@@ -130,6 +132,7 @@ def load(root: Path = ROOT) -> Meta:
 
 # --------------------------------------------------------------------------- install cell
 
+
 def install_cell(meta: Meta, extra: list[str] | tuple[str, ...] = ()) -> str:
     """Source of the install cell: the pinned release, its git tag as the fallback.
 
@@ -178,11 +181,13 @@ def chapter_extras(text: str, meta: Meta) -> list[str]:
 
 def rewrite_chapter(text: str, meta: Meta) -> str:
     """``text`` with its hidden install cell(s) replaced by the canonical one."""
+
     def repl(m: re.Match) -> str:
         extras = _install_extras(m.group(2), meta.name)
         if extras is None:
             return m.group(0)
         return m.group(1) + install_cell(meta, extras) + m.group(3)
+
     return _CELL_RE.sub(repl, text)
 
 
@@ -193,11 +198,15 @@ def chapter_install_cells(text: str, meta: Meta) -> list[str]:
 
 def chapters(root: Path) -> list[Path]:
     """Every MyST notebook of the book (a ``.md`` with a jupytext header)."""
-    return sorted(p for p in (root / "book").rglob("*.md")
-                  if "_build" not in p.parts and p.read_text().startswith("---\njupytext:"))
+    return sorted(
+        p
+        for p in (root / "book").rglob("*.md")
+        if "_build" not in p.parts and p.read_text().startswith("---\njupytext:")
+    )
 
 
 # --------------------------------------------------------------------------- other targets
+
 
 def rewrite_urls(text: str, meta: Meta) -> str:
     """``pyproject.toml`` with the derived ``[project.urls]`` table."""
@@ -240,8 +249,9 @@ def _set_yaml(text: str, path: tuple[str, ...], value: str) -> str:
             return "\n".join(lines) + "\n"
         # the block of this key: following lines indented deeper (or blank)
         start, block_end = found + 1, found + 1
-        while block_end < end and (not lines[block_end].strip()
-                                   or len(lines[block_end]) - len(lines[block_end].lstrip()) > indent):
+        while block_end < end and (
+            not lines[block_end].strip() or len(lines[block_end]) - len(lines[block_end].lstrip()) > indent
+        ):
             block_end += 1
         end = block_end
         indent += 2
@@ -324,9 +334,13 @@ references:
 
 
 def readme_block(meta: Meta) -> str:
-    placeholder = (" (**a placeholder**: no public repository of this book exists yet; the book, the "
-                   "buttons and the install cells go live once this line in `pyproject.toml` names a real "
-                   "one)" if meta.repository == PLACEHOLDER else "")
+    placeholder = (
+        " (**a placeholder**: no public repository of this book exists yet; the book, the "
+        "buttons and the install cells go live once this line in `pyproject.toml` names a real "
+        "one)"
+        if meta.repository == PLACEHOLDER
+        else ""
+    )
     return f"""{README_BEGIN}
 | | |
 |---|---|
@@ -375,6 +389,7 @@ def book_title(root: Path) -> str:
 
 # --------------------------------------------------------------------------- driver
 
+
 def planned(root: Path, targets: tuple[str, ...] = TARGETS) -> list[tuple[Path, str, str]]:
     """``(path, current text, expected text)`` for every file the targets own."""
     unknown = set(targets) - set(TARGETS)
@@ -410,8 +425,9 @@ def drifted(root: Path, targets: tuple[str, ...] = TARGETS) -> dict[Path, str]:
     for path, current, expected in planned(root, targets):
         if current != expected:
             rel = path.relative_to(root).as_posix()
-            diffs[path] = "".join(difflib.unified_diff(current.splitlines(True), expected.splitlines(True),
-                                                       f"a/{rel}", f"b/{rel}"))
+            diffs[path] = "".join(
+                difflib.unified_diff(current.splitlines(True), expected.splitlines(True), f"a/{rel}", f"b/{rel}")
+            )
     return diffs
 
 
@@ -433,11 +449,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     for name in ("check", "apply"):
         p = sub.add_parser(name)
-        p.add_argument("targets", nargs="*", metavar="TARGET",
-                       help=f"any of {', '.join(TARGETS)} (default: all)")
+        p.add_argument("targets", nargs="*", metavar="TARGET", help=f"any of {', '.join(TARGETS)} (default: all)")
     g = sub.add_parser("get")
-    g.add_argument("key", choices=["name", "version", "tag", "repository", "site", "pip_spec", "git_spec",
-                                   "reader_branch"])
+    g.add_argument(
+        "key", choices=["name", "version", "tag", "repository", "site", "pip_spec", "git_spec", "reader_branch"]
+    )
     args = parser.parse_args(argv)
     root = args.root.resolve()
     if args.cmd == "get":
@@ -449,8 +465,11 @@ def main(argv: list[str] | None = None) -> int:
         for diff in diffs.values():
             sys.stdout.write(diff)
         if diffs:
-            print(f"\n{len(diffs)} file(s) differ from pyproject.toml; run "
-                  f"`python scripts/project_meta.py apply {' '.join(args.targets)}`".rstrip(), file=sys.stderr)
+            print(
+                f"\n{len(diffs)} file(s) differ from pyproject.toml; run "
+                f"`python scripts/project_meta.py apply {' '.join(args.targets)}`".rstrip(),
+                file=sys.stderr,
+            )
             return 1
         print(f"project_meta: {', '.join(targets)} agree with pyproject.toml")
         return 0

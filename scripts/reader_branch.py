@@ -9,6 +9,7 @@ buttons of every chapter open.
 
     python scripts/reader_branch.py [--html _build/html] [--out _build/reader]
 """
+
 from __future__ import annotations
 
 import argparse

@@ -26,6 +26,7 @@ Usage::
     python scripts/stored_outputs.py seed [--cache _build/.jupyter_cache]
     python scripts/stored_outputs.py count _build/strict.log
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,14 +57,17 @@ def merged(md: Path) -> nbformat.NotebookNode:
     from myst_nb.core.read import read_myst_markdown_notebook
     from myst_parser.config.main import MdParserConfig
 
-    nb = read_myst_markdown_notebook(md.read_text(encoding="utf-8"), MdParserConfig(), add_source_map=True,
-                                     path=str(md))
+    nb = read_myst_markdown_notebook(
+        md.read_text(encoding="utf-8"), MdParserConfig(), add_source_map=True, path=str(md)
+    )
     stored = nbformat.read(md.with_suffix(".ipynb"), as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     ran = [c for c in stored.cells if c.cell_type == "code"]
     if [c.source.strip() for c in code] != [c.source.strip() for c in ran]:
-        raise SystemExit(f"{md} and {md.with_suffix('.ipynb').name} hold different code: run `make sync` "
-                         "(jupytext --update, then execute) before the build")
+        raise SystemExit(
+            f"{md} and {md.with_suffix('.ipynb').name} hold different code: run `make sync` "
+            "(jupytext --update, then execute) before the build"
+        )
     for c, r in zip(code, ran):
         c.outputs, c.execution_count = r.outputs, r.execution_count
     for key in ("language_info", "widgets"):
@@ -79,8 +83,9 @@ def seed(cache_path: Path) -> int:
     cache = get_cache(str(cache_path))
     mds = chapters()
     for md in mds:
-        cache.cache_notebook_bundle(CacheBundleIn(merged(md), str(md.with_suffix(".ipynb"))),
-                                    check_validity=True, overwrite=True)
+        cache.cache_notebook_bundle(
+            CacheBundleIn(merged(md), str(md.with_suffix(".ipynb"))), check_validity=True, overwrite=True
+        )
     print(f"stored outputs: {len(mds)} notebooks cached for the build in {cache_path} (the build executes none)")
     return 0
 

@@ -27,6 +27,7 @@ From a terminal (the numbers of a build, grouped by page)::
     .venv/bin/python tests/bookcheck.py [_build/html] [--json report.json]
     .venv/bin/python tests/bookcheck.py _build/html --screenshots book/figures/screenshots --suffix after
 """
+
 from __future__ import annotations
 
 import argparse
@@ -187,9 +188,9 @@ Promise.all([fonts, mj]).then(() => requestAnimationFrame(() => requestAnimation
 @dataclass
 class PageReport:
     page: str
-    sideways: list = field(default_factory=list)        # at 1280 px: equations, outputs, tables
-    code_sideways: list = field(default_factory=list)   # at 1280 px: code inputs (not asserted)
-    page_too_wide: list = field(default_factory=list)   # at 390 px
+    sideways: list = field(default_factory=list)  # at 1280 px: equations, outputs, tables
+    code_sideways: list = field(default_factory=list)  # at 1280 px: code inputs (not asserted)
+    page_too_wide: list = field(default_factory=list)  # at 390 px
     eqno_overlap: list = field(default_factory=list)
     soft_figures: list = field(default_factory=list)
     broken_images: list = field(default_factory=list)
@@ -198,8 +199,15 @@ class PageReport:
     load: str = ""
 
     def problems(self) -> int:
-        return (len(self.sideways) + len(self.page_too_wide) + len(self.eqno_overlap)
-                + len(self.soft_figures) + len(self.broken_images) + len(self.console) + bool(self.load))
+        return (
+            len(self.sideways)
+            + len(self.page_too_wide)
+            + len(self.eqno_overlap)
+            + len(self.soft_figures)
+            + len(self.broken_images)
+            + len(self.console)
+            + bool(self.load)
+        )
 
 
 def toc_files(root: Path = ROOT) -> list[str]:
@@ -231,22 +239,33 @@ def new_driver():
 
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--no-first-run", "--disable-quic", "--allow-file-access-from-files",
-                "--hide-scrollbars", "--force-device-scale-factor=1"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-quic",
+        "--allow-file-access-from-files",
+        "--hide-scrollbars",
+        "--force-device-scale-factor=1",
+    ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"),
-                              options=options)
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=options)
     driver.set_page_load_timeout(60)
     driver.set_script_timeout(60)
     return driver
 
 
 def set_width(driver, width: int, height: int = HEIGHT) -> None:
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+    )
 
 
 def settle(driver) -> str:
@@ -256,7 +275,7 @@ def settle(driver) -> str:
 def check_page(driver, page: Path, label: str | None = None) -> PageReport:
     """Visit ``page`` at 1280 px then at 390 px and record what a reader sees wrong."""
     rep = PageReport(label or page.name)
-    driver.get_log("browser")                       # drop what an earlier page left
+    driver.get_log("browser")  # drop what an earlier page left
     set_width(driver, WIDE)
     driver.get(page.as_uri())
     state = driver.execute_script("return document.readyState")
@@ -287,8 +306,9 @@ def check_page(driver, page: Path, label: str | None = None) -> PageReport:
         if not f["complete"] or f["natural"] == 0 or f["naturalHeight"] == 0:
             rep.broken_images.append(f"{f['what']}: did not decode")
         elif f["shown"] > 0 and f["natural"] < 2 * f["shown"]:
-            rep.soft_figures.append(f"{f['what']}: natural {f['natural']} px shown at {f['shown']} px "
-                                    f"({f['natural'] / f['shown']:.2f}x)")
+            rep.soft_figures.append(
+                f"{f['what']}: natural {f['natural']} px shown at {f['shown']} px ({f['natural'] / f['shown']:.2f}x)"
+            )
     rep.console = [f"{e['message']}" for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     return rep
 
@@ -298,14 +318,16 @@ def check_pages(pages: list[Path], html_dir: Path | None = None, driver=None) ->
     own = driver is None
     driver = driver or new_driver()
     try:
-        return [check_page(driver, p, str(p.relative_to(html_dir)) if html_dir else p.name)
-                for p in pages if p.is_file()]
+        return [
+            check_page(driver, p, str(p.relative_to(html_dir)) if html_dir else p.name) for p in pages if p.is_file()
+        ]
     finally:
         if own:
             driver.quit()
 
 
 # --- claim links, on the HTML files -------------------------------------------------------
+
 
 class HtmlFacts(HTMLParser):
     """Ids, links (with classes and the claim row they sit in) and code spans of a page."""
@@ -314,7 +336,7 @@ class HtmlFacts(HTMLParser):
         super().__init__()
         self.ids: set[str] = set()
         self.links: list[dict] = []
-        self.codes: list[tuple[str, bool]] = []      # (text, inside a claim link)
+        self.codes: list[tuple[str, bool]] = []  # (text, inside a claim link)
         self._a: list[dict | None] = []
         self._code: list[str] | None = None
         self._row: str | None = None
@@ -379,7 +401,7 @@ def claim_link_problems(html_dir: Path, pages: list[Path], ledger: str = LEDGER_
     parsed.setdefault(ledger_path, parse_html(ledger_path))
     led = parsed[ledger_path]
     anchors = {i for i in led.ids if i.startswith(CLAIM_ANCHOR)}
-    known = {i[len(CLAIM_ANCHOR):] for i in anchors}
+    known = {i[len(CLAIM_ANCHOR) :] for i in anchors}
     name = lambda p: str(p.relative_to(html_dir.resolve())) if p.is_relative_to(html_dir.resolve()) else str(p)
     if not anchors:
         problems.setdefault(ledger, []).append("the ledger page has no claim anchors (ids claim-<id>)")
@@ -407,7 +429,7 @@ def claim_link_problems(html_dir: Path, pages: list[Path], ledger: str = LEDGER_
             back.setdefault(link["row"], []).append(link)
     out = []
     for anchor in sorted(anchors):
-        cid = anchor[len(CLAIM_ANCHOR):]
+        cid = anchor[len(CLAIM_ANCHOR) :]
         links = back.get(anchor, [])
         if not links:
             out.append(f"row {cid}: no link back to where a chapter states it")
@@ -438,7 +460,9 @@ def summary(reports: list[PageReport], links: dict[str, list[str]]) -> dict:
 def format_report(reports: list[PageReport], links: dict[str, list[str]]) -> str:
     lines = []
     for r in reports:
-        items = [(c, x) for c in CATEGORIES for x in getattr(r, c)] + [("claim_links", x) for x in links.get(r.page, [])]
+        items = [(c, x) for c in CATEGORIES for x in getattr(r, c)] + [
+            ("claim_links", x) for x in links.get(r.page, [])
+        ]
         if r.load:
             items.insert(0, ("load", r.load))
         if not items:
@@ -450,7 +474,7 @@ def format_report(reports: list[PageReport], links: dict[str, list[str]]) -> str
     return "\n".join(lines)
 
 
-SCREENSHOTS = {   # name -> (page, element to scroll to: CSS selector, or None for the top)
+SCREENSHOTS = {  # name -> (page, element to scroll to: CSS selector, or None for the top)
     "chapter02": ("book/part1/02_global.html", "figure"),
     "chapter05": ("book/part1/05_joint.html", "figure"),
     "claims": ("book/appendix/claims.html", "table"),
@@ -471,7 +495,9 @@ def screenshots(html_dir: Path, out: Path, suffix: str, driver=None) -> list[Pat
             if selector:
                 driver.execute_script(
                     "const e = document.querySelector('article ' + arguments[0]);"
-                    "if (e) { e.scrollIntoView({block: 'start'}); window.scrollBy(0, -120); }", selector)
+                    "if (e) { e.scrollIntoView({block: 'start'}); window.scrollBy(0, -120); }",
+                    selector,
+                )
                 time.sleep(0.3)
             path = out / f"{name}-{suffix}.png"
             driver.save_screenshot(str(path))
@@ -502,8 +528,12 @@ def main(argv: list[str] | None = None) -> int:
     print(format_report(reports, links))
     print(f"({time.perf_counter() - t0:.0f} s)")
     if args.json:
-        Path(args.json).write_text(json.dumps({"pages": [asdict(r) for r in reports], "claim_links": links,
-                                               "totals": summary(reports, links)}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {"pages": [asdict(r) for r in reports], "claim_links": links, "totals": summary(reports, links)},
+                indent=1,
+            )
+        )
     return 0
 
 

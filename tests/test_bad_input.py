@@ -10,6 +10,7 @@ traceback from numpy, scipy, torch or the compiled kernel, a NaN table, a proces
 
 ``python tests/test_bad_input.py`` prints the count of cases.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,7 +35,7 @@ Y = np.array([1.0, -1.0, 1.0])
 V = np.array([1.0, 0.3])
 K = X
 GAMMA = Y[:, None] * (X @ V)
-ALPHA = (K @ np.array([1.0, 0.3])).argmax(-1)         # the selection of a direction: feasible
+ALPHA = (K @ np.array([1.0, 0.3])).argmax(-1)  # the selection of a direction: feasible
 P_MM = svm.att_svm(K, ALPHA).x
 PROBLEM = AttentionProblem(K, GAMMA)
 STARTS = np.array([[1.0, 0.0], [0.0, 1.0]])
@@ -43,6 +44,7 @@ STARTS = np.array([[1.0, 0.0], [0.0, 1.0]])
 @dataclass
 class Err:
     """Raises ``exc`` with ``match`` (a substring naming the argument) in its message."""
+
     match: str
     exc: Any = ValueError
 
@@ -50,12 +52,14 @@ class Err:
 @dataclass
 class Ok:
     """Returns; ``check(result)`` must hold."""
+
     check: Callable[[Any], bool] = lambda r: True
 
 
 @dataclass
 class Exit:
     """A command line: exit status ``code`` and ``match`` in stderr, no traceback."""
+
     code: int
     match: str
 
@@ -67,6 +71,7 @@ def case(name: str, expect):
     def deco(fn):
         CASES.append((name, fn, expect))
         return fn
+
     return deco
 
 
@@ -94,12 +99,14 @@ add("att_svm T=1", lambda ctx: svm.att_svm(K[:, :1], [0, 0, 0]), Err("T = 1"))
 add("att_svm n=0", lambda ctx: svm.att_svm(np.zeros((0, 3, 2)), []), Err("n >= 1"))
 add("att_svm m=0", lambda ctx: svm.att_svm(np.zeros((2, 3, 0)), [0, 0]), Err("m >= 1"))
 add("att_svm K tensor", lambda ctx: svm.att_svm(torch.tensor(K), ALPHA), Ok(lambda r: _close(r.x, P_MM)))
-add("att_svm K float32", lambda ctx: svm.att_svm(K.astype(np.float32), ALPHA),
-    Ok(lambda r: _close(r.x, P_MM, 1e-5)))
+add("att_svm K float32", lambda ctx: svm.att_svm(K.astype(np.float32), ALPHA), Ok(lambda r: _close(r.x, P_MM, 1e-5)))
 add("att_svm K int", lambda ctx: svm.att_svm(np.array([[[2, 0], [0, 1]]]), [0]), Ok(lambda r: _close(r.x, [0.4, -0.2])))
 add("att_svm identical tokens", lambda ctx: svm.att_svm(np.ones((1, 2, 2)), [0]), Err("zero", svm.InfeasibleSVM))
-add("att_svm midpoint selected", lambda ctx: svm.att_svm([[[1.0, 0], [-1.0, 0], [0, 0]]], [2]),
-    Err("input(s) [0]", svm.InfeasibleSVM))
+add(
+    "att_svm midpoint selected",
+    lambda ctx: svm.att_svm([[[1.0, 0], [-1.0, 0], [0, 0]]], [2]),
+    Err("input(s) [0]", svm.InfeasibleSVM),
+)
 add("att_svm alpha short", lambda ctx: svm.att_svm(K, ALPHA[:2]), Err("alpha must have shape"))
 add("att_svm alpha long", lambda ctx: svm.att_svm(K, [0, 0, 0, 0]), Err("alpha must have shape"))
 add("att_svm alpha -1", lambda ctx: svm.att_svm(K, [-1, 0, 0]), Err("alpha must index"))
@@ -123,14 +130,16 @@ _only_sel = np.zeros((3, 4), bool)
 _only_sel[np.arange(3), ALPHA] = True
 add("att_svm mask leaves nothing", lambda ctx: svm.att_svm(K, ALPHA, _only_sel), Err("no constraint"))
 add("att_svm mask all real", lambda ctx: svm.att_svm(K, ALPHA, np.ones((3, 4), int)), Ok(lambda r: _close(r.x, P_MM)))
-add("att_svm margin finite", lambda ctx: svm.att_svm(K * 1e300, ALPHA).margin,
-    Ok(lambda r: math.isfinite(r) and r > 0))
+add("att_svm margin finite", lambda ctx: svm.att_svm(K * 1e300, ALPHA).margin, Ok(lambda r: math.isfinite(r) and r > 0))
 
 # ----------------------------------------------------------------------------- other SVMs
 R_ONE = svm.relaxed_att_svm(K, ALPHA, [0]).x
 for c in (1e-6, 1e6, 1e200):
-    add(f"relaxed_att_svm K*{c:g}", lambda ctx, c=c: svm.relaxed_att_svm(K * c, ALPHA, [0]),
-        Ok(lambda r, c=c: _close(r.x * c, R_ONE)))
+    add(
+        f"relaxed_att_svm K*{c:g}",
+        lambda ctx, c=c: svm.relaxed_att_svm(K * c, ALPHA, [0]),
+        Ok(lambda r, c=c: _close(r.x * c, R_ONE)),
+    )
 add("relaxed support empty", lambda ctx: svm.relaxed_att_svm(K, ALPHA, []), Err("support is empty"))
 add("relaxed support out of range", lambda ctx: svm.relaxed_att_svm(K, ALPHA, [5]), Err("support must index"))
 add("relaxed support fractional", lambda ctx: svm.relaxed_att_svm(K, ALPHA, [0.5]), Err("support must hold integer"))
@@ -143,16 +152,22 @@ for c in (1e-6, 1e6, 1e200):
 add("head_svm Y short", lambda ctx: svm.head_svm(X, Y[:2], ALPHA), Err("Y must be"))
 add("head_svm Y 0/1", lambda ctx: svm.head_svm(X, [1, 0, 1], ALPHA), Err("Y must be"))
 add("head_svm Y nan", lambda ctx: svm.head_svm(X, [1, np.nan, 1], ALPHA), Err("Y contains NaN"))
-add("head_svm one token", lambda ctx: svm.head_svm(X[np.arange(3), ALPHA][:, None], Y, [0, 0, 0]),
-    Ok(lambda r: _close(r.x, H_ONE)))
+add(
+    "head_svm one token",
+    lambda ctx: svm.head_svm(X[np.arange(3), ALPHA][:, None], Y, [0, 0, 0]),
+    Ok(lambda r: _close(r.x, H_ONE)),
+)
 add("head_svm zero token", lambda ctx: svm.head_svm(np.zeros((1, 2, 2)), [1], [0]), Err("zero", svm.InfeasibleSVM))
 add("head_svm alpha fractional", lambda ctx: svm.head_svm(X, Y, [0.2, 0, 0]), Err("alpha must hold integer"))
 _HEAD = svm.head_svm(X, Y, ALPHA)
 add("head_support tol 0", lambda ctx: svm.head_support(_HEAD, 0), Err("tol must be"))
 add("head_support tol nan", lambda ctx: svm.head_support(_HEAD, np.nan), Err("tol must be"))
 add("head_support tol -1", lambda ctx: svm.head_support(_HEAD, -1), Err("tol must be"))
-add("head_support scaled", lambda ctx: svm.head_support(svm.head_svm(X * 1e8, Y, ALPHA)),
-    Ok(lambda r: r == svm.head_support(_HEAD)))
+add(
+    "head_support scaled",
+    lambda ctx: svm.head_support(svm.head_svm(X * 1e8, Y, ALPHA)),
+    Ok(lambda r: r == svm.head_support(_HEAD)),
+)
 W_ONE = svm.w_svm(X, ALPHA, [1.0, 2.0]).x
 add("w_svm p zero", lambda ctx: svm.w_svm(X, ALPHA, [0.0, 0.0]), Err("p must be a non-zero"))
 add("w_svm p 2-d", lambda ctx: svm.w_svm(X, ALPHA, [[1.0, 2.0]]), Err("p must have 1"))
@@ -163,18 +178,27 @@ add("w_svm p*1e-7", lambda ctx: svm.w_svm(X, ALPHA, [1e-7, 2e-7]), Ok(lambda r: 
 _D = K[np.arange(3), ALPHA][:, None, :] - K
 _D = np.concatenate([_D[i, [t for t in range(4) if t != ALPHA[i]]] for i in range(3)])
 add("min_norm_nnls empty", lambda ctx: svm.min_norm_nnls(np.zeros((0, 3)), np.zeros(0)), Ok(lambda r: r.shape == (3,)))
-add("min_norm_nnls no binding row", lambda ctx: svm.min_norm_nnls(np.ones((2, 2)), [-1, 0]),
-    Ok(lambda r: np.all(r == 0)))
+add(
+    "min_norm_nnls no binding row",
+    lambda ctx: svm.min_norm_nnls(np.ones((2, 2)), [-1, 0]),
+    Ok(lambda r: np.all(r == 0)),
+)
 add("min_norm_nnls D 1-d", lambda ctx: svm.min_norm_nnls(np.ones(3), np.ones(3)), Err("D must have 2"))
 add("min_norm_nnls b long", lambda ctx: svm.min_norm_nnls(np.ones((2, 2)), np.ones(3)), Err("b must have shape"))
 add("min_norm_nnls no column", lambda ctx: svm.min_norm_nnls(np.zeros((2, 0)), np.ones(2)), Err("D must have at least"))
 add("min_norm_nnls nan", lambda ctx: svm.min_norm_nnls([[np.nan, 1.0]], [1.0]), Err("D contains NaN"))
 add("min_norm_nnls complex b", lambda ctx: svm.min_norm_nnls([[1.0, 1.0]], [1j]), Err("b must be real"))
 add("min_norm_nnls zero row", lambda ctx: svm.min_norm_nnls([[0.0, 0.0]], [1.0]), Err("infeasible", svm.InfeasibleSVM))
-add("min_norm_nnls scaled 1e250", lambda ctx: svm.min_norm_nnls(_D * 1e250, np.ones(len(_D))),
-    Ok(lambda r: _close(r * 1e250, P_MM, 1e-7)))
-add("min_norm_nnls scaled 1e-250", lambda ctx: svm.min_norm_nnls(_D * 1e-250, np.ones(len(_D))),
-    Ok(lambda r: _close(r * 1e-250, P_MM, 1e-7)))
+add(
+    "min_norm_nnls scaled 1e250",
+    lambda ctx: svm.min_norm_nnls(_D * 1e250, np.ones(len(_D))),
+    Ok(lambda r: _close(r * 1e250, P_MM, 1e-7)),
+)
+add(
+    "min_norm_nnls scaled 1e-250",
+    lambda ctx: svm.min_norm_nnls(_D * 1e-250, np.ones(len(_D))),
+    Ok(lambda r: _close(r * 1e-250, P_MM, 1e-7)),
+)
 
 # ----------------------------------------------------------------------------- geometry
 add("correlation mismatch", lambda ctx: geometry.correlation([1.0, 2.0], [1.0, 2.0, 3.0]), Err("do not broadcast"))
@@ -202,13 +226,22 @@ add("classify K complex", lambda ctx: geometry.classify(K * 1j, GAMMA, ALPHA), E
 add("classify gamma nan", lambda ctx: geometry.classify(K, GAMMA * np.nan, ALPHA), Err("gamma contains NaN"))
 add("classify tol 0", lambda ctx: geometry.classify(K, GAMMA, ALPHA, tol=0), Err("tol must be"))
 for c in (1e-5, 1e-150, 1e5, 1e150, 1e300):
-    add(f"classify K*{c:g} feasible", lambda ctx, c=c: geometry.classify(K * c, GAMMA, ALPHA),
-        Ok(lambda r: r.feasible and r.neighbours == geometry.classify(K, GAMMA, ALPHA).neighbours))
-add("enumerate too many", lambda ctx: geometry.enumerate_selections(np.zeros((9, 3, 2)), np.zeros((9, 3))),
-    Err("too many"))
+    add(
+        f"classify K*{c:g} feasible",
+        lambda ctx, c=c: geometry.classify(K * c, GAMMA, ALPHA),
+        Ok(lambda r: r.feasible and r.neighbours == geometry.classify(K, GAMMA, ALPHA).neighbours),
+    )
+add(
+    "enumerate too many",
+    lambda ctx: geometry.enumerate_selections(np.zeros((9, 3, 2)), np.zeros((9, 3))),
+    Err("too many"),
+)
 add("enumerate gamma shape", lambda ctx: geometry.enumerate_selections(K, GAMMA.T), Err("gamma must have shape"))
-add("enumerate scaled", lambda ctx: geometry.enumerate_selections(K[:2] * 1e6, GAMMA[:2]),
-    Ok(lambda r: [x.feasible for x in r] == [x.feasible for x in geometry.enumerate_selections(K[:2], GAMMA[:2])]))
+add(
+    "enumerate scaled",
+    lambda ctx: geometry.enumerate_selections(K[:2] * 1e6, GAMMA[:2]),
+    Ok(lambda r: [x.feasible for x in r] == [x.feasible for x in geometry.enumerate_selections(K[:2], GAMMA[:2])]),
+)
 add("in_cone mu 0", lambda ctx: geometry.in_cone(STARTS, V, 0, 1.0), Err("mu must be"))
 add("in_cone mu 3", lambda ctx: geometry.in_cone(STARTS, V, 3, 1.0), Err("mu must be at most"))
 add("in_cone mu nan", lambda ctx: geometry.in_cone(STARTS, V, np.nan, 1.0), Err("mu must be"))
@@ -222,71 +255,141 @@ for lr in (0, -0.1, np.nan, np.inf, "0.1", True, 1j, None):
 for steps in (-1, 2.5, "10", np.nan, None, True):
     add(f"train_p steps={steps!r}", lambda ctx, s=steps: train.train_p(PROBLEM, STARTS, steps=s), Err("steps must be"))
 for every in (0, -1, 1.5, np.nan, "2"):
-    add(f"train_p record_every={every!r}", lambda ctx, e=every: train.train_p(PROBLEM, STARTS, steps=3, record_every=e),
-        Err("record_every must be"))
-add("train_p 1e9 steps, every step recorded", lambda ctx: train.train_p(PROBLEM, STARTS, steps=10**9, record_every=1),
-    Err("record_every"))
+    add(
+        f"train_p record_every={every!r}",
+        lambda ctx, e=every: train.train_p(PROBLEM, STARTS, steps=3, record_every=e),
+        Err("record_every must be"),
+    )
+add(
+    "train_p 1e9 steps, every step recorded",
+    lambda ctx: train.train_p(PROBLEM, STARTS, steps=10**9, record_every=1),
+    Err("record_every"),
+)
 add("train_p p0 empty", lambda ctx: train.train_p(PROBLEM, np.zeros((0, 2)), steps=3), Err("p0 holds no start"))
 add("train_p p0 dim", lambda ctx: train.train_p(PROBLEM, np.zeros((2, 3)), steps=3), Err("p0 must end"))
 add("train_p p0 nan", lambda ctx: train.train_p(PROBLEM, [[np.nan, 0.0]], steps=3), Err("p0 contains NaN"))
 add("train_p p0 complex", lambda ctx: train.train_p(PROBLEM, [[1j, 0.0]], steps=3), Err("p0 must be real"))
 add("train_p p0 string", lambda ctx: train.train_p(PROBLEM, "start", steps=3), Err("p0 must be numeric"))
 add("train_p p0 scalar", lambda ctx: train.train_p(PROBLEM, 1.0, steps=3), Err("p0 must end"))
-add("train_p p0 batch", lambda ctx: train.train_p(AttentionProblem(np.stack([K, K]), np.stack([GAMMA, GAMMA])),
-                                                  np.zeros((3, 2)), steps=3), Err("p0"))
+add(
+    "train_p p0 batch",
+    lambda ctx: train.train_p(AttentionProblem(np.stack([K, K]), np.stack([GAMMA, GAMMA])), np.zeros((3, 2)), steps=3),
+    Err("p0"),
+)
 add("train_p method", lambda ctx: train.train_p(PROBLEM, STARTS, steps=3, method="adam"), Err("method must be"))
 add("train_p loss", lambda ctx: train.train_p(PROBLEM, STARTS, steps=3, loss="hinge"), Err("unknown loss"))
 add("train_p loss None", lambda ctx: train.train_p(PROBLEM, STARTS, steps=3, loss=None), Err("loss must be"))
 add("train_p loss list", lambda ctx: train.train_p(PROBLEM, STARTS, steps=3, loss=["logistic"]), Err("loss must be"))
 add("train_p problem tuple", lambda ctx: train.train_p((K, GAMMA), STARTS, steps=3), Err("problem must be"))
-add("train_p progress str", lambda ctx: train.train_p(PROBLEM, STARTS, steps=3, progress="yes"), Err("progress must be"))
+add(
+    "train_p progress str", lambda ctx: train.train_p(PROBLEM, STARTS, steps=3, progress="yes"), Err("progress must be")
+)
 add("train_p steps 0", lambda ctx: train.train_p(PROBLEM, STARTS, steps=0), Ok(lambda h: h.steps.tolist() == [0]))
-add("train_p steps 1e2", lambda ctx: train.train_p(PROBLEM, STARTS, steps=1e2, record_every=50),
-    Ok(lambda h: h.steps.tolist() == [0, 50, 100]))
-add("train_p huge lr", lambda ctx: train.train_p(PROBLEM, STARTS, steps=5, lr=1e300),
-    Ok(lambda h: bool(torch.isfinite(h.p).all())))
-F3 = dict(X=np.array([[[1.0, 0.0], [0.0, 1.0], [-1.0, 0.5]], [[0.5, 1.0], [1.0, -1.0], [0.0, 0.0]],
-                      [[-1.0, 0.0], [0.2, 0.2], [1.0, 1.0]]]), Y=np.array([1.0, -1.0, 1.0]))
+add(
+    "train_p steps 1e2",
+    lambda ctx: train.train_p(PROBLEM, STARTS, steps=1e2, record_every=50),
+    Ok(lambda h: h.steps.tolist() == [0, 50, 100]),
+)
+add(
+    "train_p huge lr",
+    lambda ctx: train.train_p(PROBLEM, STARTS, steps=5, lr=1e300),
+    Ok(lambda h: bool(torch.isfinite(h.p).all())),
+)
+F3 = dict(
+    X=np.array(
+        [
+            [[1.0, 0.0], [0.0, 1.0], [-1.0, 0.5]],
+            [[0.5, 1.0], [1.0, -1.0], [0.0, 0.0]],
+            [[-1.0, 0.0], [0.2, 0.2], [1.0, 1.0]],
+        ]
+    ),
+    Y=np.array([1.0, -1.0, 1.0]),
+)
 J = dict(v0=np.array([0.1, -0.2]), p0=np.array([0.0, 0.1]), steps=5)
-add("train_joint ok", lambda ctx: train.train_joint(F3["X"], F3["Y"], **J),
-    Ok(lambda h: h.v.shape == (6, 2) and bool(torch.isfinite(h.p).all())))
-for y, m in (([1, 0, 1], "labels Y"), ([1, -1], "Y must have shape"), ([1, -1, 1, 1], "Y must have shape"),
-             ([1, np.nan, 1], "Y contains NaN"), ([[1, -1, 1]], "Y must have shape"), ("+-+", "Y must be numeric"),
-             ([2, -1, 1], "labels Y")):
+add(
+    "train_joint ok",
+    lambda ctx: train.train_joint(F3["X"], F3["Y"], **J),
+    Ok(lambda h: h.v.shape == (6, 2) and bool(torch.isfinite(h.p).all())),
+)
+for y, m in (
+    ([1, 0, 1], "labels Y"),
+    ([1, -1], "Y must have shape"),
+    ([1, -1, 1, 1], "Y must have shape"),
+    ([1, np.nan, 1], "Y contains NaN"),
+    ([[1, -1, 1]], "Y must have shape"),
+    ("+-+", "Y must be numeric"),
+    ([2, -1, 1], "labels Y"),
+):
     add(f"train_joint Y={y!r}", lambda ctx, y=y: train.train_joint(F3["X"], y, **J), Err(m))
 for lr in (0, -1, np.nan, np.inf):
-    add(f"train_joint lr_v={lr}", lambda ctx, lr=lr: train.train_joint(F3["X"], F3["Y"], lr_v=lr, **J), Err("lr_v must be"))
+    add(
+        f"train_joint lr_v={lr}",
+        lambda ctx, lr=lr: train.train_joint(F3["X"], F3["Y"], lr_v=lr, **J),
+        Err("lr_v must be"),
+    )
     add(f"train_joint lr={lr}", lambda ctx, lr=lr: train.train_joint(F3["X"], F3["Y"], lr=lr, **J), Err("lr must be"))
-add("train_joint v0 dim", lambda ctx: train.train_joint(F3["X"], F3["Y"], [1.0, 2.0, 3.0], [0.0, 0.0], steps=3),
-    Err("v0 must end"))
+add(
+    "train_joint v0 dim",
+    lambda ctx: train.train_joint(F3["X"], F3["Y"], [1.0, 2.0, 3.0], [0.0, 0.0], steps=3),
+    Err("v0 must end"),
+)
 add("train_joint p0 dim", lambda ctx: train.train_joint(F3["X"], F3["Y"], [1.0, 2.0], [0.0], steps=3), Err("p0 in m"))
 add("train_joint X 2-d", lambda ctx: train.train_joint(F3["X"][0], F3["Y"], **J), Err("X must have shape"))
 add("train_joint T=1", lambda ctx: train.train_joint(F3["X"][:, :1], F3["Y"], **J), Err("T = 1"))
 add("train_joint W shape", lambda ctx: train.train_joint(F3["X"], F3["Y"], W=np.eye(3), **J), Err("W must have shape"))
-add("train_joint steps -1", lambda ctx: train.train_joint(F3["X"], F3["Y"], [0.1, 0.1], [0.0, 0.0], steps=-1),
-    Err("steps must be"))
-add("train_joint record_every 0", lambda ctx: train.train_joint(F3["X"], F3["Y"], record_every=0, **J),
-    Err("record_every must be"))
-add("train_joint starts mismatch", lambda ctx: train.train_joint(F3["X"], F3["Y"], np.zeros((2, 2)), np.zeros((3, 2)),
-                                                                 steps=3), Err("do not broadcast"))
+add(
+    "train_joint steps -1",
+    lambda ctx: train.train_joint(F3["X"], F3["Y"], [0.1, 0.1], [0.0, 0.0], steps=-1),
+    Err("steps must be"),
+)
+add(
+    "train_joint record_every 0",
+    lambda ctx: train.train_joint(F3["X"], F3["Y"], record_every=0, **J),
+    Err("record_every must be"),
+)
+add(
+    "train_joint starts mismatch",
+    lambda ctx: train.train_joint(F3["X"], F3["Y"], np.zeros((2, 2)), np.zeros((3, 2)), steps=3),
+    Err("do not broadcast"),
+)
 for th in (0, -0.3, np.nan, np.inf, 4.0, "0.3"):
-    add(f"reg_path theta0={th!r}", lambda ctx, th=th: train.regularization_path(PROBLEM, [1.0], STARTS, iters=2, theta0=th),
-        Err("theta0 must be"))
+    add(
+        f"reg_path theta0={th!r}",
+        lambda ctx, th=th: train.regularization_path(PROBLEM, [1.0], STARTS, iters=2, theta0=th),
+        Err("theta0 must be"),
+    )
 for radii in ([], [0.0], [-1.0], [np.nan], [[1.0]], "1"):
-    add(f"reg_path radii={radii!r}", lambda ctx, r=radii: train.regularization_path(PROBLEM, r, STARTS, iters=2),
-        Err("radii"))
-for w0, m in ((np.zeros((0, 2)), "w0 must have shape"), (np.zeros((1, 2)), "w0 rows [0] are zero"),
-              (np.ones((1, 3)), "w0 must have shape"), (np.ones(2), "w0 must have shape"),
-              ([[np.nan, 1.0]], "w0 contains NaN")):
+    add(
+        f"reg_path radii={radii!r}",
+        lambda ctx, r=radii: train.regularization_path(PROBLEM, r, STARTS, iters=2),
+        Err("radii"),
+    )
+for w0, m in (
+    (np.zeros((0, 2)), "w0 must have shape"),
+    (np.zeros((1, 2)), "w0 rows [0] are zero"),
+    (np.ones((1, 3)), "w0 must have shape"),
+    (np.ones(2), "w0 must have shape"),
+    ([[np.nan, 1.0]], "w0 contains NaN"),
+):
     add(f"reg_path w0 {np.shape(w0)}", lambda ctx, w=w0: train.regularization_path(PROBLEM, [1.0], w, iters=2), Err(m))
 for it in (0, -1, 2.5):
-    add(f"reg_path iters={it}", lambda ctx, it=it: train.regularization_path(PROBLEM, [1.0], STARTS, iters=it),
-        Err("iters must be"))
-add("reg_path ok", lambda ctx: train.regularization_path(PROBLEM, [1.0, 1e3], STARTS, iters=3),
-    Ok(lambda r: r.shape == (2, 2, 2) and bool(torch.isfinite(r).all())))
+    add(
+        f"reg_path iters={it}",
+        lambda ctx, it=it: train.regularization_path(PROBLEM, [1.0], STARTS, iters=it),
+        Err("iters must be"),
+    )
+add(
+    "reg_path ok",
+    lambda ctx: train.regularization_path(PROBLEM, [1.0, 1e3], STARTS, iters=3),
+    Ok(lambda r: r.shape == (2, 2, 2) and bool(torch.isfinite(r).all())),
+)
 add("best_of_starts wrong m", lambda ctx: train.best_of_starts(PROBLEM, torch.zeros(2, 2, 3)), Err("points must have"))
 add("best_of_starts 2-d", lambda ctx: train.best_of_starts(PROBLEM, torch.zeros(2, 2)), Err("points must have"))
-add("best_of_starts nan", lambda ctx: train.best_of_starts(PROBLEM, torch.full((1, 2, 2), np.nan)), Err("points contains"))
+add(
+    "best_of_starts nan",
+    lambda ctx: train.best_of_starts(PROBLEM, torch.full((1, 2, 2), np.nan)),
+    Err("points contains"),
+)
 
 # ----------------------------------------------------------------------------- explore.analyze
 AN = dict(steps=20)
@@ -296,7 +399,9 @@ for s in (-1, 2.5, "10"):
     add(f"analyze steps={s!r}", lambda ctx, s=s: explore.analyze(X, Y, V, steps=s), Err("steps must be"))
 for lr in (0, -1, np.nan, np.inf):
     add(f"analyze lr={lr}", lambda ctx, lr=lr: explore.analyze(X, Y, V, lr=lr, **AN), Err("lr must be"))
-add("analyze starts empty", lambda ctx: explore.analyze(X, Y, V, starts=np.zeros((0, 2)), **AN), Err("starts must have"))
+add(
+    "analyze starts empty", lambda ctx: explore.analyze(X, Y, V, starts=np.zeros((0, 2)), **AN), Err("starts must have")
+)
 add("analyze starts dim", lambda ctx: explore.analyze(X, Y, V, starts=np.zeros((2, 3)), **AN), Err("starts must have"))
 add("analyze starts nan", lambda ctx: explore.analyze(X, Y, V, starts=[[np.nan, 1]], **AN), Err("starts contains"))
 add("analyze starts complex", lambda ctx: explore.analyze(X, Y, V, starts=[[1j, 1]], **AN), Err("starts must be real"))
@@ -311,8 +416,11 @@ add("analyze record_every 0", lambda ctx: explore.analyze(X, Y, V, record_every=
 add("analyze seed -1", lambda ctx: explore.analyze(X, Y, V, seed=-1, **AN), Err("seed must be"))
 add("analyze T=1", lambda ctx: explore.analyze(X[:, :1], Y, V, **AN), Err("two tokens"))
 for c in (1e-5, 1e5):
-    add(f"analyze X*{c:g}", lambda ctx, c=c: explore.analyze(X * c, Y, V / c, steps=200, lr=0.1 / c),
-        Ok(lambda a: bool(a.table["feasible"].all())))
+    add(
+        f"analyze X*{c:g}",
+        lambda ctx, c=c: explore.analyze(X * c, Y, V / c, steps=200, lr=0.1 / c),
+        Ok(lambda a: bool(a.table["feasible"].all())),
+    )
 add("analyze plot first", lambda ctx: explore.analyze(X, Y, V, **AN).plot(first=-1), Err("first must be"))
 
 # ----------------------------------------------------------------------------- model, grad, losses
@@ -323,24 +431,42 @@ add("problem n=0", lambda ctx: AttentionProblem(np.zeros((0, 3, 2)), np.zeros((0
 add("problem K complex", lambda ctx: AttentionProblem(K * 1j, GAMMA), Err("K must be real"))
 add("problem gamma inf", lambda ctx: AttentionProblem(K, GAMMA * np.inf), Err("gamma contains"))
 add("problem mask values", lambda ctx: AttentionProblem(K, GAMMA, np.full((3, 4), 2)), Err("mask must be boolean"))
-add("problem mask tensor values", lambda ctx: AttentionProblem(K, GAMMA, torch.full((3, 4), 0.5)),
-    Err("mask must be boolean"))
+add(
+    "problem mask tensor values",
+    lambda ctx: AttentionProblem(K, GAMMA, torch.full((3, 4), 0.5)),
+    Err("mask must be boolean"),
+)
 add("problem mask all padding", lambda ctx: AttentionProblem(K, GAMMA, np.zeros((3, 4), bool)), Err("only padding"))
 add("problem mask shape", lambda ctx: AttentionProblem(K, GAMMA, np.ones((3, 3), bool)), Err("mask"))
-add("problem batch mismatch", lambda ctx: AttentionProblem(np.stack([K] * 2), np.stack([GAMMA] * 3)),
-    Err("do not broadcast"))
+add(
+    "problem batch mismatch",
+    lambda ctx: AttentionProblem(np.stack([K] * 2), np.stack([GAMMA] * 3)),
+    Err("do not broadcast"),
+)
 add("from_data Y 0/1", lambda ctx: AttentionProblem.from_data(X, [1, 0, 1], V), Err("labels Y"))
 add("from_data Y scalar", lambda ctx: AttentionProblem.from_data(X, 1.0, V), Err("Y must have shape"))
 add("as_tensor string", lambda ctx: as_tensor("x", "thing"), Err("thing must be numeric"))
-add("as_tensor complex tensor", lambda ctx: as_tensor(torch.ones(2, dtype=torch.complex64), "thing"),
-    Err("thing must be real"))
+add(
+    "as_tensor complex tensor",
+    lambda ctx: as_tensor(torch.ones(2, dtype=torch.complex64), "thing"),
+    Err("thing must be real"),
+)
 add("grad_p p dim", lambda ctx: grad.grad_p(PROBLEM, torch.zeros(3)), Err("p has dimension"))
 add("grad_p p nan", lambda ctx: grad.grad_p(PROBLEM, [np.nan, 0.0]), Err("p contains NaN"))
-add("grad_p p list", lambda ctx: grad.grad_p(PROBLEM, [1.0, 0.0]), Ok(lambda g: bool(torch.isfinite(g.direction).all())))
-add("grad_p huge p", lambda ctx: grad.grad_p(PROBLEM, [1e200, 0.0]), Ok(lambda g: bool(torch.isfinite(g.direction).all())))
+add(
+    "grad_p p list", lambda ctx: grad.grad_p(PROBLEM, [1.0, 0.0]), Ok(lambda g: bool(torch.isfinite(g.direction).all()))
+)
+add(
+    "grad_p huge p",
+    lambda ctx: grad.grad_p(PROBLEM, [1e200, 0.0]),
+    Ok(lambda g: bool(torch.isfinite(g.direction).all())),
+)
 add("grad_p problem", lambda ctx: grad.grad_p((K, GAMMA), [1.0, 0.0]), Err("problem must be"))
-add("saturation batch", lambda ctx: grad.saturation(AttentionProblem(np.stack([K] * 2), np.stack([GAMMA] * 2)),
-                                                    torch.zeros(3, 2)), Err("does not broadcast"))
+add(
+    "saturation batch",
+    lambda ctx: grad.saturation(AttentionProblem(np.stack([K] * 2), np.stack([GAMMA] * 2)), torch.zeros(3, 2)),
+    Err("does not broadcast"),
+)
 add("loss_value loss", lambda ctx: grad.loss_value(PROBLEM, [0.0, 0.0], "hinge"), Err("unknown loss"))
 add("autograd p string", lambda ctx: grad.autograd_grad(PROBLEM, "p"), Err("p must be numeric"))
 add("get_loss int", lambda ctx: get_loss(3), Err("loss must be"))
@@ -357,6 +483,7 @@ def _env(var, value, fn, tmp_path_value=False):
             v = str(f)
         ctx.monkeypatch.setenv(var, v)
         return fn()
+
     return run
 
 
@@ -364,17 +491,29 @@ add("MMTOKEN_DEVICE bogus", _env("MMTOKEN_DEVICE", "bogus!", config.device), Err
 add("MMTOKEN_DEVICE tpu", _env("MMTOKEN_DEVICE", "tpu", config.device), Err("MMTOKEN_DEVICE"))
 if not torch.cuda.is_available():
     add("MMTOKEN_DEVICE cuda on cpu", _env("MMTOKEN_DEVICE", "cuda", config.device), Err("CUDA is not available"))
-    add("MMTOKEN_DEVICE cuda, problem", _env("MMTOKEN_DEVICE", "cuda", lambda: AttentionProblem(K, GAMMA)),
-        Err("MMTOKEN_DEVICE"))
-    add("MMTOKEN_DEVICE cuda, analyze", _env("MMTOKEN_DEVICE", "cuda", lambda: explore.analyze(X, Y, V, steps=5)),
-        Err("MMTOKEN_DEVICE"))
+    add(
+        "MMTOKEN_DEVICE cuda, problem",
+        _env("MMTOKEN_DEVICE", "cuda", lambda: AttentionProblem(K, GAMMA)),
+        Err("MMTOKEN_DEVICE"),
+    )
+    add(
+        "MMTOKEN_DEVICE cuda, analyze",
+        _env("MMTOKEN_DEVICE", "cuda", lambda: explore.analyze(X, Y, V, steps=5)),
+        Err("MMTOKEN_DEVICE"),
+    )
 add("MMTOKEN_DEVICE cpu", _env("MMTOKEN_DEVICE", "cpu", config.device), Ok(lambda d: d.type == "cpu"))
 add("MMTOKEN_DATA file", _env("MMTOKEN_DATA", None, config.data_dir, True), Err("is a file"))
-add("MMTOKEN_DATA file, text.load", _env("MMTOKEN_DATA", None, lambda: text.load("rt", download=False), True),
-    Err("MMTOKEN_DATA"))
+add(
+    "MMTOKEN_DATA file, text.load",
+    _env("MMTOKEN_DATA", None, lambda: text.load("rt", download=False), True),
+    Err("MMTOKEN_DATA"),
+)
 add("MMTOKEN_SCALE bogus", _env("MMTOKEN_SCALE", "huge", config.scale), Err("MMTOKEN_SCALE"))
-add("MMTOKEN_PROGRESS bogus", _env("MMTOKEN_PROGRESS", "sometimes", lambda: config.progress_enabled(1)),
-    Err("MMTOKEN_PROGRESS"))
+add(
+    "MMTOKEN_PROGRESS bogus",
+    _env("MMTOKEN_PROGRESS", "sometimes", lambda: config.progress_enabled(1)),
+    Err("MMTOKEN_PROGRESS"),
+)
 add("set_scale bogus", lambda ctx: config.set_scale("huge"), Err("scale"))
 add("set_progress bogus", lambda ctx: config.set_progress("maybe"), Err("progress mode"))
 for seed in (-1, 2.5, 2**40, "0"):
@@ -384,6 +523,7 @@ for seed in (-1, 2.5, 2**40, "0"):
 def _cli(argv, env=None, file_env=None):
     def run(ctx):
         from mmtoken.__main__ import main
+
         for k, v in (env or {}).items():
             ctx.monkeypatch.setenv(k, v)
         if file_env:
@@ -395,21 +535,37 @@ def _cli(argv, env=None, file_env=None):
             return main(args)
         except SystemExit as exc:
             return exc.code
+
     return run
 
 
 add("cli claims --only (none)", _cli(["claims", "--only"]), Exit(2, "--only"))
 add("cli figures --only (none)", _cli(["figures", "--only"]), Exit(2, "--only"))
 add("cli claims unknown", _cli(["claims", "--only", "no.such"]), Exit(2, "no claim matches"))
-add("cli figures --out file", _cli(["figures", "--only", "fig-tour-paths", "--out", "{tmp}/f/x"], file_env=None),
-    Exit(0, ""))  # a nested new folder is created: fine
-add("cli figures --out is a file", lambda ctx: (ctx.tmp_path.joinpath("o").write_text("x"),
-                                               _cli(["figures", "--only", "fig-tour-paths", "--out", "{tmp}/o"])(ctx))[1],
-    Exit(2, "--out"))
-add("cli claims bogus device", _cli(["claims", "--only", "core"], env={"MMTOKEN_DEVICE": "bogus!"}),
-    Exit(2, "MMTOKEN_DEVICE"))
+add(
+    "cli figures --out file",
+    _cli(["figures", "--only", "fig-tour-paths", "--out", "{tmp}/f/x"], file_env=None),
+    Exit(0, ""),
+)  # a nested new folder is created: fine
+add(
+    "cli figures --out is a file",
+    lambda ctx: (
+        ctx.tmp_path.joinpath("o").write_text("x"),
+        _cli(["figures", "--only", "fig-tour-paths", "--out", "{tmp}/o"])(ctx),
+    )[1],
+    Exit(2, "--out"),
+)
+add(
+    "cli claims bogus device",
+    _cli(["claims", "--only", "core"], env={"MMTOKEN_DEVICE": "bogus!"}),
+    Exit(2, "MMTOKEN_DEVICE"),
+)
 add("cli claims data is a file", _cli(["claims", "--only", "core"], file_env="MMTOKEN_DATA"), Exit(2, "MMTOKEN_DATA"))
-add("cli claims bogus scale", _cli(["claims", "--only", "core"], env={"MMTOKEN_SCALE": "huge"}), Exit(2, "MMTOKEN_SCALE"))
+add(
+    "cli claims bogus scale",
+    _cli(["claims", "--only", "core"], env={"MMTOKEN_SCALE": "huge"}),
+    Exit(2, "MMTOKEN_SCALE"),
+)
 add("cli bad --scale", _cli(["--scale", "huge", "claims"]), Exit(2, "--scale"))
 
 
@@ -423,6 +579,7 @@ def _text_cli(argv, file_env=False):
             return cli.main(argv)
         except SystemExit as exc:
             return exc.code
+
     return run
 
 
@@ -437,22 +594,42 @@ add("text.load list", lambda ctx: text.load(["imdb"]), Err("unknown text dataset
 add("text.fetch unknown", lambda ctx: text.fetch("x"), Err("unknown text dataset"))
 add("text.available unknown", lambda ctx: text.available("x"), Err("unknown text dataset"))
 add("text.load yelp offline", lambda ctx: text.load("yelp", download=False), Err("Yelp polarity", DatasetMissing))
-add("corpus.read_cache missing", lambda ctx: corpus.read_cache(ctx.tmp_path / "none.npz"), Err("does not exist", DatasetMissing))
-add("corpus.read_cache garbage", lambda ctx: (ctx.tmp_path.joinpath("g.npz").write_bytes(b"junk"),
-                                            corpus.read_cache(ctx.tmp_path / "g.npz"))[1], Err("damaged", DatasetError))
-add("text.download_verified unreachable", lambda ctx: text.download_verified("http://127.0.0.1:9/x", ctx.tmp_path / "x", "0" * 64,
-                                                           timeout=2), Err("cannot download", DatasetMissing))
-add("text.download_verified bad url", lambda ctx: text.download_verified("not a url", ctx.tmp_path / "x", "0" * 64),
-    Err("cannot download", DatasetMissing))
+add(
+    "corpus.read_cache missing",
+    lambda ctx: corpus.read_cache(ctx.tmp_path / "none.npz"),
+    Err("does not exist", DatasetMissing),
+)
+add(
+    "corpus.read_cache garbage",
+    lambda ctx: (ctx.tmp_path.joinpath("g.npz").write_bytes(b"junk"), corpus.read_cache(ctx.tmp_path / "g.npz"))[1],
+    Err("damaged", DatasetError),
+)
+add(
+    "text.download_verified unreachable",
+    lambda ctx: text.download_verified("http://127.0.0.1:9/x", ctx.tmp_path / "x", "0" * 64, timeout=2),
+    Err("cannot download", DatasetMissing),
+)
+add(
+    "text.download_verified bad url",
+    lambda ctx: text.download_verified("not a url", ctx.tmp_path / "x", "0" * 64),
+    Err("cannot download", DatasetMissing),
+)
 add("images unknown", lambda ctx: images.load_images("mnist", "train"), Err("unknown image dataset"))
 add("fashion split", lambda ctx: images.load_fashion_mnist("val"), Err("unknown split"))
 add("cifar split", lambda ctx: images.load_cifar10("val"), Err("unknown split"))
 add("cifar offline", lambda ctx: images.load_cifar10("train", download=False), Err("CIFAR-10", DatasetMissing))
 add("parse_idx junk", lambda ctx: images.parse_idx(b"xx"), Err("not an idx file", DatasetError))
-add("parse_idx truncated", lambda ctx: images.parse_idx(b"\x00\x00\x08\x01\x00\x00\x00\x05ab"),
-    Err("truncated or corrupt", DatasetError))
+add(
+    "parse_idx truncated",
+    lambda ctx: images.parse_idx(b"\x00\x00\x08\x01\x00\x00\x00\x05ab"),
+    Err("truncated or corrupt", DatasetError),
+)
 add("parse_yelp_csv empty", lambda ctx: parsers.parse_yelp_csv(b""), Err("empty", DatasetError))
-add("make_dataset labels 0/1", lambda ctx: corpus.make_dataset("x", ["a", "b"], [1, 0], [0, 1]), Err("labels", DatasetError))
+add(
+    "make_dataset labels 0/1",
+    lambda ctx: corpus.make_dataset("x", ["a", "b"], [1, 0], [0, 1]),
+    Err("labels", DatasetError),
+)
 
 
 # ----------------------------------------------------------------------------- the runner

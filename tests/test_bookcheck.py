@@ -3,6 +3,7 @@
 The page checks need Chromium (``scripts/setup.sh`` installs it); the claim-link
 checks read HTML files only.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,16 +17,20 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CSS = (ROOT / "_static" / "mmtoken.css").as_uri()
 # the two rules of pydata-sphinx-theme that lay out a numbered equation (the book's CSS adds to them)
-THEME_MATH = ("div.math{align-items:center;display:flex;max-width:100%;overflow:hidden;"
-              "flex-direction:row-reverse;gap:.5em}div.math mjx-container{flex-grow:1;overflow:auto}"
-              "mjx-container{display:block}mjx-math{display:inline-block;height:1.2em}")
+THEME_MATH = (
+    "div.math{align-items:center;display:flex;max-width:100%;overflow:hidden;"
+    "flex-direction:row-reverse;gap:.5em}div.math mjx-container{flex-grow:1;overflow:auto}"
+    "mjx-container{display:block}mjx-math{display:inline-block;height:1.2em}"
+)
 
 
 def page(tmp: Path, name: str, body: str, head: str = "") -> Path:
     path = tmp / f"{name}.html"
-    path.write_text(f"<!doctype html><html><head><title>{name}</title>{head}"
-                    f"<style>body{{margin:0}} article.bd-article{{width:600px;padding:0 20px}}</style></head>"
-                    f"<body><article class='bd-article'>{body}</article></body></html>")
+    path.write_text(
+        f"<!doctype html><html><head><title>{name}</title>{head}"
+        f"<style>body{{margin:0}} article.bd-article{{width:600px;padding:0 20px}}</style></head>"
+        f"<body><article class='bd-article'>{body}</article></body></html>"
+    )
     return path
 
 
@@ -58,8 +63,12 @@ def test_sideways_output(driver, tmp):
 
 
 def test_sideways_output_that_wraps_is_fine(driver, tmp):
-    wrapped = page(tmp, "out_wrapped", "<div class='cell tag_wrap-output'><div class='cell_output'><pre>"
-                   + "x = 1.0, " * 150 + "</pre></div></div>", f"<link rel='stylesheet' href='{CSS}'>")
+    wrapped = page(
+        tmp,
+        "out_wrapped",
+        "<div class='cell tag_wrap-output'><div class='cell_output'><pre>" + "x = 1.0, " * 150 + "</pre></div></div>",
+        f"<link rel='stylesheet' href='{CSS}'>",
+    )
     assert check(driver, wrapped).sideways == []
 
 
@@ -75,20 +84,33 @@ def test_sideways_equation_and_table(driver, tmp):
 
 def test_page_wider_than_a_phone(driver, tmp):
     fluid = "<style>article.bd-article{width:auto !important}</style>"
-    broken = page(tmp, "phone_broken", "<p>text</p><div class='sticks' style='width:560px;height:10px'>wide</div>", fluid)
-    fixed = page(tmp, "phone_fixed", "<div style='overflow-x:auto;max-width:100%'>"
-                 "<div style='width:560px;height:10px'>wide, scrolls in its own box</div></div>", fluid)
+    broken = page(
+        tmp, "phone_broken", "<p>text</p><div class='sticks' style='width:560px;height:10px'>wide</div>", fluid
+    )
+    fixed = page(
+        tmp,
+        "phone_fixed",
+        "<div style='overflow-x:auto;max-width:100%'>"
+        "<div style='width:560px;height:10px'>wide, scrolls in its own box</div></div>",
+        fluid,
+    )
     rep = check(driver, broken)
     assert rep.page_too_wide and "div.sticks" in rep.page_too_wide[0]
     assert check(driver, fixed).page_too_wide == []
 
 
 def test_equation_number_overlap(driver, tmp):
-    eq = ("<div class='math'><span class='eqno' style='{}'>(1.1)</span><mjx-container jax='CHTML' display='true'>"
-          "<mjx-math style='width:800px'>x</mjx-math></mjx-container></div>")
-    broken = page(tmp, "eqno_broken", eq.format("position:absolute;left:300px"),
-                  "<style>div.math{position:relative}mjx-container{display:block}"
-                  "mjx-math{display:inline-block;height:1.2em}</style>")
+    eq = (
+        "<div class='math'><span class='eqno' style='{}'>(1.1)</span><mjx-container jax='CHTML' display='true'>"
+        "<mjx-math style='width:800px'>x</mjx-math></mjx-container></div>"
+    )
+    broken = page(
+        tmp,
+        "eqno_broken",
+        eq.format("position:absolute;left:300px"),
+        "<style>div.math{position:relative}mjx-container{display:block}"
+        "mjx-math{display:inline-block;height:1.2em}</style>",
+    )
     fixed = page(tmp, "eqno_fixed", eq.format(""), f"<style>{THEME_MATH}</style><link rel='stylesheet' href='{CSS}'>")
     assert check(driver, broken).eqno_overlap
     rep = check(driver, fixed)
@@ -128,9 +150,8 @@ def test_console_errors(driver, tmp):
 
 # --- claim links: HTML files only -------------------------------------------------------------
 
-LEDGER = ("<table><tr id='claim-A.x.y'><td><code>A.x.y</code>{back}</td></tr></table>")
-CHAPTER = ("<p>{target}<a class='reference internal claim-ref' href='{href}'><code>A.x.y</code></a></p>"
-           "<p>{extra}</p>")
+LEDGER = "<table><tr id='claim-A.x.y'><td><code>A.x.y</code>{back}</td></tr></table>"
+CHAPTER = "<p>{target}<a class='reference internal claim-ref' href='{href}'><code>A.x.y</code></a></p><p>{extra}</p>"
 
 
 def book(tmp: Path, back: str, href: str, target: str = "<span id='stmt-A.x.y'></span>", extra: str = "") -> Path:

@@ -19,6 +19,7 @@ On every page of ``_toc.yml``:
 - one numbering: no figure, table, equation or theorem number is used on two pages,
   and appendices number theirs with their letter.
 """
+
 from __future__ import annotations
 
 import os
@@ -56,8 +57,10 @@ def pages() -> list[Path]:
 @pytest.fixture(scope="module")
 def seen(pages) -> list[bookcheck.PageReport]:
     """Every page, visited once at 1280 px and once at 390 px, in one browser session."""
-    _need(shutil.which("chromium") is not None and shutil.which("chromedriver") is not None,
-          "chromium / chromedriver not installed (scripts/setup.sh installs them)")
+    _need(
+        shutil.which("chromium") is not None and shutil.which("chromedriver") is not None,
+        "chromium / chromedriver not installed (scripts/setup.sh installs them)",
+    )
     pytest.importorskip("selenium") if not IN_CI else __import__("selenium")
     return bookcheck.check_pages(pages, HTML_DIR)
 
@@ -74,7 +77,7 @@ def test_every_chapter_was_built(pages):
 def test_internal_links_resolve(pages):
     broken = []
     cache: dict[Path, set] = {}
-    for page in (p for p in pages if p.is_file()):   # missing pages fail the test above
+    for page in (p for p in pages if p.is_file()):  # missing pages fail the test above
         for link in (x["href"] for x in bookcheck.parse_html(page).links):
             url = urlparse(link)
             if url.scheme or link.startswith(("mailto:", "//")):
@@ -100,9 +103,11 @@ def test_pages_load_and_figures_decode(seen):
 
 def test_nothing_needs_sideways_scrolling_at_1280(seen):
     problems = _by_page(seen, "sideways")
-    assert not problems, (f"{len(problems)} equations, outputs or tables need sideways scrolling at "
-                          f"{bookcheck.WIDE} px (break the equation, format the output to fit, reshape "
-                          "the table):\n" + "\n".join(problems))
+    assert not problems, (
+        f"{len(problems)} equations, outputs or tables need sideways scrolling at "
+        f"{bookcheck.WIDE} px (break the equation, format the output to fit, reshape "
+        "the table):\n" + "\n".join(problems)
+    )
 
 
 def test_no_page_wider_than_a_phone(seen):
@@ -117,8 +122,10 @@ def test_equation_numbers_clear_of_their_equations(seen):
 
 def test_figures_sharp_on_high_density_screens(seen):
     problems = _by_page(seen, "soft_figures")
-    assert not problems, (f"{len(problems)} figures with a natural width under twice their displayed width "
-                          "(plotting.set_theme() renders retina PNGs):\n" + "\n".join(problems))
+    assert not problems, (
+        f"{len(problems)} figures with a natural width under twice their displayed width "
+        "(plotting.set_theme() renders retina PNGs):\n" + "\n".join(problems)
+    )
 
 
 def test_no_console_errors(seen):
@@ -129,8 +136,10 @@ def test_no_console_errors(seen):
 def test_claim_ids_link_to_the_ledger_and_back(pages):
     problems = bookcheck.claim_link_problems(HTML_DIR, pages)
     lines = [f"{page}: {p}" for page, ps in problems.items() for p in ps]
-    assert not lines, ("claim ids must link to the ledger and back (mark them with {claim}`id`, "
-                       "see CONTRIBUTING.md):\n" + "\n".join(lines))
+    assert not lines, (
+        "claim ids must link to the ledger and back (mark them with {claim}`id`, "
+        "see CONTRIBUTING.md):\n" + "\n".join(lines)
+    )
 
 
 NUMBER = re.compile(r'<span class="caption-number">\s*([^<]*?)\s*</span>|<span class="eqno">\s*(\([^<]*?\))')

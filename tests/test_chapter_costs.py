@@ -1,4 +1,5 @@
 """The GPU note's time table (``book/_snippets/gpu.md``) and the counters behind it (``scripts/chapter_costs.py``)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -22,14 +23,21 @@ def test_matmul_flops_and_elementwise_work_are_counted():
     def step():
         (a @ b).exp()
         return "float32"
+
     w = cc.count(step)
-    assert w.flops == 2 * 3 * 4 * 5 + 3 * 5      # the product, then one FLOP per element of exp
+    assert w.flops == 2 * 3 * 4 * 5 + 3 * 5  # the product, then one FLOP per element of exp
     assert w.ops == 2 and w.dtype == "float32"
 
 
 def test_human_durations():
-    assert [cc.human(s) for s in (4.2, 14.9, 375, 9273, 59760, 3.2e6)] == \
-        ["4 s", "15 s", "6 min", "2.6 h", "17 h", "37 days"]
+    assert [cc.human(s) for s in (4.2, 14.9, 375, 9273, 59760, 3.2e6)] == [
+        "4 s",
+        "15 s",
+        "6 min",
+        "2.6 h",
+        "17 h",
+        "37 days",
+    ]
 
 
 def test_work_grows_with_the_scale_for_the_vit():
@@ -54,5 +62,6 @@ def test_snippet_lists_each_heavy_chapter_with_its_measured_time():
 def test_snippet_is_up_to_date():
     """Recounts every chapter's work (about a minute) and compares with the committed note."""
     rows = {ch: cc.estimates(ch) for ch in cc.WORK}
-    assert (ROOT / "book" / "_snippets" / "gpu.md").read_text() == cc.note(rows), \
+    assert (ROOT / "book" / "_snippets" / "gpu.md").read_text() == cc.note(rows), (
         "run `python scripts/chapter_costs.py`"
+    )

@@ -4,6 +4,7 @@ The results are those recorded when the chapters ran (``make test`` executes the
 notebooks first); :func:`mmtoken.ledger.recorded` evaluates only what is missing
 or was recorded by other code, so this file does not re-run the ledger.
 """
+
 import json
 from pathlib import Path
 
@@ -39,8 +40,11 @@ def test_every_claim_has_a_result(results):
 
 
 def test_every_theorem_and_consistency_claim_passes(results):
-    failing = [(r.id, r.error or r.measured) for r in results
-               if r.kind in ("theorem", "consistency") and not r.passed and not r.missing]
+    failing = [
+        (r.id, r.error or r.measured)
+        for r in results
+        if r.kind in ("theorem", "consistency") and not r.passed and not r.missing
+    ]
     assert not failing, f"theorem/consistency claims failing at quick scale: {failing}"
 
 

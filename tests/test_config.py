@@ -16,11 +16,11 @@ def _clean(monkeypatch):
 def test_default_env_and_set_scale_order(monkeypatch):
     assert config.scale() == "quick"
     monkeypatch.setenv("MMTOKEN_SCALE", "paper")
-    assert config.scale() == "paper"                      # the environment variable
+    assert config.scale() == "paper"  # the environment variable
     config.set_scale("quick")
-    assert config.scale() == "quick"                      # set_scale overrides it
+    assert config.scale() == "quick"  # set_scale overrides it
     config.reset()
-    assert config.scale() == "paper"                      # reset: back to the environment
+    assert config.scale() == "paper"  # reset: back to the environment
 
 
 def test_use_scale_restores_even_after_an_error():
@@ -31,7 +31,7 @@ def test_use_scale_restores_even_after_an_error():
         raise RuntimeError
     assert config.scale() == "quick" and config.pick(quick=1, paper=2) == 1
     with config.use_scale("paper"), config.use_scale("quick"):
-        assert config.scale() == "quick"                  # nested: the inner one wins
+        assert config.scale() == "quick"  # nested: the inner one wins
     assert config.scale() == "quick"
 
 
@@ -45,7 +45,7 @@ def test_bad_scales_are_named(monkeypatch):
         config.set_scale("huge")
     with pytest.raises(config.ConfigError, match="'huge'"), config.use_scale("huge"):
         pass
-    assert config.scale() == "quick"                      # a refused value changes nothing
+    assert config.scale() == "quick"  # a refused value changes nothing
     monkeypatch.setenv("MMTOKEN_SCALE", "Paper")
     with pytest.raises(config.ConfigError, match="MMTOKEN_SCALE='Paper'"):
         config.scale()

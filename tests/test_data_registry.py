@@ -1,4 +1,5 @@
 """data/registry.md must agree with the checksums the readers verify; leftovers are swept; unwritable folders named."""
+
 import os
 import tempfile
 import time
@@ -23,12 +24,12 @@ def test_every_checksum_in_the_code_is_documented():
 def test_sweep_partial_removes_only_stale_leftovers(tmp_path):
     (tmp_path / "sub").mkdir()
     stale = [tmp_path / "a.tgz.x1.part", tmp_path / "sub" / "b.npz.y2.tmp"]
-    keep = [tmp_path / "c.tgz.z3.part", tmp_path / "data.npz"]       # a live download; a cache
+    keep = [tmp_path / "c.tgz.z3.part", tmp_path / "data.npz"]  # a live download; a cache
     for p in stale + keep:
         p.write_bytes(b"x")
     for p in stale + [keep[1]]:
         os.utime(p, (time.time() - 7200, time.time() - 7200))
-    assert sweep_partial(tmp_path) == [stale[0]]                     # not recursive by default
+    assert sweep_partial(tmp_path) == [stale[0]]  # not recursive by default
     assert sorted(sweep_partial(tmp_path, recursive=True)) == [stale[1]]
     assert all(p.exists() for p in keep)
     assert sweep_partial(tmp_path / "nothing-here") == []

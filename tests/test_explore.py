@@ -24,7 +24,7 @@ def test_global_case_every_start_reaches_the_gmm():
 def test_local_case_tells_local_from_global():
     """Fig. 1 (local): token 1 is locally but not globally optimal; starts near it stay there (Theorem 3)."""
     inst = instances.fig1("local")
-    starts = np.array([[0.0, 1.0], [0.0, -1.5]])            # published starts, one in each basin
+    starts = np.array([[0.0, 1.0], [0.0, -1.5]])  # published starts, one in each basin
     a = analyze(inst.X, inst.Y, inst.v, inst.W, starts=starts, steps=600, record_every=100)
     rows = {sel: row for sel, row in zip(a.table["selection"], a.table.to_dict("records"))}
     assert set(rows) == {(0,), (1,)}

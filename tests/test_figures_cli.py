@@ -1,4 +1,5 @@
 """The figures CLI writes PNG and PDF files through the chapters' own plotting functions; bad input is one line."""
+
 import os
 
 import pytest
@@ -23,8 +24,11 @@ def test_every_figure_entry_takes_no_argument():
     entries = {f: make for m in load_all().values() for f, make in getattr(m, "FIGURES", {}).items()}
     assert len(entries) >= 40
     for name, make in entries.items():
-        required = [p for p in inspect.signature(make).parameters.values()
-                    if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        required = [
+            p
+            for p in inspect.signature(make).parameters.values()
+            if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
         assert not required, f"{name} requires {required}"
 
 
@@ -33,6 +37,7 @@ def test_figures_cli_unknown_name(tmp_path):
 
 
 # ----------------------------------------------------------------------------- bad environment and arguments (issue 14, item 8)
+
 
 def test_figures_out_that_cannot_be_written(tmp_path, capsys):
     blocker = tmp_path / "a-file"
@@ -51,7 +56,7 @@ def test_figures_out_read_only(tmp_path, capsys, monkeypatch):
     out.chmod(0o555)
     real = tempfile.TemporaryFile
 
-    def readonly(*a, dir=None, **k):              # root ignores permission bits: refuse as the OS would
+    def readonly(*a, dir=None, **k):  # root ignores permission bits: refuse as the OS would
         if dir is not None and os.path.samefile(dir, out):
             raise PermissionError(13, "Permission denied", str(dir))
         return real(*a, dir=dir, **k)
@@ -74,9 +79,15 @@ def test_only_without_values_is_refused(command, capsys):
     assert "--only" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("value, match", [("cuda", "CUDA is not available"), ("cuda:7", "CUDA"),
-                                          ("tpu", "not a device torch knows|cpu, cuda or mps"),
-                                          ("bogus!", "not a device torch knows")])
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        ("cuda", "CUDA is not available"),
+        ("cuda:7", "CUDA"),
+        ("tpu", "not a device torch knows|cpu, cuda or mps"),
+        ("bogus!", "not a device torch knows"),
+    ],
+)
 def test_bad_device_is_one_clear_line(value, match, monkeypatch, capsys, tmp_path):
     import torch
 

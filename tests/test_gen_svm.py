@@ -60,7 +60,7 @@ def test_ties_hold_and_untied_is_not_longer(XZ):
         logits = K[i] @ tied.x
         assert np.ptp(logits[list(o)]) < 1e-8
         assert logits[list(o)].min() - np.delete(logits, o).max() >= 1 - 1e-8
-    assert np.linalg.norm(free.x) <= np.linalg.norm(tied.x) + 1e-9     # fewer constraints
+    assert np.linalg.norm(free.x) <= np.linalg.norm(tied.x) + 1e-9  # fewer constraints
 
 
 def test_infeasible_reported():
@@ -125,7 +125,9 @@ def test_closed_form_gradient_matches_autograd():
 def test_optimal_attention_beats_random_attention():
     inst = mt.make_instance()
     S = inst.optimal_attention()
-    h = lambda s: np.einsum("nt,nt->n", s, inst.gamma) - inst.lam * np.einsum("nt,ntd->nd", s, inst.X).__pow__(2).sum(-1)
+    h = lambda s: (
+        np.einsum("nt,nt->n", s, inst.gamma) - inst.lam * np.einsum("nt,ntd->nd", s, inst.X).__pow__(2).sum(-1)
+    )
     rng = np.random.default_rng(3)
     for _ in range(200):
         R = rng.dirichlet(np.ones(4), size=4)

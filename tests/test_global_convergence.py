@@ -1,4 +1,5 @@
 """Invariants behind chapters 1, 2 and the saturation appendix (fast)."""
+
 import numpy as np
 import pytest
 import torch
@@ -25,7 +26,7 @@ def test_w_run_detects_a_wrong_start():
     K = torch.as_tensor(inst.K, dtype=torch.float64)
     gamma = torch.as_tensor(inst.gamma, dtype=torch.float64)
     pbar = torch.tensor([1.0, 0.0], dtype=torch.float64)
-    W0 = torch.zeros(6, 2, 2, dtype=torch.float64)                # W(0) pbar = 0, not the starts
+    W0 = torch.zeros(6, 2, 2, dtype=torch.float64)  # W(0) pbar = 0, not the starts
     zW, _, _ = w_equals_p.w_run(K, gamma, W0, pbar, steps=5, lr=1.0)
     h = train.train_p(inst.problem(), inst.starts, steps=5, lr=1.0, method="gd", record_probs=False)
     zp = torch.einsum("ntm,ksm->ksnt", K, h.p)[:, :, 0]
@@ -56,7 +57,7 @@ def test_regularization_path_lies_on_sphere_and_improves_with_radius():
 def test_naive_differences_round_to_zero_but_stable_ones_do_not():
     inst = instances.fig1("global")
     pr = inst.problem()
-    P = torch.tensor([[[-10.0, 100.0]]], dtype=torch.float64)      # deep in saturation
+    P = torch.tensor([[[-10.0, 100.0]]], dtype=torch.float64)  # deep in saturation
     s32, f32 = saturation.naive_gap(pr, P, torch.float32)
     s64, f64 = saturation.naive_gap(pr, P, torch.float64)
     assert float(s32) == 0.0 and float(s64) == 0.0
@@ -116,8 +117,8 @@ def test_smoothness_bound_dominates_the_hessian():
 
 def test_derivative_bounds_closed_forms():
     d1, d2 = smoothness.derivative_bounds("logistic", -1.0, 2.0)
-    assert d1 == pytest.approx(1 / (1 + np.exp(-1.0)))       # sigma(1) at u = -1
-    assert d2 == pytest.approx(0.25)                          # sigma(0) sigma(0), 0 in the interval
+    assert d1 == pytest.approx(1 / (1 + np.exp(-1.0)))  # sigma(1) at u = -1
+    assert d2 == pytest.approx(0.25)  # sigma(0) sigma(0), 0 in the interval
     d1, d2 = smoothness.derivative_bounds("logistic", 0.9, 1.0)
     assert d2 == pytest.approx(np.exp(-0.9) / (1 + np.exp(-0.9)) ** 2)
     assert smoothness.derivative_bounds("correlation", 0.0, 1.0) == (1.0, 0.0)
@@ -146,8 +147,15 @@ def test_compiled_plain_gd_is_plain_gd():
 def test_plain_gd_restarts_at_decades_reproduce_one_run():
     inst = instances.fig1("local")
     r = global_convergence.plain_gd(inst.problem(), inst.starts, steps=2000)
-    h = train.train_p(inst.problem(), inst.starts, steps=2000, lr=global_convergence.PLAIN_LR, method="gd",
-                      record_every=1000, record_probs=False)
+    h = train.train_p(
+        inst.problem(),
+        inst.starts,
+        steps=2000,
+        lr=global_convergence.PLAIN_LR,
+        method="gd",
+        record_every=1000,
+        record_probs=False,
+    )
     np.testing.assert_allclose(r.p[-1], h.p[-1].numpy(), rtol=0, atol=1e-13)
     assert r.steps[0] == 0 and r.steps[-1] == 2000 and np.all(np.diff(r.steps) > 0)
     for k in (10, 100, 1000):
@@ -163,11 +171,12 @@ def test_decade_summary_on_known_curves():
     p = np.stack([np.zeros(4), np.log10(np.maximum(steps, 1.0))], -1)[:, None]
     p[0, 0] = (1.0, 0.0)
     s = global_convergence.decade_summary(global_convergence.PlainRun(steps, p, np.linalg.norm(p, axis=-1), 1.0), ref)
-    assert s["log_growth"] and not s["rising"]                # correlation already 1: not rising
+    assert s["log_growth"] and not s["rising"]  # correlation already 1: not rising
     p2 = p.copy()
-    p2[-1, 0, 0] = 5.0                                        # last decade turns away: falls, grows too fast
-    s2 = global_convergence.decade_summary(global_convergence.PlainRun(steps, p2, np.linalg.norm(p2, axis=-1), 1.0),
-                                           ref)
+    p2[-1, 0, 0] = 5.0  # last decade turns away: falls, grows too fast
+    s2 = global_convergence.decade_summary(
+        global_convergence.PlainRun(steps, p2, np.linalg.norm(p2, axis=-1), 1.0), ref
+    )
     assert not s2["rising"] and not s2["log_growth"]
 
 
@@ -176,7 +185,7 @@ def test_equal_scores_make_p_mm_a_descent_direction():
     rng = np.random.default_rng(5)
     for _ in range(4):
         K = rng.normal(size=(1, 4, 2))
-        K[0, 0] = 3 * K[0, 0] / np.linalg.norm(K[0, 0]) + 3.0      # token 0 away from the others: feasible
+        K[0, 0] = 3 * K[0, 0] / np.linalg.norm(K[0, 0]) + 3.0  # token 0 away from the others: feasible
         gamma = np.array([[1.0, 0.3, 0.3, 0.3]])
         q = svm.att_svm(K, [0]).x
         pr = AttentionProblem(K, gamma)
@@ -201,8 +210,8 @@ def test_stationary_counterexample_against_closed_form():
 
     c = global_convergence.stationary_counterexample()
     assert c.p_star == pytest.approx(brentq(du, -1, 1, xtol=1e-15), abs=1e-12)
-    assert c.curvature < 0                                    # a maximum of L
-    assert [r.feasible for r in c.reports] == [True, False, True]   # the middle key cannot be separated
+    assert c.curvature < 0  # a maximum of L
+    assert [r.feasible for r in c.reports] == [True, False, True]  # the middle key cannot be separated
     assert c.selected == [0, 2]
 
 
@@ -222,7 +231,7 @@ def test_normalized_gd_on_w_is_normalized_gd_on_q():
     st, Ws = w_equals_p.normalized_gd_on_w(pr, pbar, np.zeros((3, 3)), steps=300, lr=0.1, record_every=100)
     h = train.train_p(pr, np.zeros((1, 3)), steps=300, lr=0.1, record_every=100, record_probs=False)
     np.testing.assert_allclose(Ws @ pbar, h.p.numpy()[:, 0], atol=1e-12)
-    np.testing.assert_allclose(Ws, np.einsum("sd,m->sdm", Ws @ pbar, pbar), atol=1e-12)   # rank one along pbar
+    np.testing.assert_allclose(Ws, np.einsum("sd,m->sdm", Ws @ pbar, pbar), atol=1e-12)  # rank one along pbar
     assert list(st) == [0, 100, 200, 300]
 
 

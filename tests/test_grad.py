@@ -1,4 +1,5 @@
 """The saturation-safe gradient against autograd, and its behaviour under saturation."""
+
 import math
 
 import numpy as np
@@ -27,7 +28,7 @@ def test_grad_matches_autograd(loss):
 
 def test_grad_broadcasts_starts_against_instances():
     problem, _ = _random_problem(batch=(6,))
-    p = torch.randn(3, 1, 3, dtype=torch.float64)           # 3 starts x 6 instances
+    p = torch.randn(3, 1, 3, dtype=torch.float64)  # 3 starts x 6 instances
     g = grad.grad_p(problem, p)
     assert g.direction.shape == (3, 6, 3) and g.log_norm.shape == (3, 6)
     ref = grad.autograd_grad(problem, p.expand(3, 6, 3).clone())
@@ -49,10 +50,10 @@ def test_direction_survives_where_the_gradient_underflows():
     p = torch.as_tensor(1e4 * gmm / np.linalg.norm(gmm))
     g = grad.grad_p(inst.problem(), p)
     assert torch.isfinite(g.log_norm).all() and g.log_norm.item() < math.log(1e-300)
-    assert torch.all(g.value() == 0)                        # the gradient itself underflows
-    assert abs(g.direction.norm().item() - 1) < 1e-12       # its direction does not
+    assert torch.all(g.value() == 0)  # the gradient itself underflows
+    assert abs(g.direction.norm().item() - 1) < 1e-12  # its direction does not
     # Near the GMM, -grad points along the active constraint's key difference k_0 - k_2.
-    d = (inst.K[0, 0] - inst.K[0, 2])
+    d = inst.K[0, 0] - inst.K[0, 2]
     assert geometry.correlation(-g.direction.numpy(), d) > 0.999
 
 

@@ -1,4 +1,5 @@
 """Chapters 5-8 of part I: joint training, nonlinear heads, losses, random instances."""
+
 import numpy as np
 import pytest
 import torch
@@ -16,7 +17,7 @@ def test_fig3_svms_closed_forms():
     alpha = np.ones(3, int)
     head = svm.head_svm(r.X, r.Y, alpha)
     assert np.allclose(head.x, [0.0, 1.0], atol=1e-6)
-    assert svm.head_support(head) == [0, 1]                      # x_3 = (0.5, 1.5) has margin 1.5
+    assert svm.head_support(head) == [0, 1]  # x_3 = (0.5, 1.5) has margin 1.5
     assert np.allclose(svm.att_svm(r.K, alpha).x, [1.25, 0.25], atol=1e-6)
     assert np.allclose(svm.relaxed_att_svm(r.K, alpha, [0, 1]).x, [1.0, 0.0], atol=1e-6)
 
@@ -31,7 +32,7 @@ def test_short_joint_run_separates_the_two_predictions():
 def test_joint_reference_is_fixed_from_the_head_margins():
     ref = joint_path.joint_reference(instances.fig3("loose").X, instances.fig3("loose").Y)
     feasible = [a for a, m in ref.margins if m is not None]
-    assert feasible == [(1, 1, 1)]                          # a zero token has label margin 0
+    assert feasible == [(1, 1, 1)]  # a zero token has label margin 0
     assert ref.support == [0, 1] and np.allclose(ref.excess, [0.0, 0.0, 0.5])
     assert np.allclose(ref.p_relax, [1.0, 0.0], atol=1e-6) and np.allclose(ref.p_mm, [1.25, 0.25], atol=1e-6)
     tight = joint_path.joint_reference(instances.fig3("tight").X, instances.fig3("tight").Y)
@@ -39,7 +40,7 @@ def test_joint_reference_is_fixed_from_the_head_margins():
 
 
 def test_joint_reference_refuses_a_tie():
-    X = np.array([[[1.0, 0.0], [1.0, 0.0]], [[-1.0, 0.0], [0.0, 3.0]]])   # input 0: two identical tokens
+    X = np.array([[[1.0, 0.0], [1.0, 0.0]], [[-1.0, 0.0], [0.0, 3.0]]])  # input 0: two identical tokens
     with pytest.raises(ValueError, match="more than one selection"):
         joint_path.joint_reference(X, np.array([1.0, -1.0]))
 
@@ -48,10 +49,10 @@ def test_limit_direction_closed_forms():
     inst = instances.fig3("loose")
     ref = joint.reference("loose")
     lim = lambda rho: joint_path.limit_direction(inst.K, ref.alpha, ref.support, ref.excess, rho)
-    for rho in (1.0, 3.0):                                   # rho >= rho* = 1: the relaxed SVM
+    for rho in (1.0, 3.0):  # rho >= rho* = 1: the relaxed SVM
         assert geometry.correlation(lim(rho), ref.p_relax) > 1 - 1e-7
     assert geometry.correlation(lim(0.0), ref.p_mm) > 1 - 1e-7
-    b = lim(0.25)                    # in between: the active pair of p_mm, input 3 credited with rho * Delta_3
+    b = lim(0.25)  # in between: the active pair of p_mm, input 3 credited with rho * Delta_3
     m = inst.K[:, 1] @ b
     assert np.isclose(m[1], m[2] + 0.25 * 0.5, atol=1e-6) and m[0] > m[1]
 
@@ -78,11 +79,11 @@ def test_joint_loss_comparison_resolves_tiny_differences_and_selection_changes()
     loss = losses.get_loss("logistic")
     v = torch.tensor([0.0, 40.0], dtype=torch.float64)
     p_a = 40 * torch.tensor([1.0, 0.0], dtype=torch.float64)
-    p_b = 40 * torch.tensor([np.cos(1e-3), np.sin(1e-3)], dtype=torch.float64)   # a tiny rotation toward p_mm
+    p_b = 40 * torch.tensor([np.cos(1e-3), np.sin(1e-3)], dtype=torch.float64)  # a tiny rotation toward p_mm
     la, lb = joint_path.joint_loss(X, Y, X, v, p_a, loss), joint_path.joint_loss(X, Y, X, v, p_b, loss)
-    assert float(la.total) == float(lb.total)               # the direct loss cannot tell them apart ...
-    assert bool(la.lower_than(lb)) != bool(lb.lower_than(la))   # ... the split can, consistently
-    p_c = 40 * torch.tensor([0.0, -1.0], dtype=torch.float64)   # other selection: compared directly
+    assert float(la.total) == float(lb.total)  # the direct loss cannot tell them apart ...
+    assert bool(la.lower_than(lb)) != bool(lb.lower_than(la))  # ... the split can, consistently
+    p_c = 40 * torch.tensor([0.0, -1.0], dtype=torch.float64)  # other selection: compared directly
     lc = joint_path.joint_loss(X, Y, X, v, p_c, loss)
     assert bool(la.lower_than(lc)) and not bool(lc.lower_than(la))
 
@@ -156,7 +157,7 @@ def test_assumption_d_check_detects_a_violation():
     d = nh.check_assumption_d(nh.ExcessRisk(inst), pairs=500)
     assert d.holds and d.c > 0 and all(bad == 0 for _, _, bad in d.tested)
     bad = nh.make_instance()
-    bad.X[0, 2] = 2.0 * bad.X[0, 0]              # token 2 now carries a *stronger* value: mixing it in helps
+    bad.X[0, 2] = 2.0 * bad.X[0, 0]  # token 2 now carries a *stronger* value: mixing it in helps
     dd = nh.check_assumption_d(nh.ExcessRisk(bad), pairs=500)
     assert dd.g[0, 2] < 0 and not dd.holds and dd.tested == []
 
@@ -194,7 +195,7 @@ def test_padding_does_not_change_training():
     out = ri.train_batch(b["K"], b["gamma"], b["mask"], grid.steps, grid.lr)
     loop = ri.train_one_by_one(b["K"], b["gamma"], b["mask"], grid.steps, grid.lr)
     assert np.allclose(out["p"], loop, atol=1e-12)
-    for j, (n, T, _d, _k) in enumerate(b["meta"]):            # padding: same as training the real instance alone
+    for j, (n, T, _d, _k) in enumerate(b["meta"]):  # padding: same as training the real instance alone
         pr = AttentionProblem(b["K"][j, :n, :T], b["gamma"][j, :n, :T])
         h = train.train_p(pr, np.zeros(3), steps=grid.steps, lr=grid.lr, record_every=grid.steps, record_probs=False)
         assert np.allclose(h.p[-1].numpy(), out["p"][j], atol=1e-12)
@@ -206,13 +207,14 @@ def test_analyse_reports_gap_and_infeasible():
     rec = ri.analyse(K, gamma, np.array([0]), np.array([1.0, -1.0]))
     # p_mm((0)) = (1, 0)... both constraints x1 >= 1 and x1 - x2 >= 1 give (1, 0): neighbours tokens 1 and 2
     assert rec["feasible"] and not rec["global"]
-    assert rec["gap"] == pytest.approx(-1.0)               # token 1 scores 2 > 1
-    K2 = np.array([[[0.5, 0.5], [1.0, 1.0], [0.0, 0.0]]])   # token 0 is the midpoint: cannot be selected
+    assert rec["gap"] == pytest.approx(-1.0)  # token 1 scores 2 > 1
+    K2 = np.array([[[0.5, 0.5], [1.0, 1.0], [0.0, 0.0]]])  # token 0 is the midpoint: cannot be selected
     rec2 = ri.analyse(K2, gamma, np.array([0]), np.array([1.0, 0.0]))
     assert rec2["feasible"] is False and np.isnan(rec2["corr"])
 
 
 # ---------------------------------------------------------------- figures (issue 16: fig. 5.3 of the reviewed build)
+
 
 def test_joint_paths_figure_distinct_rays_and_token_names_without_overlap():
     """Each reference direction has its own dash, and the names of the tokens x_i do not overlap."""
@@ -221,20 +223,35 @@ def test_joint_paths_figure_distinct_rays_and_token_names_without_overlap():
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    inst = instances.fig3("tight")                # x_1 = (1, 1) and x_3 = (0.5, 1): close together
+    inst = instances.fig3("tight")  # x_1 = (1, 1) and x_3 = (0.5, 1): close together
     S = 3
     t = np.linspace(0, 1, S)[:, None]
-    r = joint.JointRun(case="loose", X=inst.X, Y=inst.Y, steps=np.arange(S), p=t * [[18.0, 4.0]], v=t * [[0.3, 20.0]],
-                       probs=np.full((S, 3, 2), 0.5), output_prob=np.full((S, 3), 0.5), alpha=np.ones(3, int),
-                       gd_alpha=np.ones(3, int), v_mm=np.array([0.0, 1.0]), support=[0, 1],
-                       p_mm=np.array([1.25, 0.25]), p_relax=np.array([1.0, 0.0]))
+    r = joint.JointRun(
+        case="loose",
+        X=inst.X,
+        Y=inst.Y,
+        steps=np.arange(S),
+        p=t * [[18.0, 4.0]],
+        v=t * [[0.3, 20.0]],
+        probs=np.full((S, 3, 2), 0.5),
+        output_prob=np.full((S, 3), 0.5),
+        alpha=np.ones(3, int),
+        gd_alpha=np.ones(3, int),
+        v_mm=np.array([0.0, 1.0]),
+        support=[0, 1],
+        p_mm=np.array([1.25, 0.25]),
+        p_relax=np.array([1.0, 0.0]),
+    )
     from mmtoken import plotting
 
-    fig, axes = plotting.two_panels(["tight", "loose"], aspect=1.0)   # the size it is shown at in the book
+    fig, axes = plotting.two_panels(["tight", "loose"], aspect=1.0)  # the size it is shown at in the book
     ax = axes[0]
     joint.plot_paths_case(r, ax=ax)
-    rays = {ln.get_label(): (ln.get_color(), str(ln.get_linestyle())) for ln in ax.get_lines()
-            if ln.get_label() in ("$p^{mm}$", "$p^{relax}$", "$v^{mm}$")}
+    rays = {
+        ln.get_label(): (ln.get_color(), str(ln.get_linestyle()))
+        for ln in ax.get_lines()
+        if ln.get_label() in ("$p^{mm}$", "$p^{relax}$", "$v^{mm}$")
+    }
     assert len(rays) == 3 and len({ls for _, ls in rays.values()}) == 3
     fig.canvas.draw()
     boxes = [a.get_window_extent() for a in ax.texts]

@@ -20,4 +20,3 @@ def ruff(*args: str) -> subprocess.CompletedProcess:
 def test_ruff_check():
     res = ruff("check")
     assert res.returncode == 0, res.stdout + res.stderr
-

@@ -2,6 +2,7 @@
 
 Fast: no full ``run()``; short trainings and closed forms only.
 """
+
 import numpy as np
 import pytest
 import torch
@@ -79,20 +80,21 @@ def test_stable_gradient_in_cone_points_back_for_lmm():
     P = lc.cone_starts([1.0, 0.0], lc.CONE_MU, lc.CONE_R)
     g = grad.grad_p(inst.problem(), torch.as_tensor(P, dtype=torch.float64))
     step = -g.direction.numpy()
-    assert (step[:, 0] > 0).all()                     # along k_1 - k_2 = (1, 0)
+    assert (step[:, 0] > 0).all()  # along k_1 - k_2 = (1, 0)
     assert np.allclose(np.linalg.norm(step, axis=-1), 1.0)
 
 
 def test_project_to_cone():
     q = torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64)
-    w = torch.nn.functional.normalize(torch.randn(200, 3, generator=torch.Generator().manual_seed(1),
-                                                  dtype=torch.float64), dim=-1)
+    w = torch.nn.functional.normalize(
+        torch.randn(200, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64), dim=-1
+    )
     out = cone_path.project_to_cone(w, q, 0.1)
     c_in, c_out = (w * q).sum(-1), (out * q).sum(-1)
     assert torch.allclose(out.norm(dim=-1), torch.ones(200, dtype=torch.float64))
     inside = c_in >= 0.9
-    assert torch.equal(out[inside], w[inside])                           # inside: unchanged
-    assert torch.allclose(c_out[~inside], torch.full_like(c_out[~inside], 0.9))   # outside: on the boundary
+    assert torch.equal(out[inside], w[inside])  # inside: unchanged
+    assert torch.allclose(c_out[~inside], torch.full_like(c_out[~inside], 0.9))  # outside: on the boundary
     # the boundary point lies in the plane of q and w, on w's side
     perp_w, perp_o = w[~inside, 1:], out[~inside, 1:]
     assert torch.allclose(torch.nn.functional.normalize(perp_w, dim=-1), torch.nn.functional.normalize(perp_o, dim=-1))
@@ -100,14 +102,15 @@ def test_project_to_cone():
 
 def test_cone_path_stays_on_sphere_and_in_cone():
     inst = instances.fig1("local")
-    q = np.array([[-1.0, -1.1]])                                        # p_mm of the origin token (not locally optimal)
+    q = np.array([[-1.0, -1.1]])  # p_mm of the origin token (not locally optimal)
     radii = np.array([3.0, 20.0])
-    pts = cone_path.cone_regularization_path(AttentionProblem(inst.K[None], inst.gamma[None]), radii, q, 0.01,
-                                             iters=80).numpy()
+    pts = cone_path.cone_regularization_path(
+        AttentionProblem(inst.K[None], inst.gamma[None]), radii, q, 0.01, iters=80
+    ).numpy()
     assert pts.shape == (2, 1, 1, 2)
     np.testing.assert_allclose(np.linalg.norm(pts, axis=-1)[:, 0, 0], radii, rtol=1e-12)
     c = geometry.correlation(pts[:, 0, 0], q[0])
-    np.testing.assert_allclose(c, 0.99, atol=1e-9)                      # pushed to the boundary
+    np.testing.assert_allclose(c, 0.99, atol=1e-9)  # pushed to the boundary
 
 
 @pytest.mark.slow
@@ -161,7 +164,7 @@ def test_fig2_gmm_is_the_pair_formula():
     assert opt.tolist() == [0, 0, 0]
     sol = svm.att_svm(inst.K, opt)
     nb = geometry.svm_neighbours(inst.K, opt, sol.x)
-    assert len(nb) == 2                                   # two active constraints, from two inputs
+    assert len(nb) == 2  # two active constraints, from two inputs
     D = np.stack([inst.K[i, 0] - inst.K[i, t] for i, t in nb])
     assert np.allclose(sol.x, np.linalg.solve(D, np.ones(2)), atol=1e-6)
 
@@ -188,8 +191,9 @@ def test_plain_gd_slower_than_normalized_short():
     inst = instances.fig2()
     with torch.inference_mode():
         a = train.train_p(inst.problem(), inst.starts, steps=100, lr=0.1, record_every=100, record_probs=False)
-        b = train.train_p(inst.problem(), inst.starts, steps=100, lr=1.0, method="gd", record_every=100,
-                          record_probs=False)
+        b = train.train_p(
+            inst.problem(), inst.starts, steps=100, lr=1.0, method="gd", record_every=100, record_probs=False
+        )
     # normalized steps move exactly 0.1, so ||p|| <= ||p0|| + 10; plain GD falls far behind
     assert bool((a.norm[-1] <= a.norm[0] + 10 + 1e-9).all()) and bool((a.norm[-1] > 8).all())
     assert bool((b.norm[-1] < 0.5 * a.norm[-1]).all())

@@ -1,4 +1,5 @@
 """Chapter 4: the Fig. 2 instance as the public code generates it, and its SVM."""
+
 import numpy as np
 import torch
 
@@ -14,8 +15,9 @@ def test_fig2_is_the_public_generation():
     assert inst.gamma[:, 0].tolist() == [1.0] * 3 and np.all(inst.gamma[:, 1:] == 0.5)
     # a (3, 7, 2) draw of the same generator is a different instance
     g = torch.Generator().manual_seed(0)
-    assert not np.allclose((0.2 * torch.randn((3, 7, 2), generator=g)).numpy()[:, 1:4] + [-1.0, 1.0],
-                           inst.K[:, 1:4], atol=1e-3)
+    assert not np.allclose(
+        (0.2 * torch.randn((3, 7, 2), generator=g)).numpy()[:, 1:4] + [-1.0, 1.0], inst.K[:, 1:4], atol=1e-3
+    )
 
 
 def test_fig2_seed_changes_the_draw():
@@ -40,4 +42,4 @@ def test_fig2_two_active_constraints_with_positive_multipliers():
     D = np.stack([inst.K[i, 0] - inst.K[i, t] for i, t in nb])
     lam = np.linalg.solve(D @ D.T, np.ones(2))
     assert np.all(lam > 0)
-    assert np.allclose(D.T @ lam, sol.x, atol=1e-6)        # KKT: p_mm is the combination of the active rows
+    assert np.allclose(D.T @ lam, sol.x, atol=1e-6)  # KKT: p_mm is the combination of the active rows

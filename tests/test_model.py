@@ -1,4 +1,5 @@
 """Model shapes, softmax invariants and bad inputs."""
+
 import numpy as np
 import pytest
 import torch
@@ -8,7 +9,7 @@ from mmtoken.model import AttentionProblem
 
 
 def test_shapes_and_softmax_rows():
-    X = torch.randn(2, 3, 4, 5, dtype=torch.float64)            # 2 instances, n=3, T=4, d=5
+    X = torch.randn(2, 3, 4, 5, dtype=torch.float64)  # 2 instances, n=3, T=4, d=5
     W = torch.randn(5, 2, dtype=torch.float64)
     v = torch.randn(5, dtype=torch.float64)
     Y = torch.tensor([[1.0, -1.0, 1.0]] * 2, dtype=torch.float64)
@@ -20,7 +21,7 @@ def test_shapes_and_softmax_rows():
     assert torch.allclose(s.sum(-1), torch.ones(2, 3, dtype=torch.float64))
     gamma = model.scores(X, Y, v)
     f = model.output(X, v, K, p)
-    assert torch.allclose(Y * f, (s * gamma).sum(-1))           # u = Y f = sum_t s_t gamma_t
+    assert torch.allclose(Y * f, (s * gamma).sum(-1))  # u = Y f = sum_t s_t gamma_t
 
 
 def test_padding_gets_zero_attention():

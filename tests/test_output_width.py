@@ -6,6 +6,7 @@ reads the stored notebooks, so it runs in a second and names the cell to fix.
 Outputs the page does not show (``remove-output``, ``remove-cell``) and text
 that stands in for a rich output (an HTML table, a figure) are not checked.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -38,9 +39,13 @@ def shown_text(cell) -> list[str]:
 
 
 def wide_lines(nb) -> list[str]:
-    return [f"cell {i}: {len(line)} chars: {line[:60]}..."
-            for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
-            for line in shown_text(cell) if len(line) > OUTPUT_WIDTH]
+    return [
+        f"cell {i}: {len(line)} chars: {line[:60]}..."
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "code"
+        for line in shown_text(cell)
+        if len(line) > OUTPUT_WIDTH
+    ]
 
 
 def test_shown_text_skips_hidden_and_rich_outputs():
@@ -49,13 +54,18 @@ def test_shown_text_skips_hidden_and_rich_outputs():
     assert shown_text(cell) == []
     cell.metadata = {}
     assert wide_lines(nbformat.v4.new_notebook(cells=[cell]))
-    cell.outputs = [nbformat.v4.new_output("execute_result", data={"text/html": "<table/>", "text/plain": "y" * 200},
-                                           execution_count=1)]
+    cell.outputs = [
+        nbformat.v4.new_output(
+            "execute_result", data={"text/html": "<table/>", "text/plain": "y" * 200}, execution_count=1
+        )
+    ]
     assert shown_text(cell) == []
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT / "book")))
 def test_printed_outputs_fit_the_column(path):
     wide = wide_lines(nbformat.read(path, as_version=4))
-    assert not wide, (f"{len(wide)} output lines wider than {OUTPUT_WIDTH} characters "
-                      f"(format them to fit: wrap, tabulate, round):\n" + "\n".join(wide))
+    assert not wide, (
+        f"{len(wide)} output lines wider than {OUTPUT_WIDTH} characters "
+        f"(format them to fit: wrap, tabulate, round):\n" + "\n".join(wide)
+    )

@@ -1,4 +1,5 @@
 """The book's plotting theme: sizes for the column, colour-blind-safe styles, retina output, panel titles."""
+
 from __future__ import annotations
 
 import matplotlib.colors as mcolors
@@ -8,7 +9,7 @@ import pytest
 
 from mmtoken import plotting
 
-CSS_PX_PER_PT = 100 / 72        # at figure.dpi = 100, a figure shown at its own width
+CSS_PX_PER_PT = 100 / 72  # at figure.dpi = 100, a figure shown at its own width
 
 
 @pytest.fixture(autouse=True)
@@ -34,8 +35,11 @@ def test_theme_cycles_colour_and_dash_together():
 def _lab(color):
     r, g, b = mcolors.to_rgb(color)
     lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in (r, g, b)]
-    x, y, z = (np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ lin
-               / np.array([0.9505, 1.0, 1.089]))
+    x, y, z = (
+        np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]])
+        @ lin
+        / np.array([0.9505, 1.0, 1.089])
+    )
     f = lambda t: t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
     return np.array([116 * f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z))])
 
@@ -43,7 +47,7 @@ def _lab(color):
 def test_first_colours_are_far_apart():
     """Any two of the first four colours differ clearly (CIELAB distance), unlike orange and vermillion."""
     first = plotting.colors(4)
-    d = min(np.linalg.norm(_lab(a) - _lab(b)) for i, a in enumerate(first) for b in first[i + 1:])
+    d = min(np.linalg.norm(_lab(a) - _lab(b)) for i, a in enumerate(first) for b in first[i + 1 :])
     assert d > 30, d
     assert np.linalg.norm(_lab("#E69F00") - _lab("#D55E00")) < 35, "the pair the order keeps apart"
     assert plotting.colors(10)[8] == plotting.colors(1)[0], "colors cycles past the palette"
@@ -63,7 +67,7 @@ def test_figures_fit_the_column_so_labels_keep_their_size(ncols):
     assert w <= plotting.COLUMN_WIDTH and h > 0
     fig, axes = plotting.subplots(ncols)
     assert fig.get_size_inches()[0] <= plotting.COLUMN_WIDTH
-    shown = min(1.0, plotting.COLUMN_WIDTH / fig.get_size_inches()[0])   # shrink factor in the column
+    shown = min(1.0, plotting.COLUMN_WIDTH / fig.get_size_inches()[0])  # shrink factor in the column
     smallest = min(plotting.FONT_SIZES.values())
     assert smallest * CSS_PX_PER_PT * shown >= 12, "no label below 12 px on screen"
 

@@ -10,6 +10,7 @@
 Derandomized with a fixed example budget, so the unit test run is deterministic and the
 whole file takes well under a minute.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,26 +22,27 @@ from hypothesis import strategies as st
 from mmtoken import geometry, grad, svm, train
 from mmtoken.model import AttentionProblem
 
-PROPS = settings(max_examples=25, deadline=None, derandomize=True, database=None,
-                 suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(
+    max_examples=25, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 seeds = st.integers(0, 2**32 - 1)
 log_scales = st.floats(-6.0, 6.0)
-sizes = st.tuples(st.integers(1, 3), st.integers(2, 4), st.integers(2, 4))      # n, T, m
+sizes = st.tuples(st.integers(1, 3), st.integers(2, 4), st.integers(2, 4))  # n, T, m
 
 
 def _instance(seed, n, T, m):
     rng = np.random.default_rng(seed)
     K = rng.normal(size=(n, T, m))
     q = rng.normal(size=m)
-    return rng, K, (K @ q).argmax(-1)       # the selection of a direction: always feasible
+    return rng, K, (K @ q).argmax(-1)  # the selection of a direction: always feasible
 
 
 @PROPS
 @given(seeds, sizes, log_scales)
 def test_att_svm_scales_as_one_over_c(seed, size, u):
     _, K, a = _instance(seed, *size)
-    c = 10.0 ** u
+    c = 10.0**u
     base = svm.att_svm(K, a).x
     scaled = svm.att_svm(c * K, a).x
     np.testing.assert_allclose(scaled * c, base, rtol=1e-6, atol=1e-6 * np.linalg.norm(base))
@@ -51,11 +53,11 @@ def test_att_svm_scales_as_one_over_c(seed, size, u):
 def test_feasibility_is_invariant_under_scaling_and_token_permutation(seed, size, u):
     rng, K, _ = _instance(seed, *size)
     n, T, _ = K.shape
-    a = rng.integers(0, T, size=n)          # any selection, feasible or not
+    a = rng.integers(0, T, size=n)  # any selection, feasible or not
     gamma = rng.normal(size=(n, T))
     r = geometry.classify(K, gamma, a)
-    assert geometry.classify(10.0 ** u * K, gamma, a).feasible == r.feasible
-    perm = rng.permutation(T)               # token t of the new instance is token perm[t] of the old
+    assert geometry.classify(10.0**u * K, gamma, a).feasible == r.feasible
+    perm = rng.permutation(T)  # token t of the new instance is token perm[t] of the old
     inv = np.argsort(perm)
     rp = geometry.classify(K[:, perm], gamma[:, perm], inv[a])
     assert rp.feasible == r.feasible
@@ -82,11 +84,28 @@ def test_stable_gradient_matches_float64_autograd(seed, loss, norm):
 
 
 # ----------------------------------------------------------------------------- any input: a result or a named error
-values = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64),
-                   st.integers(-3, 3).map(float),
-                   st.sampled_from([0.0, 1e-300, 1e300, -1e300]))
-ARG_NAMES = ("K", "alpha", "mask", "gamma", "p", "p0", "lr", "steps", "record_every", "X", "Y", "tol",
-             "MMTOKEN", "selection", "support")
+values = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True, width=64),
+    st.integers(-3, 3).map(float),
+    st.sampled_from([0.0, 1e-300, 1e300, -1e300]),
+)
+ARG_NAMES = (
+    "K",
+    "alpha",
+    "mask",
+    "gamma",
+    "p",
+    "p0",
+    "lr",
+    "steps",
+    "record_every",
+    "X",
+    "Y",
+    "tol",
+    "MMTOKEN",
+    "selection",
+    "support",
+)
 
 
 def _named(exc: Exception) -> bool:
@@ -99,12 +118,15 @@ def test_att_svm_any_input(shape, data):
     n, T, m = shape
     flat = data.draw(st.lists(values, min_size=n * T * m, max_size=n * T * m))
     K = np.array(flat, dtype=float).reshape(n, T, m)
-    alpha = data.draw(st.lists(st.one_of(st.integers(-1, 4), st.floats(-1, 4)), min_size=n, max_size=n)) \
-        if data.draw(st.booleans()) else list(range(n))
+    alpha = (
+        data.draw(st.lists(st.one_of(st.integers(-1, 4), st.floats(-1, 4)), min_size=n, max_size=n))
+        if data.draw(st.booleans())
+        else list(range(n))
+    )
     try:
         sol = svm.att_svm(K, alpha)
     except svm.InfeasibleSVM:
-        return                              # certified: a documented answer
+        return  # certified: a documented answer
     except ValueError as exc:
         assert _named(exc), exc
         return
@@ -119,8 +141,9 @@ def test_att_svm_any_input(shape, data):
 def test_degenerate_integer_keys_are_decided(data):
     """Integer keys give ties, repeated and collinear tokens: every selection is solved or certified."""
     n, T, m = data.draw(sizes)
-    K = np.array(data.draw(st.lists(st.integers(-2, 2), min_size=n * T * m, max_size=n * T * m)),
-                 dtype=float).reshape(n, T, m)
+    K = np.array(data.draw(st.lists(st.integers(-2, 2), min_size=n * T * m, max_size=n * T * m)), dtype=float).reshape(
+        n, T, m
+    )
     a = np.array(data.draw(st.lists(st.integers(0, T - 1), min_size=n, max_size=n)))
     c = 10.0 ** data.draw(st.integers(-6, 6))
     try:
@@ -134,9 +157,11 @@ def test_degenerate_integer_keys_are_decided(data):
 
 
 @PROPS
-@given(st.one_of(values, st.integers(-2, 3)),
-       st.one_of(st.integers(-2, 40), st.sampled_from([np.nan, np.inf, -np.inf, 2.5, -1.0, 12.0, "3", None])),
-       st.one_of(st.integers(-1, 9), values))
+@given(
+    st.one_of(values, st.integers(-2, 3)),
+    st.one_of(st.integers(-2, 40), st.sampled_from([np.nan, np.inf, -np.inf, 2.5, -1.0, 12.0, "3", None])),
+    st.one_of(st.integers(-1, 9), values),
+)
 def test_train_p_any_step_size_and_count(lr, steps, record_every):
     K = np.array([[[1.0, 0.0], [0.0, 1.0], [-1.0, 0.5]]])
     problem = AttentionProblem(K, [[1.0, -0.5, 0.2]])

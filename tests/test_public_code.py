@@ -1,4 +1,5 @@
 """The replica of the public code (mmtoken.public_code) and the trap built on it (tour, saturation appendix)."""
+
 import numpy as np
 import pytest
 import torch
@@ -21,8 +22,8 @@ class _OnePrompt(nn.Module):
         self.prompt = nn.Parameter(p0.clone())
 
     def forward(self, X):
-        q = self.query(self.prompt.unsqueeze(0).expand(X.size(0), 1, -1))     # (n, 1, d)
-        a = torch.softmax(q @ self.key(X).transpose(-2, -1), dim=-1)         # (n, 1, T)
+        q = self.query(self.prompt.unsqueeze(0).expand(X.size(0), 1, -1))  # (n, 1, d)
+        a = torch.softmax(q @ self.key(X).transpose(-2, -1), dim=-1)  # (n, 1, T)
         return (a @ X)[:, 0] @ self.w
 
 
@@ -41,25 +42,31 @@ def _loop_one_start(X, Y, v, p0, weight, steps, eps):
 
 def test_batched_replica_equals_one_module_per_start_bit_for_bit():
     inst = instances.fig1("global")
-    steps = 250                                             # past saturation in float32 (||p|| ~ 15)
+    steps = 250  # past saturation in float32 (||p|| ~ 15)
     h = public_code.run_instance(inst, steps=steps)
     X = torch.tensor(inst.X, dtype=torch.float32)
     weight = torch.tensor(public_code.token_space_weight(inst.W), dtype=torch.float32)
     for j, s in enumerate(inst.starts):
-        ref = _loop_one_start(X, torch.tensor([1.0]), torch.tensor([0.0, 0.0, 1.0]),
-                              torch.tensor([s[0], s[1], 0.0], dtype=torch.float32), weight, steps,
-                              public_code.EPS_FIG1)
+        ref = _loop_one_start(
+            X,
+            torch.tensor([1.0]),
+            torch.tensor([0.0, 0.0, 1.0]),
+            torch.tensor([s[0], s[1], 0.0], dtype=torch.float32),
+            weight,
+            steps,
+            public_code.EPS_FIG1,
+        )
         assert torch.equal(ref[:, :2].double(), h.p[:, j])
 
 
 def test_normalization_is_g_over_norm_plus_eps():
     inst = instances.fig1("global")
     h = public_code.run_instance(inst, steps=400, dtype=torch.float64)
-    step = (h.p[1:] - h.p[:-1]).norm(dim=-1)                 # (steps, starts)
+    step = (h.p[1:] - h.p[:-1]).norm(dim=-1)  # (steps, starts)
     g = h.extra["grad_norm"][:-1]
     expected = 0.1 * g / (g + public_code.EPS_FIG1)
     assert torch.allclose(step, expected, rtol=1e-9, atol=1e-15)
-    assert float(step[-1].max()) < 0.05                       # ||g|| << 1e-9: the run freezes
+    assert float(step[-1].max()) < 0.05  # ||g|| << 1e-9: the run freezes
     assert bool(torch.isnan(h.extra["grad_norm"][-1]).all())
 
 

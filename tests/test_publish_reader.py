@@ -9,6 +9,7 @@ Two halves:
   launch button opens a reader notebook at the single configured address, the site
   has its sitemap, Open Graph tags and cite page, and two reader notebooks execute.
 """
+
 from __future__ import annotations
 
 import html
@@ -53,8 +54,7 @@ def myst_leftovers(text: str) -> list[str]:
 
 # --------------------------------------------------------------------------- conversion, no Sphinx
 
-NUMBERS = {("eq", "eq-a"): "2.1", ("fig", "fig-a"): "2.3", ("prf", "thm-a"): "2.2",
-           ("exercise", "ex-a"): "2.4"}
+NUMBERS = {("eq", "eq-a"): "2.1", ("fig", "fig-a"): "2.3", ("prf", "thm-a"): "2.2", ("exercise", "ex-a"): "2.4"}
 
 
 def fake_resolve(role, target, text):
@@ -62,9 +62,14 @@ def fake_resolve(role, target, text):
 
 
 def converter(**kw):
-    return rn.Converter(resolve=fake_resolve, number=lambda k, l: NUMBERS.get((k, l)),
-                        read_include=lambda p: ":::{admonition} Included\n:class: tip\nSnippet $\\R$.\n:::\n",
-                        install_source="# install", macros={"R": "\\mathbb{R}"}, **kw)
+    return rn.Converter(
+        resolve=fake_resolve,
+        number=lambda k, l: NUMBERS.get((k, l)),
+        read_include=lambda p: ":::{admonition} Included\n:class: tip\nSnippet $\\R$.\n:::\n",
+        install_source="# install",
+        macros={"R": "\\mathbb{R}"},
+        **kw,
+    )
 
 
 def md(text: str) -> str:
@@ -153,11 +158,14 @@ def test_notebook_cells_install_hidden_cells_and_captions():
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_markdown_cell("# Title"),
-        nbformat.v4.new_code_cell("try:\n    import mmtoken\nexcept ImportError:\n    %pip install -q \"mmtoken\"",
-                                  metadata={"tags": ["remove-cell"]}),
+        nbformat.v4.new_code_cell(
+            'try:\n    import mmtoken\nexcept ImportError:\n    %pip install -q "mmtoken"',
+            metadata={"tags": ["remove-cell"]},
+        ),
         nbformat.v4.new_code_cell("setup()", metadata={"tags": ["remove-cell"]}),
-        nbformat.v4.new_code_cell("plot()", metadata={"mystnb": {"figure": {"caption": "Paths, see {eq}`eq-a`.",
-                                                                            "name": "fig-a"}}}),
+        nbformat.v4.new_code_cell(
+            "plot()", metadata={"mystnb": {"figure": {"caption": "Paths, see {eq}`eq-a`.", "name": "fig-a"}}}
+        ),
         nbformat.v4.new_code_cell("x", metadata={"tags": ["hide-output", "nbval-ignore-output"]}),
     ]
     out = converter(header="From the book.").convert(nb, is_install_cell=lambda s: pm.is_install_cell(s, META))
@@ -168,12 +176,14 @@ def test_notebook_cells_install_hidden_cells_and_captions():
     assert install.source == "# install" and install.metadata["jupyter"] == {"outputs_hidden": True}
     assert out.cells[3].source == "setup()" and out.cells[3].metadata["jupyter"] == {"source_hidden": True}
     assert out.cells[5].cell_type == "markdown" and out.cells[5].source.endswith(
-        "**Figure 2.3.** Paths, see [eq:eq-a](https://site/eq-a).")
+        "**Figure 2.3.** Paths, see [eq:eq-a](https://site/eq-a)."
+    )
     assert out.cells[6].metadata == {"jupyter": {"outputs_hidden": True}, "tags": ["hide-output"]}
     assert all("mystnb" not in c.metadata for c in out.cells)
 
 
 # --------------------------------------------------------------------------- the built book
+
 
 def _need_build():
     if not (HTML / "index.html").is_file() or not READER.is_dir():
@@ -260,8 +270,9 @@ def test_every_launch_url_uses_the_configured_address_and_opens_a_reader_noteboo
         # the .ipynb download is the reader notebook too
         page = _page(HTML / f"{d}.html")
         ipynb = [h for h in page.hrefs if h.endswith(".ipynb") and not launch.match(h)]
-        assert ipynb and all((HTML / d).parent.joinpath(h).resolve() == (READER / rn.reader_path(d)).resolve()
-                             for h in ipynb), (d, ipynb)
+        assert ipynb and all(
+            (HTML / d).parent.joinpath(h).resolve() == (READER / rn.reader_path(d)).resolve() for h in ipynb
+        ), (d, ipynb)
 
 
 def test_site_metadata_sitemap_and_cite_page():
@@ -270,8 +281,11 @@ def test_site_metadata_sitemap_and_cite_page():
     locs = re.findall(r"<loc>([^<]+)</loc>", sitemap)
     assert locs and all(u.startswith(META.site) for u in locs)
     assert f"{META.site}book/appendix/cite.html" in locs
-    page = _page(HTML / "book" / "part1" / "01_model.html") if (HTML / "book/part1/01_model.html").exists() \
+    page = (
+        _page(HTML / "book" / "part1" / "01_model.html")
+        if (HTML / "book/part1/01_model.html").exists()
         else _page(HTML / "book" / "intro.html")
+    )
     assert page.meta["og:url"].startswith(META.site)
     assert page.meta["og:image"] == f"{META.site}_static/logo.png"
     assert (HTML / "_static" / "logo.png").is_file()
@@ -282,8 +296,13 @@ def test_site_metadata_sitemap_and_cite_page():
 def _smallest_two() -> list[str]:
     """Two small chapters to execute: the first two numbered chapters of the table of contents."""
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    numbered = [e["file"] for part in toc.get("parts", []) if part.get("numbered")
-                for e in part.get("chapters", []) if "file" in e]
+    numbered = [
+        e["file"]
+        for part in toc.get("parts", [])
+        if part.get("numbered")
+        for e in part.get("chapters", [])
+        if "file" in e
+    ]
     docs = [d for d in numbered if d in chapter_docnames()]
     return docs[:2]
 

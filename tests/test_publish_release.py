@@ -7,6 +7,7 @@
   checkout and ``twine check --strict`` passes on both; their metadata carries the
   single configured version and addresses.
 """
+
 from __future__ import annotations
 
 import email
@@ -46,15 +47,18 @@ def _workflow(name: str) -> dict:
 def test_actionlint_passes():
     files = sorted(WORKFLOWS.glob("*.yml"))
     assert {f.name for f in files} >= {"book.yml", "release.yml"}
-    out = subprocess.run([_tool("actionlint"), "-no-color", *map(str, files)], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [_tool("actionlint"), "-no-color", *map(str, files)], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_actionlint_would_catch_a_broken_workflow(tmp_path):
     bad = tmp_path / "bad.yml"
-    bad.write_text("on: push\njobs:\n  x:\n    runs-on: ubuntu-latest\n    steps:\n"
-                   "      - run: echo ${{ github.nonexistent_context_key }}\n      - uses: actions/checkout\n")
+    bad.write_text(
+        "on: push\njobs:\n  x:\n    runs-on: ubuntu-latest\n    steps:\n"
+        "      - run: echo ${{ github.nonexistent_context_key }}\n      - uses: actions/checkout\n"
+    )
     out = subprocess.run([_tool("actionlint"), "-no-color", str(bad)], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
 
@@ -101,8 +105,12 @@ def dist(tmp_path_factory) -> Path:
             (src / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / rel, src / rel)
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(src)],
-                         capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     print(f"python -m build: {time.perf_counter() - t0:.1f} s wall")
     return out
@@ -112,8 +120,12 @@ def test_build_and_twine_check(dist):
     sdists, wheels = sorted(dist.glob("*.tar.gz")), sorted(dist.glob("*.whl"))
     assert len(sdists) == 1 and len(wheels) == 1
     assert wheels[0].name == f"mmtoken-{META.version}-py3-none-any.whl"
-    res = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *map(str, [*sdists, *wheels])],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", *map(str, [*sdists, *wheels])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 

@@ -1,4 +1,5 @@
 """Chapter 12's computation at tiny scale: the model, the one step, phase two, statistics, the protocol, the cache."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -58,9 +59,22 @@ def toy_dataset(n_train=240, n_test=120, seed=0, name="toy") -> corpus.TextDatas
     return corpus.make_dataset(name, texts, labels, split, {"source": "test"})
 
 
-TINY = review_runs.Setup("toy", min_count=2, max_len=24, d=16, batch=32, lr=0.03, epochs=12, init_std=0.1,
-                         lr_v=0.03, epochs_v=12, lr_uniform=0.1, epochs_uniform=12, p2_steps=60,
-                         scan=(-3.0, 0.0, 3.0))
+TINY = review_runs.Setup(
+    "toy",
+    min_count=2,
+    max_len=24,
+    d=16,
+    batch=32,
+    lr=0.03,
+    epochs=12,
+    init_std=0.1,
+    lr_v=0.03,
+    epochs_v=12,
+    lr_uniform=0.1,
+    epochs_uniform=12,
+    p2_steps=60,
+    scan=(-3.0, 0.0, 3.0),
+)
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +184,7 @@ def test_fit_shows_a_bar_over_batches_only_when_asked(monkeypatch, capsys):
         params = review_model.Params(E.float(), torch.zeros(5), v.float())
         review_model.fit(params, tokens, y, train=("p",), epochs=3, lr=0.1, batch=2, seed=0)
         err = capsys.readouterr().err
-        assert ("fit p" in err and "/6 " in err) == shown, err   # a bar over 3 epochs of 2 batches
+        assert ("fit p" in err and "/6 " in err) == shown, err  # a bar over 3 epochs of 2 batches
 
 
 def test_evaluate_counts_empty_reviews_as_errors_and_measures_selection():
@@ -196,7 +210,9 @@ def test_bag_of_words_counts_empty_reviews_as_errors():
     toks = rng.integers(1, 10, size=(80, 6))
     y = np.where(np.isin(toks, [1, 2]).sum(1) > np.isin(toks, [3, 4]).sum(1), 1, -1)
     empty = np.vstack([toks, np.zeros((20, 6), dtype=int)])
-    r = review_model.bow_logistic(toks, y, {"same": (toks, y), "with_empty": (empty, np.r_[y, np.ones(20)])}, 10, C=10.0)
+    r = review_model.bow_logistic(
+        toks, y, {"same": (toks, y), "with_empty": (empty, np.r_[y, np.ones(20)])}, 10, C=10.0
+    )
     assert r["train_accuracy"] >= 0.9 and r["w"][1] > 0 > r["w"][3]
     assert r["accuracy"]["with_empty"] == pytest.approx(r["accuracy"]["same"] * 80 / 100)
 
@@ -346,7 +362,7 @@ def test_tiny_run_shows_the_picture(tiny):
     assert m["one_step"]["first_order_error"] < 1e-3
     assert m["joint"]["accuracy"] >= 0.9 and m["joint"]["selection"] > 3
     assert m["joint"]["accuracy"] <= 119 / 120  # the empty test review is an error
-    u = m["joint"]["u_shape"]                      # 8 tokens seen >= 100 times in the tiny corpus
+    u = m["joint"]["u_shape"]  # 8 tokens seen >= 100 times in the tiny corpus
     assert u["n"] == 8 and u["n_positive"] + u["n_negative"] <= u["n"] and -1 <= u["spearman"] <= 1
     assert m["uniform"]["u_shape"] is None  # p = 0: every logit is zero
     polar = [data.corpus.vocab.index(w) for w in POS + NEG]
@@ -362,8 +378,18 @@ def test_tiny_run_shows_the_picture(tiny):
 def test_search_chooses_the_best_validation_trial(monkeypatch):
     ds = toy_dataset()
     monkeypatch.setitem(review_search.MAX_EPOCHS, "toy", 3)
-    grid = dict(review_search.GRID, lr=(0.01, 0.1), init_std=(0.1,), d=(16,), warmup=(0,), min_count={"toy": (2,)},
-                max_len={"toy": (24,)}, lr_v=(0.03,), lr_uniform=(0.1,), bow_C=(0.1, 1.0))
+    grid = dict(
+        review_search.GRID,
+        lr=(0.01, 0.1),
+        init_std=(0.1,),
+        d=(16,),
+        warmup=(0,),
+        min_count={"toy": (2,)},
+        max_len={"toy": (24,)},
+        lr_v=(0.03,),
+        lr_uniform=(0.1,),
+        bow_C=(0.1, 1.0),
+    )
     monkeypatch.setattr(review_search, "GRID", grid)
     chosen, records = review_search.search(TINY, ds)
     lr_trials = {r["value"]: r for r in records if r["factor"] == "lr"}
@@ -415,31 +441,48 @@ def test_cache_roundtrip_and_each_kind_of_damage(tmp_path):
 
     other = tmp_path / "rt-seed10-x.npz"
     resultcache.save(other, "real_reviews/rt/seed10", "fp1", *_entry())
-    damaged(lambda: shutil.copyfile(other, path))                                  # another data set's result
+    damaged(lambda: shutil.copyfile(other, path))  # another data set's result
     damaged(lambda: resultcache.save(path, "real_reviews/imdb/seed10", "fp0", *_entry()))  # other code/config/data
-    damaged(lambda: path.write_bytes(path.read_bytes()[:200]))                     # truncated
-    damaged(lambda: path.write_bytes(b"not a zip file at all"))                   # garbage
+    damaged(lambda: path.write_bytes(path.read_bytes()[:200]))  # truncated
+    damaged(lambda: path.write_bytes(b"not a zip file at all"))  # garbage
     damaged(lambda: resultcache.save(path, "real_reviews/imdb/seed10", "fp1", {"a": np.zeros((5, 3))}, {}))  # shape
-    damaged(lambda: np.savez(path, a=np.zeros(3)))                                 # no header
+    damaged(lambda: np.savez(path, a=np.zeros(3)))  # no header
 
     def missing_array():  # header lists an array the file does not hold
         resultcache.save(path, "real_reviews/imdb/seed10", "fp1", *_entry())
         import zipfile
+
         with zipfile.ZipFile(path) as zin:
             items = {n: zin.read(n) for n in zin.namelist() if n != "b.npy"}
         with zipfile.ZipFile(path, "w") as zout:
             for n, data in items.items():
                 zout.writestr(n, data)
+
     damaged(missing_array)
 
     def pickled():  # an object array cannot be read without unpickling: refused
         import io
         import json
+
         buf = io.BytesIO()
-        np.savez(buf, __header__=np.array(json.dumps({"format": 1, "name": "real_reviews/imdb/seed10",
-                                                      "fingerprint": "fp1", "meta": {}, "shapes": {"a": [1]},
-                                                      "dtypes": {"a": "|O"}})), a=np.array([object()], dtype=object))
+        np.savez(
+            buf,
+            __header__=np.array(
+                json.dumps(
+                    {
+                        "format": 1,
+                        "name": "real_reviews/imdb/seed10",
+                        "fingerprint": "fp1",
+                        "meta": {},
+                        "shapes": {"a": [1]},
+                        "dtypes": {"a": "|O"},
+                    }
+                )
+            ),
+            a=np.array([object()], dtype=object),
+        )
         path.write_bytes(buf.getvalue())
+
     damaged(pickled)
     assert len(calls) == 1 + 8
     with pytest.raises(ValueError, match="object"):
@@ -479,8 +522,9 @@ def test_seed_cache_recomputes_a_copied_result(monkeypatch):
 # ----------------------------------------------------------------------------- the chapter module
 def _fake_result(tiny):
     ds, data, arrays, metrics, prof = tiny
-    r = rr.DatasetResult(TINY, data.corpus.vocab, data.stats,
-                         review_model.top_decile(data.stats.count, data.stats.delta, 20), prof)
+    r = rr.DatasetResult(
+        TINY, data.corpus.vocab, data.stats, review_model.top_decile(data.stats.count, data.stats.delta, 20), prof
+    )
     for seed in (10, 11):
         r.arrays[seed], r.metrics[seed] = arrays, metrics
     return rr.Result({"toy": r}, {})
@@ -495,22 +539,30 @@ def test_tables_and_plots(tiny):
     wide = rr.seed_table(res.datasets["toy"])
     narrow = rr.transposed(wide)
     assert list(narrow.columns) == [10, 11] and list(narrow.index) == list(wide.columns)
-    assert all(len(x.split(".")[1]) == 3 for x in narrow.loc["acc"])   # every float keeps 3 decimals
+    assert all(len(x.split(".")[1]) == 3 for x in narrow.loc["acc"])  # every float keeps 3 decimals
     assert list(rr.by_dataset(res, lambda r: {"seeds": len(r.seeds)}).loc["seeds"]) == [2]
     setups, scans = rr.setup_table(res)
     assert list(setups.columns) == ["toy"] and "scan" not in setups.index and "d" in setups.index
     assert scans["toy"] == tuple(res.datasets["toy"].setup.scan)
     assert len(rr.attended_tokens(res.datasets["toy"], k=3, min_count=1)) == 3
-    figs = [rr.plot_alignment(res, seed=10), rr.plot_scan(res, seed=10), rr.plot_accuracy(res),
-            rr.plot_attention(res, "toy", seed=10)]
-    if tiny[3]["joint"]["u_shape"] is not None and tiny[3]["two_phase"]["u_shape"] is not None \
-            and tiny[3]["joint_v"]["u_shape"] is not None:
+    figs = [
+        rr.plot_alignment(res, seed=10),
+        rr.plot_scan(res, seed=10),
+        rr.plot_accuracy(res),
+        rr.plot_attention(res, "toy", seed=10),
+    ]
+    if (
+        tiny[3]["joint"]["u_shape"] is not None
+        and tiny[3]["two_phase"]["u_shape"] is not None
+        and tiny[3]["joint_v"]["u_shape"] is not None
+    ):
         figs.append(rr.plot_ushape(res, seed=10))
     reg = rr.Regime(TINY, {10: tiny[2]}, {10: tiny[3]})
     figs.append(rr.plot_regime(reg))
     assert len(rr.regime_table(reg)) == 1 or tiny[3]["two_phase"]["u_shape"] is None
     assert all(f.axes for f in figs)
     import matplotlib.pyplot as plt
+
     plt.close("all")
 
 
@@ -541,8 +593,14 @@ def test_yelp_claims_without_data_report_data_missing(monkeypatch):
     assert r.status == "data missing" and ledger.acceptable(r) and r.measured is None
     monkeypatch.setattr(rr.text, "available", lambda name: True)
     assert ledger.REGISTRY["B.yelp.accuracy"].missing() is None
-    assert set(rr.FIGURES) >= {"fig-real-alignment", "fig-real-ushape", "fig-real-attention-imdb",
-                               "fig-real-accuracy", "fig-real-regime", "fig-real-scan"}
+    assert set(rr.FIGURES) >= {
+        "fig-real-alignment",
+        "fig-real-ushape",
+        "fig-real-attention-imdb",
+        "fig-real-accuracy",
+        "fig-real-regime",
+        "fig-real-scan",
+    }
 
 
 def test_token_cache_knows_its_dataset(tmp_path):

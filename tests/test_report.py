@@ -1,4 +1,5 @@
 """Rendering of the claims ledger and the benchmark tables (mmtoken.report)."""
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,20 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def result(cid, chapter, passed=True, kind="theorem", measured=None, known_miss=None, error=None):
-    return Result(cid, f"statement of {cid}", "Theorem 1 (paper A)", kind, chapter, "corr >= 0.999",
-                  {"corr": 0.9999987654, "steps": 1000} if measured is None else measured,
-                  passed, 1.25, "", known_miss, error)
+    return Result(
+        cid,
+        f"statement of {cid}",
+        "Theorem 1 (paper A)",
+        kind,
+        chapter,
+        "corr >= 0.999",
+        {"corr": 0.9999987654, "steps": 1000} if measured is None else measured,
+        passed,
+        1.25,
+        "",
+        known_miss,
+        error,
+    )
 
 
 @pytest.fixture
@@ -32,12 +44,13 @@ def mini(tmp_path):
         "      - file: book/part1/02_b\n"
         "  - caption: Part II\n    numbered: true\n    chapters:\n      - file: book/part1/03_c\n"
         "  - caption: Appendix\n    numbered: 1\n    style: alphaupper\n    chapters:\n      - file: book/appendix/sat\n"
-        "      - file: book/appendix/claims\n  - caption: Back\n    chapters:\n      - file: book/references\n")
+        "      - file: book/appendix/claims\n  - caption: Back\n    chapters:\n      - file: book/references\n"
+    )
     pages = {
         "book/intro": "# Intro\n",
         "book/tour": "# A tour\n\n```{code-cell} ipython3\n# not a heading\n```\n",
         "book/part1/01_a": "---\nfront: matter\n---\n\n```python\n# fenced, not a heading\n```\n(x)=\n# First chapter\n"
-                           "What we check ({claim}`A.a.one`).\n",
+        "What we check ({claim}`A.a.one`).\n",
         "book/part1/02_b": "# Second chapter\n\nSee {claim}`A.a.one` and {claim}`A.b.two`.\n",
         "book/part1/03_c": "# Third chapter\n",
         "book/appendix/sat": "# The trap\n{claim}`A.sat.x`\n",
@@ -77,8 +90,11 @@ def test_real_book_order_matches_toc():
 
 
 def test_statement_places_in_book_order(mini):
-    assert report.statement_places(mini) == {"A.a.one": ["book/part1/01_a", "book/part1/02_b"],
-                                             "A.b.two": ["book/part1/02_b"], "A.sat.x": ["book/appendix/sat"]}
+    assert report.statement_places(mini) == {
+        "A.a.one": ["book/part1/01_a", "book/part1/02_b"],
+        "A.b.two": ["book/part1/02_b"],
+        "A.sat.x": ["book/appendix/sat"],
+    }
 
 
 def test_relative_url():
@@ -92,11 +108,14 @@ def test_plurals_and_summary():
     assert report.plural(1, "claim") == "1 claim" and report.plural(2, "claim") == "2 claims"
     assert report.plural(1, "known miss", "known misses") == "1 known miss"
     assert report.plural(0, "known miss", "known misses") == "0 known misses"
-    rs = [result("A.a.one", "01_a"), result("A.b.two", "02_b", passed=False, kind="observation", known_miss="why"),
-          result("A.b.three", "02_b", passed=False, kind="consistency")]
+    rs = [
+        result("A.a.one", "01_a"),
+        result("A.b.two", "02_b", passed=False, kind="observation", known_miss="why"),
+        result("A.b.three", "02_b", passed=False, kind="consistency"),
+    ]
     assert report.summary_line(rs, scale="quick") == (
-        "3 claims at quick scale: 1 passed, 1 known miss, 1 failed.\n"
-        "1 theorem, 1 observation, 1 consistency check.")
+        "3 claims at quick scale: 1 passed, 1 known miss, 1 failed.\n1 theorem, 1 observation, 1 consistency check."
+    )
     assert report.summary_line(rs[:1]).startswith("1 claim: 1 passed, 0 known misses, 0 failed.\n1 theorem, 0 ")
     assert max(len(line) for line in report.summary_line(rs * 40, scale="quick").splitlines()) <= 80
 
@@ -122,12 +141,14 @@ def test_payload_is_json_without_timings():
 
 
 def test_groups_in_book_order_with_titles(mini):
-    rs = [result("A.sat.x", "sat"), result("A.b.two", "02_b"), result("A.a.one", "01_a"),
-          result("z.none", "nowhere")]
+    rs = [result("A.sat.x", "sat"), result("A.b.two", "02_b"), result("A.a.one", "01_a"), result("z.none", "nowhere")]
     groups = report.ledger_groups(report.rows_from_payload(report.ledger_payload(rs)), mini)
     assert [(g.title, g.anchor) for g in groups] == [
-        ("1. First chapter", "ledger-01_a"), ("2. Second chapter", "ledger-02_b"),
-        ("A. The trap", "ledger-sat"), ("Claims of no chapter", "ledger-other")]
+        ("1. First chapter", "ledger-01_a"),
+        ("2. Second chapter", "ledger-02_b"),
+        ("A. The trap", "ledger-sat"),
+        ("Claims of no chapter", "ledger-other"),
+    ]
 
 
 class _Rows(HTMLParser):
@@ -151,8 +172,11 @@ class _Rows(HTMLParser):
 
 
 def test_group_html_anchors_and_links_back(mini):
-    rs = [result("A.a.one", "02_b"), result("A.b.two", "02_b", passed=False, kind="observation", known_miss="why"),
-          result("A.c.none", "02_b", passed=False)]
+    rs = [
+        result("A.a.one", "02_b"),
+        result("A.b.two", "02_b", passed=False, kind="observation", known_miss="why"),
+        result("A.c.none", "02_b", passed=False),
+    ]
     places = report.statement_places(mini)
     group = report.ledger_groups(report.rows_from_payload(report.ledger_payload(rs)), mini)[0]
     html = report.group_html(group, "book/appendix/claims", places)
@@ -160,8 +184,9 @@ def test_group_html_anchors_and_links_back(mini):
     p.feed(html)
     assert p.rows == ["claim-A.a.one", "claim-A.b.two", "claim-A.c.none"]
     assert p.heads == ["status", "claim", "what it checks", "measured / threshold"]
-    assert ("claim-A.a.one", "claim-back", "../part1/02_b.html#stmt-A.a.one") in p.links, \
+    assert ("claim-A.a.one", "claim-back", "../part1/02_b.html#stmt-A.a.one") in p.links, (
         "a claim stated in its own chapter links there, even if an earlier page also marks it"
+    )
     assert ("claim-A.b.two", "claim-back", "../part1/02_b.html#stmt-A.b.two") in p.links
     assert ("claim-A.c.none", "claim-chapter", "../part1/02_b.html") in p.links, "unmarked: the chapter page"
     assert html.index("ledger-badge-pass") < html.index("<code"), "status is the first column"
@@ -171,8 +196,10 @@ def test_group_html_anchors_and_links_back(mini):
 
 def test_claims_html_has_one_heading_per_group(mini):
     html = report.claims_html([result("A.a.one", "01_a"), result("A.sat.x", "sat")], root=mini)
-    assert re.findall(r"<h2 id=\"([^\"]+)\">([^<]+)</h2>", html) == [("ledger-01_a", "1. First chapter"),
-                                                                     ("ledger-sat", "A. The trap")]
+    assert re.findall(r"<h2 id=\"([^\"]+)\">([^<]+)</h2>", html) == [
+        ("ledger-01_a", "1. First chapter"),
+        ("ledger-sat", "A. The trap"),
+    ]
 
 
 def test_page_title_ignores_code(tmp_path):
@@ -182,16 +209,52 @@ def test_page_title_ignores_code(tmp_path):
 
 
 def test_benchmark_tables(tmp_path):
-    (tmp_path / "figures.json").write_text(json.dumps({
-        "meta": {"date": "2026-01-02", "cpu": "Some CPU", "cores": 2, "torch": "2.0", "threads": 2, "steps": 1000},
-        "rows": [{"figure": "fig1", "batched_compiled_s": 0.0018, "batched_torch_s": 0.1726,
-                  "per_start_public_s": 1.801, "speedup": 1027.5, "speedup_torch": 10.4}]}))
-    (tmp_path / "random.json").write_text(json.dumps({
-        "scale": "quick", "d": 8, "steps": 300, "torch_threads": 2,
-        "torch code": {"batched_inst_per_s": 1299.8, "loop_inst_per_s": 17.4, "speedup": 74.6,
-                       "max_abs_diff": 1.6e-14, "sweep_instances": 1200, "sweep_wall_s": 11.2, "sweep_cpu_s": 21.9}}))
-    (tmp_path / "book.json").write_text(json.dumps({"chapters": {"book/part1/02_global.ipynb": 6.0,
-                                                                 "book/tour.ipynb": 7.2}, "total_s": 13.2}))
+    (tmp_path / "figures.json").write_text(
+        json.dumps(
+            {
+                "meta": {
+                    "date": "2026-01-02",
+                    "cpu": "Some CPU",
+                    "cores": 2,
+                    "torch": "2.0",
+                    "threads": 2,
+                    "steps": 1000,
+                },
+                "rows": [
+                    {
+                        "figure": "fig1",
+                        "batched_compiled_s": 0.0018,
+                        "batched_torch_s": 0.1726,
+                        "per_start_public_s": 1.801,
+                        "speedup": 1027.5,
+                        "speedup_torch": 10.4,
+                    }
+                ],
+            }
+        )
+    )
+    (tmp_path / "random.json").write_text(
+        json.dumps(
+            {
+                "scale": "quick",
+                "d": 8,
+                "steps": 300,
+                "torch_threads": 2,
+                "torch code": {
+                    "batched_inst_per_s": 1299.8,
+                    "loop_inst_per_s": 17.4,
+                    "speedup": 74.6,
+                    "max_abs_diff": 1.6e-14,
+                    "sweep_instances": 1200,
+                    "sweep_wall_s": 11.2,
+                    "sweep_cpu_s": 21.9,
+                },
+            }
+        )
+    )
+    (tmp_path / "book.json").write_text(
+        json.dumps({"chapters": {"book/part1/02_global.ipynb": 6.0, "book/tour.ipynb": 7.2}, "total_s": 13.2})
+    )
     tables = report.benchmark_tables(tmp_path, ROOT)
     caption, frame = tables["figures"]
     assert caption.startswith("measured 2026-01-02 on Some CPU (2 cores)") and "1000 steps" in caption
@@ -202,8 +265,11 @@ def test_benchmark_tables(tmp_path):
     assert list(frame.columns) == ["measure", "torch code"]
     assert frame.set_index("measure").loc["batched (instances/s)", "torch code"] == "1,300"
     caption, frame = tables["book"]
-    assert list(frame["page"]) == ["A quick tour: one figure, end to end",
-                                   "2. Global convergence to the max-margin token", "whole book"]
+    assert list(frame["page"]) == [
+        "A quick tour: one figure, end to end",
+        "2. Global convergence to the max-margin token",
+        "whole book",
+    ]
     html = report.table_html(caption, frame)
     assert "{" not in html and "bench-meta" in html, "no raw JSON on the page"
 

@@ -3,6 +3,7 @@ and no folders created by importing or by asking for a path.
 
 (The damage cases of a stored result: tests/test_real_reviews.py, ``test_results_cache_*``.)
 """
+
 import json
 import multiprocessing as mp
 import os
@@ -28,13 +29,25 @@ def data(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------- code fingerprints
 
+
 def test_closure_follows_imports_and_nothing_else():
     vit = set(resultcache.module_closure("mmtoken.experiments.vit_sparsity"))
-    assert {"mmtoken", "mmtoken.experiments", "mmtoken.experiments.vit_sparsity", "mmtoken.vit",
-            "mmtoken.vit_runs", "mmtoken.ledger", "mmtoken.config"} <= vit
+    assert {
+        "mmtoken",
+        "mmtoken.experiments",
+        "mmtoken.experiments.vit_sparsity",
+        "mmtoken.vit",
+        "mmtoken.vit_runs",
+        "mmtoken.ledger",
+        "mmtoken.config",
+    } <= vit
     # another chapter's code is not part of it: editing chapter 12 does not invalidate the ViT's results
-    assert not vit & {"mmtoken.experiments.real_reviews", "mmtoken.review_model", "mmtoken.embedding",
-                      "mmtoken.experiments.global_convergence"}
+    assert not vit & {
+        "mmtoken.experiments.real_reviews",
+        "mmtoken.review_model",
+        "mmtoken.embedding",
+        "mmtoken.experiments.global_convergence",
+    }
     reviews = set(resultcache.module_closure("mmtoken.experiments.real_reviews"))
     assert {"mmtoken.review_model", "mmtoken.review_runs", "mmtoken.datasets.text"} <= reviews
     assert "mmtoken.vit" not in reviews
@@ -57,6 +70,7 @@ def test_closure_rejects_a_module_outside_the_package():
 
 
 # --------------------------------------------------------------------------- one computation per result
+
 
 def _slow_compute(path, counter):
     def compute():
@@ -86,6 +100,7 @@ def test_lock_files_live_apart_from_results(tmp_path):
 
 # --------------------------------------------------------------------------- recorded claim results
 
+
 def test_a_claim_is_recorded_and_read_back(data):
     load_all()
     c = ledger.REGISTRY["core.grad_autograd"]
@@ -96,7 +111,7 @@ def test_a_claim_is_recorded_and_read_back(data):
         back = ledger.read_record(c)
         assert back == r and back.passed
         assert ledger.recorded(["core.grad_autograd"], compute_missing=False) == [r]
-    with config.use_scale("paper"):          # another scale: another record
+    with config.use_scale("paper"):  # another scale: another record
         assert ledger.read_record(c) is None
     path, name, fp = ledger.record_key(c, "quick")
     assert Path(path).is_file() and name == "claims/quick/core.grad_autograd"
@@ -108,13 +123,13 @@ def test_a_damaged_or_foreign_record_counts_as_missing(data):
     with config.use_scale("quick"):
         r = ledger.run_one(c)
         path, name, fp = ledger.record_key(c)
-        Path(path).write_bytes(Path(path).read_bytes()[:40])            # truncated
+        Path(path).write_bytes(Path(path).read_bytes()[:40])  # truncated
         assert ledger.read_record(c) is None
-        resultcache.save(path, name, "0" * 64, {}, {"result": r.to_dict()})   # other code
+        resultcache.save(path, name, "0" * 64, {}, {"result": r.to_dict()})  # other code
         assert ledger.read_record(c) is None
         resultcache.save(path, "claims/quick/core.att_svm_kkt", fp, {}, {"result": r.to_dict()})  # other claim
         assert ledger.read_record(c) is None
-        again = ledger.recorded(["core.grad_autograd"])[0]        # recomputed and recorded again
+        again = ledger.recorded(["core.grad_autograd"])[0]  # recomputed and recorded again
         assert again.passed and ledger.read_record(c) == again
 
 
@@ -131,8 +146,15 @@ def test_claims_defined_outside_the_package_are_not_recorded(data):
 
 
 def test_data_missing_claims_are_never_recorded(data):
-    @ledger.claim("test.absent", statement="s", checks="c", threshold="t", chapter="tour", kind="observation",
-                  requires=lambda: "get it with `make data`")
+    @ledger.claim(
+        "test.absent",
+        statement="s",
+        checks="c",
+        threshold="t",
+        chapter="tour",
+        kind="observation",
+        requires=lambda: "get it with `make data`",
+    )
     def _absent():
         raise AssertionError("must not run without its data")
 
@@ -153,25 +175,28 @@ def test_cli_reads_records_and_recomputes_on_request(data, capsys):
     path = ledger.record_key(ledger.REGISTRY["core.grad_autograd"], "quick")[0]
     stamp = os.stat(path).st_mtime_ns
     assert main(["claims", "--only", "core.grad_autograd", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)[0] == first and os.stat(path).st_mtime_ns == stamp   # read
+    assert json.loads(capsys.readouterr().out)[0] == first and os.stat(path).st_mtime_ns == stamp  # read
     time.sleep(0.01)
     assert main(["claims", "--only", "core.grad_autograd", "--recompute"]) == 0
-    assert os.stat(path).st_mtime_ns != stamp                                                          # rewritten
+    assert os.stat(path).st_mtime_ns != stamp  # rewritten
 
 
 # --------------------------------------------------------------------------- no side effects on import
 
+
 def test_importing_every_module_creates_no_folder(tmp_path):
     where = tmp_path / "nothing-here"
-    code = ("import pkgutil, importlib, mmtoken\n"
-            "for m in pkgutil.walk_packages(mmtoken.__path__, 'mmtoken.'):\n"
-            "    if m.name != 'mmtoken.__main__':\n"
-            "        importlib.import_module(m.name)\n"
-            "from mmtoken import config, ledger\n"
-            "from mmtoken.datasets.download import cache_dir\n"
-            "config.data_dir(); cache_dir('vit'); ledger.records_dir('quick')\n"
-            "from mmtoken.experiments import real_reviews\n"
-            "assert 'B.yelp.accuracy' in ledger.REGISTRY\n")
+    code = (
+        "import pkgutil, importlib, mmtoken\n"
+        "for m in pkgutil.walk_packages(mmtoken.__path__, 'mmtoken.'):\n"
+        "    if m.name != 'mmtoken.__main__':\n"
+        "        importlib.import_module(m.name)\n"
+        "from mmtoken import config, ledger\n"
+        "from mmtoken.datasets.download import cache_dir\n"
+        "config.data_dir(); cache_dir('vit'); ledger.records_dir('quick')\n"
+        "from mmtoken.experiments import real_reviews\n"
+        "assert 'B.yelp.accuracy' in ledger.REGISTRY\n"
+    )
     env = dict(os.environ, MMTOKEN_DATA=str(where), MPLBACKEND="Agg")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -183,13 +208,14 @@ def test_a_read_only_data_folder_still_gives_results(tmp_path, monkeypatch):
     ro.mkdir()
     monkeypatch.setenv("MMTOKEN_DATA", str(ro))
 
-    def refuse(*a, **k):                      # root ignores permission bits: refuse as the OS would
+    def refuse(*a, **k):  # root ignores permission bits: refuse as the OS would
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(resultcache, "locked", refuse)
     with pytest.warns(RuntimeWarning, match="results cache not used"):
-        arrays, _ = resultcache.experiment_result("mmtoken.experiments.global_convergence", "t", {},
-                                                  lambda: ({"a": np.ones(2)}, {}))
+        arrays, _ = resultcache.experiment_result(
+            "mmtoken.experiments.global_convergence", "t", {}, lambda: ({"a": np.ones(2)}, {})
+        )
     assert arrays["a"].sum() == 2.0
     load_all()
     monkeypatch.setattr(resultcache, "save", refuse)

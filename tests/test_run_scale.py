@@ -5,6 +5,7 @@ called: a ``run`` memoised on its arguments would return the first scale's
 result after ``set_scale`` (the bug chapter 9 had). The generic test stops
 each ``run()`` at the moment it reads the scale, so nothing is computed.
 """
+
 import inspect
 
 import numpy as np
@@ -34,7 +35,7 @@ def test_run_reads_the_current_scale_on_every_call(name, monkeypatch):
         raise ReadScale
 
     monkeypatch.setattr(config, "scale", scale)
-    for _ in range(2):   # every call, not only the first
+    for _ in range(2):  # every call, not only the first
         with pytest.raises(ReadScale):
             run()
 
@@ -68,7 +69,7 @@ def test_vit_sparsity_run_follows_use_scale(monkeypatch):
     assert asked[0] == {"fashion-mnist"} and asked[1] == {"cifar-10"}
     assert {r.experiment.dataset for r in quick.seeds.values()} == {"fashion-mnist"}
     assert {r.experiment.dataset for r in paper.seeds.values()} == {"cifar-10"}
-    assert again is paper     # memoised per scale: the same study, not recomputed
+    assert again is paper  # memoised per scale: the same study, not recomputed
     assert len(asked) == 2
 
 
@@ -81,4 +82,4 @@ def test_real_reviews_run_follows_use_scale(monkeypatch):
     with config.use_scale("quick"):
         rr.run()
     scales = [s for _, s in seen]
-    assert scales and set(scales[: len(scales) // 2]) == {"paper"} and set(scales[len(scales) // 2:]) == {"quick"}
+    assert scales and set(scales[: len(scales) // 2]) == {"paper"} and set(scales[len(scales) // 2 :]) == {"quick"}

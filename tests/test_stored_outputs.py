@@ -1,4 +1,5 @@
 """scripts/stored_outputs.py: the build renders the outputs nbval checked, and counts executions."""
+
 import importlib.util
 from pathlib import Path
 
@@ -18,7 +19,7 @@ def test_seeded_cache_matches_what_the_build_reads(tmp_path):
     so.seed(tmp_path / "cache")
     cache = get_cache(str(tmp_path / "cache"))
     as_built = read_myst_markdown_notebook(md.read_text(), MdParserConfig(), add_source_map=True, path=str(md))
-    record = cache.match_cache_notebook(as_built)           # the key myst-nb computes from the .md
+    record = cache.match_cache_notebook(as_built)  # the key myst-nb computes from the .md
     _, merged = cache.merge_match_into_notebook(as_built)
     code = [c for c in merged.cells if c.cell_type == "code"]
     assert record is not None and any(c.outputs for c in code)

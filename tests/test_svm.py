@@ -1,4 +1,5 @@
 """ATT-SVM, relaxed, head and W-form SVMs: KKT, independent solver, closed forms, errors."""
+
 import numpy as np
 import pytest
 
@@ -25,7 +26,7 @@ def test_att_svm_closed_form_one_constraint():
 def test_fig1_gmm_is_the_known_solution():
     inst = instances.fig1("global")
     sol = svm.att_svm(inst.K, [0])
-    d = inst.K[0, 0] - inst.K[0, 2]                        # the only active constraint
+    d = inst.K[0, 0] - inst.K[0, 2]  # the only active constraint
     np.testing.assert_allclose(sol.x, d / (d @ d), atol=1e-7)
     assert geometry.svm_neighbours(inst.K, [0], sol.x) == [(0, 2)]
 
@@ -62,7 +63,7 @@ def test_head_svm_and_support():
     inst = instances.fig3("loose")
     sol = svm.head_svm(inst.X, inst.Y, [1, 1, 1])
     assert max(sol.kkt_residuals().values()) < 1e-6
-    assert 2 not in svm.head_support(sol)                  # the loose third input is not a support vector
+    assert 2 not in svm.head_support(sol)  # the loose third input is not a support vector
 
 
 def test_w_svm_is_rank_one_outer_product():
@@ -92,7 +93,7 @@ def test_att_svm_is_right_at_every_scale(c):
     np.testing.assert_allclose(sol.x * c, base.x, rtol=1e-7)
     assert max(sol.kkt_relative().values()) <= svm.KKT_TOL
     margins = geometry.margins(K * c, a, sol.x)
-    assert np.nanmin(margins) == pytest.approx(1.0, rel=1e-7)            # some constraint active
+    assert np.nanmin(margins) == pytest.approx(1.0, rel=1e-7)  # some constraint active
     assert geometry.svm_neighbours(K * c, a, sol.x) == geometry.svm_neighbours(K, a, base.x)
     assert np.isfinite(sol.margin) and sol.margin == pytest.approx(base.margin * c, rel=1e-7)
 
@@ -124,17 +125,17 @@ def test_a_wrong_solver_answer_is_caught_by_the_check(monkeypatch):
     """A Clarabel point that is feasible but too long (the old 1e5 failure) never reaches the caller."""
     K, a = _issue_instance()
     true = svm.att_svm(K, a).x
-    c = 1 / np.abs(K[np.arange(3), a][:, None] - K).max()       # any positive scale: the fake ignores it
+    c = 1 / np.abs(K[np.arange(3), a][:, None] - K).max()  # any positive scale: the fake ignores it
     monkeypatch.setattr(svm, "clarabel_qp", lambda G, h: (3.7 * true / c, np.zeros(len(h)), "optimal"))
     sol = svm.att_svm(K, a)
-    assert sol.check["method"] != "clarabel"                        # the raw point was refused
+    assert sol.check["method"] != "clarabel"  # the raw point was refused
     np.testing.assert_allclose(sol.x, true, rtol=1e-9)
 
 
 def test_infeasibility_is_confirmed_independently(monkeypatch):
     K, a = _issue_instance()
     monkeypatch.setattr(svm, "clarabel_qp", lambda G, h: (None, None, "infeasible"))  # a solver that lies
-    sol = svm.att_svm(K, a)                                                             # the NNLS route answers
+    sol = svm.att_svm(K, a)  # the NNLS route answers
     assert sol.check["method"] == "nnls"
     monkeypatch.setattr(svm, "least_distance", lambda G, h: ("infeasible", np.zeros(len(h)), 0.3))  # no certificate
     with pytest.raises(svm.SolverFailed, match="cannot be decided"):
@@ -163,7 +164,7 @@ def test_mask_hiding_the_selected_token_is_refused():
     mask[1, 2] = False
     with pytest.raises(ValueError, match=r"mask hides the selected token of input\(s\) \[1\]"):
         svm.att_svm(K, [0, 2], mask)
-    mask = np.array([[True, False, False], [False, False, True]])   # only the selected tokens are real
+    mask = np.array([[True, False, False], [False, False, True]])  # only the selected tokens are real
     with pytest.raises(ValueError, match="no constraint"):
         svm.att_svm(K, [0, 2], mask)
 
@@ -174,7 +175,7 @@ def test_complex_and_fractional_input_is_refused_not_truncated():
         svm.att_svm(K + 1j, [0, 1])
     with pytest.raises(ValueError, match="alpha must hold integer"):
         svm.att_svm(K, [0.5, 1])
-    np.testing.assert_allclose(svm.att_svm(K, [0.0, 1.0]).x, svm.att_svm(K, [0, 1]).x)   # integral floats are fine
+    np.testing.assert_allclose(svm.att_svm(K, [0.0, 1.0]).x, svm.att_svm(K, [0, 1]).x)  # integral floats are fine
     with pytest.raises(ValueError, match="support"):
         svm.relaxed_att_svm(K, [0, 1], [])
     with pytest.raises(ValueError, match="support"):

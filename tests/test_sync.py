@@ -33,7 +33,7 @@ def test_a_changed_cell_and_a_missing_notebook_are_reported(tmp_path):
     assert check_sync.problems(copy) == []
     text = copy.read_text(encoding="utf-8")
     i = text.index("```{code-cell}")
-    j = text.index("\n", text.index("\n", i) + 1)          # after the first code line of the first code cell
+    j = text.index("\n", text.index("\n", i) + 1)  # after the first code line of the first code cell
     copy.write_text(text[:j] + "\nx_added_here = 1" + text[j:], encoding="utf-8")
     found = check_sync.problems(copy)
     assert len(found) == 1 and "differs" in found[0]

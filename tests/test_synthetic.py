@@ -1,4 +1,5 @@
 """The synthetic data model of paper B: one important token per sequence, seeded, padded."""
+
 import numpy as np
 import pytest
 import torch
@@ -14,15 +15,16 @@ def test_structure_and_shapes():
     assert torch.all(d.tokens[~d.mask] == synthetic.PAD_ID) and torch.all(d.tokens[d.mask] != synthetic.PAD_ID)
     lengths = d.mask.sum(1)
     assert lengths.min() >= 3 and lengths.max() <= 7
-    assert torch.all(d.mask[torch.arange(60), d.important])                   # important token is a real token
+    assert torch.all(d.mask[torch.arange(60), d.important])  # important token is a real token
     kinds = d.kind[d.tokens.numpy()]
     # exactly one important token per sequence, of the label's kind; the rest neutral
     pos, neg = (kinds == "positive").sum(1), (kinds == "negative").sum(1)
     y = d.labels.numpy()
     assert np.all(pos == (y > 0)) and np.all(neg == (y < 0))
-    assert np.all(np.where(y > 0, d.kind[d.important_ids.numpy()] == "positive",
-                           d.kind[d.important_ids.numpy()] == "negative"))
-    assert (y > 0).sum() == 30                                                # balanced
+    assert np.all(
+        np.where(y > 0, d.kind[d.important_ids.numpy()] == "positive", d.kind[d.important_ids.numpy()] == "negative")
+    )
+    assert (y > 0).sum() == 30  # balanced
 
 
 def test_seeded_and_posteriors():
@@ -33,7 +35,7 @@ def test_seeded_and_posteriors():
     st = token_stats(a.tokens.numpy(), a.labels.numpy().astype(int), a.vocab_size, pad_id=synthetic.PAD_ID)
     assert np.all(st.delta[a.ids("positive")][st.count[a.ids("positive")] > 0] == 1)
     assert np.all(st.delta[a.ids("negative")][st.count[a.ids("negative")] > 0] == -1)
-    big = synthetic.generate(2000, 6, seed=1)                                 # neutral: same law in both classes
+    big = synthetic.generate(2000, 6, seed=1)  # neutral: same law in both classes
     st = token_stats(big.tokens.numpy(), big.labels.numpy().astype(int), big.vocab_size, pad_id=synthetic.PAD_ID)
     assert np.all(np.abs(st.delta[big.ids("neutral")]) < 0.3)
 

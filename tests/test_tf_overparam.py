@@ -1,4 +1,5 @@
 """Over-parameterisation in W (mmtoken.experiments.tf_overparam)."""
+
 import itertools
 
 import numpy as np
@@ -51,7 +52,7 @@ def test_certificate_construction_is_feasible_point():
     """The lemma's explicit W meets every margin of every selection."""
     r = op.w_instances(1, 3, 4, 4, seed=3)
     X, Z = r["X"][0], r["Z"][0]
-    Wd = np.linalg.pinv(Z)                       # (d, n): columns w_i with w_i^T z_j = delta_ij
+    Wd = np.linalg.pinv(Z)  # (d, n): columns w_i with w_i^T z_j = delta_ij
     for alpha in itertools.product(range(4), repeat=3):
         W = np.zeros((4, 4))
         for i in range(3):

@@ -1,4 +1,5 @@
 """mmtoken.tfsvm: keys map, (K, Q) gradients, the two Att-SVMs, input checks."""
+
 import numpy as np
 import pytest
 import torch
@@ -48,8 +49,9 @@ def test_kq_gradient_matches_autograd(inst):
 def test_naive_grad_is_autograd(inst):
     problem = tfsvm.w_problem(inst["X"], inst["Y"], inst["v"], inst["Z"])
     p = torch.tensor(np.random.default_rng(2).normal(size=25))
-    np.testing.assert_allclose(tfsvm.naive_grad(problem, p).numpy(), grad.autograd_grad(problem, p).numpy(),
-                               rtol=1e-10, atol=1e-15)
+    np.testing.assert_allclose(
+        tfsvm.naive_grad(problem, p).numpy(), grad.autograd_grad(problem, p).numpy(), rtol=1e-10, atol=1e-15
+    )
 
 
 def test_compiled_and_torch_kq_agree(inst, monkeypatch):

@@ -1,4 +1,5 @@
 """Training loops: norm growth, history, agreement between batched and single runs, reg. path, joint."""
+
 import numpy as np
 import pytest
 import torch
@@ -31,6 +32,7 @@ def test_plain_gd_step_is_the_gradient():
     problem = AttentionProblem(torch.randn(2, 3, 2, dtype=torch.float64), torch.randn(2, 3, dtype=torch.float64))
     p0 = torch.zeros(2, dtype=torch.float64)
     from mmtoken.grad import autograd_grad
+
     h = train.train_p(problem, p0, steps=1, lr=0.5, method="gd")
     assert torch.allclose(h.final_p, p0 - 0.5 * autograd_grad(problem, p0), atol=1e-14)
 
@@ -70,13 +72,16 @@ def test_joint_training_selects_and_separates():
 def test_compiled_kernel_matches_torch(method, loss, monkeypatch):
     """The numba kernel and the torch code are two implementations of the same steps."""
     from mmtoken import fastpath
+
     if not fastpath.available():
         pytest.skip("numba not installed")
     g = torch.Generator().manual_seed(3)
-    problem = AttentionProblem(torch.randn(4, 2, 5, 3, generator=g, dtype=torch.float64),
-                               torch.randn(4, 2, 5, generator=g, dtype=torch.float64),
-                               mask=torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool))
-    p0 = torch.randn(3, 1, 3, generator=g, dtype=torch.float64)       # 3 starts x 4 instances
+    problem = AttentionProblem(
+        torch.randn(4, 2, 5, 3, generator=g, dtype=torch.float64),
+        torch.randn(4, 2, 5, generator=g, dtype=torch.float64),
+        mask=torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool),
+    )
+    p0 = torch.randn(3, 1, 3, generator=g, dtype=torch.float64)  # 3 starts x 4 instances
     fast = train.train_p(problem, p0, steps=400, lr=0.2, method=method, loss=loss, record_every=100)
     monkeypatch.setenv("MMTOKEN_FASTPATH", "off")
     slow = train.train_p(problem, p0, steps=400, lr=0.2, method=method, loss=loss, record_every=100)
@@ -84,11 +89,12 @@ def test_compiled_kernel_matches_torch(method, loss, monkeypatch):
     assert torch.allclose(fast.p, slow.p, atol=1e-10, rtol=0)
     assert torch.allclose(fast.loss, slow.loss, atol=1e-12)
     assert torch.allclose(fast.probs, slow.probs, atol=1e-10)
-    assert torch.all(fast.probs[..., 3:][:, :, :, 0] == 0)                # padding gets no attention
+    assert torch.all(fast.probs[..., 3:][:, :, :, 0] == 0)  # padding gets no attention
 
 
 def test_compiled_joint_matches_torch(monkeypatch):
     from mmtoken import fastpath
+
     if not fastpath.available():
         pytest.skip("numba not installed")
     inst = instances.fig3("loose")
@@ -136,8 +142,12 @@ def test_regularization_path_angle_is_validated(theta0):
 def test_counts_and_starts_are_validated():
     inst = instances.fig1("global")
     pr = inst.problem()
-    for kw, name in (({"steps": 2.5}, "steps"), ({"steps": "10"}, "steps"), ({"steps": 3, "record_every": 0}, "record_every"),
-                     ({"steps": 3, "record_every": 1.5}, "record_every")):
+    for kw, name in (
+        ({"steps": 2.5}, "steps"),
+        ({"steps": "10"}, "steps"),
+        ({"steps": 3, "record_every": 0}, "record_every"),
+        ({"steps": 3, "record_every": 1.5}, "record_every"),
+    ):
         with pytest.raises(ValueError, match=name):
             train.train_p(pr, inst.starts, **kw)
     with pytest.raises(ValueError, match="p0"):
@@ -159,23 +169,38 @@ def test_counts_and_starts_are_validated():
 def test_train_joint_checks_labels_and_y_before_the_kernel():
     """Labels {1, 0, 1} were accepted; a short Y was read out of bounds by the compiled kernel."""
     inst = instances.fig3("tight")
-    for Y, match in (([1, 0, 1], "labels Y"), ([1, -1], r"Y must have shape \(3,\)"), ([[1, -1, 1]], "Y must"),
-                     ([1, -1, np.nan], "Y contains NaN")):
+    for Y, match in (
+        ([1, 0, 1], "labels Y"),
+        ([1, -1], r"Y must have shape \(3,\)"),
+        ([[1, -1, 1]], "Y must"),
+        ([1, -1, np.nan], "Y contains NaN"),
+    ):
         with pytest.raises(ValueError, match=match):
             train.train_joint(inst.X, Y, inst.extra["v0"], inst.starts[0], steps=5)
     with pytest.raises(ValueError, match="W must"):
         train.train_joint(inst.X, inst.Y, inst.extra["v0"], inst.starts[0], steps=5, W=np.eye(3))
     from mmtoken import fastpath
+
     with pytest.raises(ValueError, match="Y must"):
-        fastpath.run_joint(np.asarray(inst.X), np.ones(2), np.asarray(inst.X), np.zeros((1, 2)), np.zeros((1, 2)),
-                           5, 0.1, 0.1, "logistic", np.array([0, 5]))
+        fastpath.run_joint(
+            np.asarray(inst.X),
+            np.ones(2),
+            np.asarray(inst.X),
+            np.zeros((1, 2)),
+            np.zeros((1, 2)),
+            5,
+            0.1,
+            0.1,
+            "logistic",
+            np.array([0, 5]),
+        )
 
 
 # ----------------------------------------------------------------------------- long runs (item 5)
 def test_default_history_is_bounded_and_unchanged_for_short_runs():
     inst = instances.fig1("global")
     short = train.train_p(inst.problem(), inst.starts[:1], steps=30, record_probs=False)
-    assert short.steps.tolist() == list(range(31))                       # every step, as before
+    assert short.steps.tolist() == list(range(31))  # every step, as before
     long = train.train_p(inst.problem(), inst.starts[:1], steps=5 * train.MAX_RECORDS + 3, record_probs=False)
     assert len(long.steps) <= train.MAX_RECORDS + 2 and long.steps[-1] == 5 * train.MAX_RECORDS + 3
     assert np.all(np.diff(long.steps) <= 6)
@@ -187,13 +212,14 @@ def test_huge_explicit_history_warns(monkeypatch):
     with pytest.warns(UserWarning, match="record_every"):
         train.train_p(inst.problem(), inst.starts, steps=200, record_every=1)
     monkeypatch.undo()
-    with pytest.raises(ValueError, match="record_every"):       # refused before any memory is taken
+    with pytest.raises(ValueError, match="record_every"):  # refused before any memory is taken
         train.train_p(inst.problem(), inst.starts, steps=10**9, record_every=1)
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 64, None])
 def test_chunked_kernel_is_bit_identical_to_one_call(chunk):
     from mmtoken import fastpath
+
     if not fastpath.available():
         pytest.skip("numba not installed")
     g = np.random.default_rng(4)
@@ -218,13 +244,25 @@ def test_compiled_run_honours_ctrl_c_and_reports_progress():
     import time
 
     from mmtoken import fastpath
+
     if not fastpath.available():
         pytest.skip("numba not installed")
     inst = instances.fig1("global")
     seen = []
-    train.train_p(inst.problem(), inst.starts, steps=1000, progress=False)     # compiled and warm
-    fastpath.run(np.asarray(inst.K)[None], np.asarray(inst.gamma)[None], np.ones((1, 1, 3), bool), np.zeros((1, 2)),
-                 100, 0.1, True, "logistic", np.array([0, 100]), chunk=30, callback=seen.append)
+    train.train_p(inst.problem(), inst.starts, steps=1000, progress=False)  # compiled and warm
+    fastpath.run(
+        np.asarray(inst.K)[None],
+        np.asarray(inst.gamma)[None],
+        np.ones((1, 1, 3), bool),
+        np.zeros((1, 2)),
+        100,
+        0.1,
+        True,
+        "logistic",
+        np.array([0, 100]),
+        chunk=30,
+        callback=seen.append,
+    )
     assert seen == [30, 60, 90, 100]
     timer = threading.Timer(0.5, _thread.interrupt_main)
     start = time.monotonic()
@@ -239,8 +277,9 @@ def test_progress_bar_is_tqdm_auto_and_off_in_tests(monkeypatch):
     import tqdm.auto
 
     from mmtoken import config
+
     bar = config.progress_bar(total=3, enabled=True)
-    assert isinstance(bar, tqdm.auto.tqdm)                 # a widget in Jupyter, text on a terminal
+    assert isinstance(bar, tqdm.auto.tqdm)  # a widget in Jupyter, text on a terminal
     bar.close()
     assert config.progress_bar(total=3, enabled=False).disable
     monkeypatch.setenv("MMTOKEN_PROGRESS", "off")
@@ -264,7 +303,7 @@ def test_auto_progress_shows_in_a_jupyter_kernel_for_long_runs(monkeypatch):
     monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: ZMQInteractiveShell()))
     assert config.progress_enabled(10**7) and not config.progress_enabled(10)
     monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))
-    assert not config.progress_enabled(10**7)                # a plain script without a terminal stays silent
+    assert not config.progress_enabled(10**7)  # a plain script without a terminal stays silent
 
 
 def test_accept_keeps_only_what_lowered_the_loss():

@@ -1,4 +1,5 @@
 """The small ViT: shapes, attention rows, key-query matrices, training and the cached experiment at tiny scale."""
+
 from __future__ import annotations
 
 import json
@@ -24,6 +25,7 @@ def small(**kw) -> vit.ViTConfig:
 
 
 # --------------------------------------------------------------------------- the model
+
 
 @pytest.mark.parametrize("cfg", [vit.ViTConfig(), small(), small(channels=3, image_size=12, patch=2, heads=4)])
 def test_forward_shapes_and_attention_rows(cfg):
@@ -57,9 +59,15 @@ def test_patchify_order():
     assert p[0, 1].tolist() == [2, 3, 6, 7, 18, 19, 22, 23]
 
 
-@pytest.mark.parametrize("kw, match", [({"patch": 3}, "does not divide image_size"),
-                                       ({"heads": 3}, "does not divide width"),
-                                       ({"depth": 0}, "positive"), ({"init_std": 0.0}, "init_std")])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"patch": 3}, "does not divide image_size"),
+        ({"heads": 3}, "does not divide width"),
+        ({"depth": 0}, "positive"),
+        ({"init_std": 0.0}, "init_std"),
+    ],
+)
 def test_bad_config(kw, match):
     with pytest.raises(ValueError, match=match):
         small(**kw)
@@ -80,7 +88,7 @@ def test_key_query_matrices_give_the_logits():
     attn = model.blocks[0].attn
     x = torch.randn(3, cfg.n_patches + 1, cfg.width)
     _, a = attn(x)
-    W = attn.key_query_matrices().detach()              # (h, d, d)
+    W = attn.key_query_matrices().detach()  # (h, d, d)
     logits = torch.einsum("bsd,hde,bte->bhst", x, W, x) / math.sqrt(attn.head_dim)
     torch.testing.assert_close(logits.softmax(-1), a)
     fro, spec = vit.key_query_norm(model, 0)
@@ -111,6 +119,7 @@ def test_entropy():
 
 
 # --------------------------------------------------------------------------- training pieces
+
 
 def test_lr_factor_warmup_then_cosine():
     total = 100
@@ -152,7 +161,7 @@ def bright_patch_data(n: int, seed: int = 0, size: int = 8, patch: int = 4, clas
     grid = size // patch
     for i in range(n):
         r, c = divmod(int(y[i]), grid)
-        x[i, 0, r * patch:(r + 1) * patch, c * patch:(c + 1) * patch] = 250
+        x[i, 0, r * patch : (r + 1) * patch, c * patch : (c + 1) * patch] = 250
     return x, y
 
 
@@ -165,7 +174,9 @@ def test_train_is_deterministic_and_learns():
         torch.manual_seed(0)
         model = vit.ViT(small())
         calls = []
-        vit.train(model, x, y, cfg, norm, log_points=[0, 8, 80], on_log=lambda s, e, l, calls=calls: calls.append((s, e, l)))
+        vit.train(
+            model, x, y, cfg, norm, log_points=[0, 8, 80], on_log=lambda s, e, l, calls=calls: calls.append((s, e, l))
+        )
         states.append(model.state_dict())
         logs.append(calls)
     for k in states[0]:
@@ -193,8 +204,9 @@ def test_paper_model_takes_one_step_on_cifar_shaped_input():
     assert (exp.dataset, exp.model.grid, exp.model.channels) == ("cifar-10", 16, 3)
     model = vit.ViT(exp.model)
     x = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
-    loss = torch.nn.functional.cross_entropy(model(vit.Normalizer([0.5] * 3, [0.25] * 3)(vit.augment(x, torch.Generator()))),
-                                             torch.tensor([1, 2]))
+    loss = torch.nn.functional.cross_entropy(
+        model(vit.Normalizer([0.5] * 3, [0.25] * 3)(vit.augment(x, torch.Generator()))), torch.tensor([1, 2])
+    )
     loss.backward()
     assert math.isfinite(loss.item())
 
@@ -209,7 +221,7 @@ def test_value_output_matrices_give_the_attention_output():
         attn.out.bias.normal_()
     x = torch.randn(3, cfg.n_patches + 1, cfg.width)
     y, a = attn(x)
-    ov = attn.value_output_matrices().detach()                     # (h, d, d)
+    ov = attn.value_output_matrices().detach()  # (h, d, d)
     assert ov.shape == (2, cfg.width, cfg.width)
     expected = torch.einsum("bhst,btd,hde->bse", a, x, ov) + attn.v.bias @ attn.out.weight.T + attn.out.bias
     torch.testing.assert_close(y, expected, atol=1e-5, rtol=1e-5)
@@ -235,12 +247,26 @@ def test_weight_norms():
     assert vit.weight_norms(model)["qk"] == pytest.approx(float(w.norm()), rel=1e-6)
 
 
-@pytest.mark.parametrize("kw, match", [
-    ({"epochs": 0}, "epochs"), ({"epochs": 2.5}, "epochs"), ({"batch_size": -1}, "batch_size"),
-    ({"lr": float("nan")}, "lr"), ({"lr": float("inf")}, "lr"), ({"lr": -1e-3}, "lr"),
-    ({"weight_decay": -0.1}, "weight_decay"), ({"warmup": 1.0}, "warmup"), ({"warmup": float("nan")}, "warmup"),
-    ({"betas": (0.9, 1.0)}, "betas"), ({"grad_clip": 0.0}, "grad_clip"), ({"grad_clip": float("nan")}, "grad_clip"),
-    ({"seed": -1}, "seed"), ({"seed": 1.5}, "seed"), ({"threads": 0}, "threads")])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"epochs": 0}, "epochs"),
+        ({"epochs": 2.5}, "epochs"),
+        ({"batch_size": -1}, "batch_size"),
+        ({"lr": float("nan")}, "lr"),
+        ({"lr": float("inf")}, "lr"),
+        ({"lr": -1e-3}, "lr"),
+        ({"weight_decay": -0.1}, "weight_decay"),
+        ({"warmup": 1.0}, "warmup"),
+        ({"warmup": float("nan")}, "warmup"),
+        ({"betas": (0.9, 1.0)}, "betas"),
+        ({"grad_clip": 0.0}, "grad_clip"),
+        ({"grad_clip": float("nan")}, "grad_clip"),
+        ({"seed": -1}, "seed"),
+        ({"seed": 1.5}, "seed"),
+        ({"threads": 0}, "threads"),
+    ],
+)
 def test_bad_train_config_names_the_argument(kw, match):
     with pytest.raises(ValueError, match=f"TrainConfig.{match}"):
         vit.TrainConfig(**kw)
@@ -256,6 +282,7 @@ def test_pinned_threads_restores_the_setting():
 
 
 # --------------------------------------------------------------------------- splits and statistics
+
 
 def test_split_indices():
     tr, va = runs.split_indices(100, 20, 7)
@@ -283,18 +310,18 @@ def test_attention_statistics_against_a_direct_computation():
     x, y = bright_patch_data(37, seed=2, classes=4)
     norm = vit.Normalizer.fit(x)
     fg = runs.foreground_mask(x.numpy(), cfg.patch, 0.5)
-    s = runs.attention_statistics(model, x.numpy(), y.numpy(), norm, fg, batch_size=10)   # 4 uneven batches
+    s = runs.attention_statistics(model, x.numpy(), y.numpy(), norm, fg, batch_size=10)  # 4 uneven batches
     logits, attns = model(norm(x), return_attention=True)
     loss, acc = vit.evaluate(model, x, y, norm)
     assert s["loss"] == pytest.approx(loss, rel=1e-5) and s["acc"] == pytest.approx(acc)
     assert len(s["layers"]) == cfg.depth and s["mean_map"].shape == (cfg.depth, cfg.n_patches)
     for layer, att in enumerate(attns):
-        a = vit.cls_patch_attention(att.double()).detach().numpy()           # (N, h, P)
+        a = vit.cls_patch_attention(att.double()).detach().numpy()  # (N, h, P)
         d = s["layers"][layer]
         h = -(a * np.log(a)).sum(-1)
         assert d["entropy"] == pytest.approx(h.mean(), rel=1e-9)
         assert d["eff_image"] == pytest.approx(np.exp(h).mean(), rel=1e-9)
-        mean_map = a.mean(0)                                                    # (h, P)
+        mean_map = a.mean(0)  # (h, P)
         assert d["eff_mean"] == pytest.approx(np.exp(-(mean_map * np.log(mean_map)).sum(-1)).mean(), rel=1e-9)
         assert d["fg_share"] == pytest.approx((a.mean(1) * fg).sum(-1).mean(), rel=1e-9)
         assert d["uniform"] == pytest.approx(fg.mean())
@@ -309,8 +336,9 @@ def test_uniform_attention_has_all_patches_effective():
     with torch.no_grad():
         model.blocks[-1].attn.q.weight.zero_()
     x, y = bright_patch_data(12)
-    s = runs.attention_statistics(model, x.numpy(), y.numpy(), vit.Normalizer.fit(x),
-                                runs.foreground_mask(x.numpy(), 4, 0.5))
+    s = runs.attention_statistics(
+        model, x.numpy(), y.numpy(), vit.Normalizer.fit(x), runs.foreground_mask(x.numpy(), 4, 0.5)
+    )
     d = s["layers"][-1]
     assert d["eff_image"] == pytest.approx(4) and d["eff_mean"] == pytest.approx(4)
     assert d["fg_share"] == pytest.approx(d["uniform"])
@@ -331,11 +359,21 @@ def test_verdicts_need_a_learned_model():
     assert vs.sparsity_verdict({**ok, "eff_image": 24.5})
 
 
-@pytest.mark.parametrize("kw, match", [
-    ({"dataset": "mnist"}, "dataset"), ({"n_validation": 0}, "n_validation"), ({"n_probe": 40}, "n_probe"),
-    ({"map_epochs": (0, 3)}, "map_epochs"), ({"map_epochs": (2, 0)}, "map_epochs"), ({"map_epochs": ()}, "map_epochs"),
-    ({"foreground": 1.5}, "foreground"), ({"split_seed": -1}, "split_seed"), ({"test": 1}, "test"),
-    ({"logs_per_epoch": 0}, "logs_per_epoch")])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"dataset": "mnist"}, "dataset"),
+        ({"n_validation": 0}, "n_validation"),
+        ({"n_probe": 40}, "n_probe"),
+        ({"map_epochs": (0, 3)}, "map_epochs"),
+        ({"map_epochs": (2, 0)}, "map_epochs"),
+        ({"map_epochs": ()}, "map_epochs"),
+        ({"foreground": 1.5}, "foreground"),
+        ({"split_seed": -1}, "split_seed"),
+        ({"test": 1}, "test"),
+        ({"logs_per_epoch": 0}, "logs_per_epoch"),
+    ],
+)
 def test_bad_experiment_names_the_argument(kw, match):
     with pytest.raises(ValueError, match=f"Experiment.{match}"):
         replace(TINY, **kw)
@@ -352,10 +390,17 @@ def test_run_experiments_bad_arguments(tiny_data):
 
 # --------------------------------------------------------------------------- the cached experiment at tiny scale
 
-TINY = runs.Experiment(dataset="fashion-mnist", model=small(n_classes=10, heads=1),
-                     train=vit.TrainConfig(epochs=2, batch_size=32, lr=5e-3, seed=0),
-                     n_validation=32, logs_per_epoch=2, logs_first_epoch=4, n_probe=16, map_epochs=(0, 2),
-                     foreground=0.1)
+TINY = runs.Experiment(
+    dataset="fashion-mnist",
+    model=small(n_classes=10, heads=1),
+    train=vit.TrainConfig(epochs=2, batch_size=32, lr=5e-3, seed=0),
+    n_validation=32,
+    logs_per_epoch=2,
+    logs_first_epoch=4,
+    n_probe=16,
+    map_epochs=(0, 2),
+    foreground=0.1,
+)
 
 
 def tiny_arrays():
@@ -417,8 +462,9 @@ def test_experiment_caches_and_reloads(tiny_data, monkeypatch):
     # the checkpoint reproduces the stored maps
     model = runs.checkpoint(r, 2)
     _, attns = model(r.normalizer(torch.as_tensor(r.probe_images)), return_attention=True)
-    np.testing.assert_allclose(vit.cls_patch_attention(attns[-1]).mean(1).detach().numpy(),
-                               r.probe_attention[1, -1], atol=1e-5)
+    np.testing.assert_allclose(
+        vit.cls_patch_attention(attns[-1]).mean(1).detach().numpy(), r.probe_attention[1, -1], atol=1e-5
+    )
     sc = vs.spread_check(r)
     assert sc["holds"].all() and sc["bound"].shape == (2,)
     with pytest.raises(ValueError, match="no checkpoint"):
@@ -440,8 +486,9 @@ def test_key_changes_with_config_code_and_data():
     fp = runs.fingerprint(TINY, "data0")
     assert runs.cache_key(fp) == runs.cache_key(runs.fingerprint(TINY, "data0"))
     assert runs.cache_key(fp) != runs.cache_key(runs.fingerprint(TINY.with_seed(1), "data0"))
-    assert runs.cache_key(fp) != runs.cache_key(runs.fingerprint(replace(TINY, model=replace(TINY.model, width=32)),
-                                                            "data0"))
+    assert runs.cache_key(fp) != runs.cache_key(
+        runs.fingerprint(replace(TINY, model=replace(TINY.model, width=32)), "data0")
+    )
     assert runs.cache_key(fp) != runs.cache_key(runs.fingerprint(TINY, "data1"))
     assert runs.cache_key(fp) != runs.cache_key({**fp, "code": "other"})
 
@@ -465,11 +512,15 @@ def test_training_is_bit_identical_in_worker_processes(tiny_data, tmp_path):
 
 # --------------------------------------------------------------------------- damaged caches
 
+
 def _rewrite_manifest(path):
     """Re-record the checksums, as a forger (or a careless copy) would: only the structural checks remain."""
     m = json.loads((path / "manifest.json").read_text())
-    m["files"] = {p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size}
-                  for p in sorted(path.iterdir()) if p.name != "manifest.json"}
+    m["files"] = {
+        p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+        for p in sorted(path.iterdir())
+        if p.name != "manifest.json"
+    }
     (path / "manifest.json").write_text(json.dumps(m))
 
 
@@ -503,8 +554,11 @@ def _edit_history(path, edit):
 
 DAMAGE = {
     "truncated history.json": (lambda p: _truncate(p, "history.json"), False, "history.json does not match"),
-    "truncated history.json, manifest re-recorded": (lambda p: _truncate(p, "history.json"), True,
-                                                     "history.json is not readable JSON"),
+    "truncated history.json, manifest re-recorded": (
+        lambda p: _truncate(p, "history.json"),
+        True,
+        "history.json is not readable JSON",
+    ),
     "missing arrays.npz": (lambda p: (p / "arrays.npz").unlink(), False, "arrays.npz is missing"),
     "corrupt zip": (lambda p: _garbage(p, "arrays.npz"), False, "arrays.npz does not match"),
     "corrupt zip, manifest re-recorded": (lambda p: _garbage(p, "arrays.npz"), True, "arrays.npz cannot be read"),
@@ -516,8 +570,11 @@ DAMAGE = {
     "truncated manifest": (lambda p: _truncate(p, "manifest.json"), False, "manifest.json is not readable JSON"),
     "log of the wrong length": (lambda p: _edit_history(p, lambda h: h["log"]["qk"].pop()), True, "log\\['qk'\\]"),
     "test statistics lost": (lambda p: _edit_history(p, lambda h: h.update(test=None)), True, "test statistics"),
-    "another configuration": (lambda p: _edit_history(p, lambda h: h["experiment"]["train"].update(lr=0.5)), True,
-                              "another configuration"),
+    "another configuration": (
+        lambda p: _edit_history(p, lambda h: h["experiment"]["train"].update(lr=0.5)),
+        True,
+        "another configuration",
+    ),
 }
 
 
@@ -559,7 +616,7 @@ def test_garbage_checkpoint_never_gets_torch_advice(tiny_data, monkeypatch):
 def test_swapped_cache_is_detected(tiny_data):
     a, b = runs.run_experiments([TINY, TINY.with_seed(1)], workers=1)
     shutil.rmtree(b.path)
-    shutil.copytree(a.path, b.path)            # seed 0's run under seed 1's name
+    shutil.copytree(a.path, b.path)  # seed 0's run under seed 1's name
     with pytest.raises(runs.CacheError, match="copied or renamed"):
         runs.run_experiment(TINY.with_seed(1), on_damage="raise")
     with pytest.warns(UserWarning, match="Rebuilding"):
@@ -596,10 +653,11 @@ def test_leftovers_are_swept(tiny_data):
     for f in (root / "arrays.npz.part", root / "x.tmp", r.path / "ckpt_epoch000.pt.part", r.path / "a.tmp"):
         f.write_bytes(b"partial")
     removed = runs.sweep_leftovers(root)
-    assert sorted(p.name for p in removed) == sorted([dead.name, "arrays.npz.part", "x.tmp",
-                                                      "ckpt_epoch000.pt.part", "a.tmp"])
+    assert sorted(p.name for p in removed) == sorted(
+        [dead.name, "arrays.npz.part", "x.tmp", "ckpt_epoch000.pt.part", "a.tmp"]
+    )
     assert alive.is_dir() and not dead.exists()
-    assert runs.run_experiment(TINY).path == r.path        # the run itself is untouched
+    assert runs.run_experiment(TINY).path == r.path  # the run itself is untouched
     shutil.rmtree(alive)
 
 
@@ -614,38 +672,62 @@ def test_wrong_image_shape_is_an_error(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------- the study, its plots, the tuning record
 
+
 def test_plots_draw_from_a_tiny_study(tiny_data):
     import matplotlib
+
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
-    r0, r1, s0, c0 = runs.run_experiments([TINY, TINY.with_seed(1), replace(TINY, train=replace(TINY.train, lr=5e-4)),
-                                         replace(TINY, test=False, train=replace(TINY.train, lr=5e-2, epochs=1),
-                                                 map_epochs=None)], workers=1)
+
+    r0, r1, s0, c0 = runs.run_experiments(
+        [
+            TINY,
+            TINY.with_seed(1),
+            replace(TINY, train=replace(TINY.train, lr=5e-4)),
+            replace(TINY, test=False, train=replace(TINY.train, lr=5e-2, epochs=1), map_epochs=None),
+        ],
+        workers=1,
+    )
     study = vs.Study(seeds={0: r0, 1: r1}, smaller_lr={0: s0}, collapse={0: c0})
     v = vs.validation_summary(c0)
     assert v["val_acc"] == c0.val_acc[-1] and v["eff_image"] == c0.log["eff"][-1, -1]
     table = vs.seed_table(study.seeds)
     assert list(table.index) == [0, 1] and {"test_acc", "qk_growth", "v_growth", "eff_mean"} <= set(table)
-    for fig in (vs.plot_training(study), vs.plot_attention_maps(r0), vs.plot_norms(study), vs.plot_sparsity(study),
-                vs.plot_where(study)):
+    for fig in (
+        vs.plot_training(study),
+        vs.plot_attention_maps(r0),
+        vs.plot_norms(study),
+        vs.plot_sparsity(study),
+        vs.plot_where(study),
+    ):
         drawn = [ax for ax in fig.axes if ax.get_visible()]
         assert drawn and all(ax.has_data() for ax in drawn), fig  # every visible panel shows something
         plt.close(fig)
-    assert set(vs.FIGURES) == {"fig-vit-training", "fig-vit-maps", "fig-vit-norms", "fig-vit-sparsity",
-                               "fig-vit-where"}
+    assert set(vs.FIGURES) == {"fig-vit-training", "fig-vit-maps", "fig-vit-norms", "fig-vit-sparsity", "fig-vit-where"}
 
 
 def test_cifar_like_experiment_runs(tmp_path, monkeypatch):
     """The paper-scale code path (3 channels, augmentation, no foreground rule) at tiny size."""
     monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path))
     g = torch.Generator().manual_seed(0)
-    data = {s: (torch.randint(0, 256, (n, 3, 8, 8), generator=g, dtype=torch.uint8).numpy(),
-                torch.randint(0, 10, (n,), generator=g).numpy()) for s, n in (("train", 80), ("test", 16))}
+    data = {
+        s: (
+            torch.randint(0, 256, (n, 3, 8, 8), generator=g, dtype=torch.uint8).numpy(),
+            torch.randint(0, 10, (n,), generator=g).numpy(),
+        )
+        for s, n in (("train", 80), ("test", 16))
+    }
     monkeypatch.setattr(runs.image_data, "load_images", lambda name, split: data[split])
-    exp = runs.Experiment(dataset="cifar-10", model=small(channels=3, n_classes=10),
-                        train=vit.TrainConfig(epochs=1, batch_size=16, lr=1e-3, augment=True, grad_clip=1.0,
-                                              threads=None),
-                        n_validation=16, logs_per_epoch=1, logs_first_epoch=2, n_probe=8, foreground=None)
+    exp = runs.Experiment(
+        dataset="cifar-10",
+        model=small(channels=3, n_classes=10),
+        train=vit.TrainConfig(epochs=1, batch_size=16, lr=1e-3, augment=True, grad_clip=1.0, threads=None),
+        n_validation=16,
+        logs_per_epoch=1,
+        logs_first_epoch=2,
+        n_probe=8,
+        foreground=None,
+    )
     r = runs.run_experiment(exp)
     assert r.classes[0] == "airplane" and r.probe_images.shape == (8, 3, 8, 8)
     assert not r.probe_fg.any() and r.log["step"].tolist() == [0, 2, 4]
@@ -654,16 +736,25 @@ def test_cifar_like_experiment_runs(tmp_path, monkeypatch):
     rows = len(vs.example_indices(r, 3))
     assert rows >= 1 and len(fig.axes) == rows * 3 and all(ax.images for ax in fig.axes)  # image + 2 stored epochs
     import matplotlib.pyplot as plt
+
     plt.close(fig)
 
 
 @pytest.mark.slow
 def test_a_failing_worker_is_reported(tiny_data):
     x = np.zeros((64, 1, 28, 28), np.uint8)
-    raw = runs.RawData("fashion-mnist", x, np.zeros(64, np.int64), x[:8], np.zeros(8, np.int64),
-                     runs.data_digest(x, np.zeros(64, np.int64), x[:8], np.zeros(8, np.int64)))
-    jobs = [(e, raw, tiny_data / "vit" / f"job{i}", runs.fingerprint(e, raw.fingerprint))
-            for i, e in enumerate([TINY, TINY.with_seed(1)])]
+    raw = runs.RawData(
+        "fashion-mnist",
+        x,
+        np.zeros(64, np.int64),
+        x[:8],
+        np.zeros(8, np.int64),
+        runs.data_digest(x, np.zeros(64, np.int64), x[:8], np.zeros(8, np.int64)),
+    )
+    jobs = [
+        (e, raw, tiny_data / "vit" / f"job{i}", runs.fingerprint(e, raw.fingerprint))
+        for i, e in enumerate([TINY, TINY.with_seed(1)])
+    ]
     with pytest.raises(RuntimeError, match="the model expects"):
         runs.train_in_processes(jobs, workers=2)
 
@@ -701,13 +792,15 @@ def test_the_recipe_is_the_one_the_validation_record_chooses():
 
 
 def test_choose_needs_a_candidate_within_budget():
-    rows = [{"label": "a", "seed": 0, "val_acc": [0.1, 0.9], "cpu_seconds": 500.0},
-            {"label": "b", "seed": 0, "val_acc": [0.1, 0.8], "cpu_seconds": 100.0},
-            {"label": "b", "seed": 1, "val_acc": [0.1, 0.7], "cpu_seconds": 110.0},
-            {"label": "c", "seed": 0, "val_acc": [0.1, 0.75], "cpu_seconds": 100.0},
-            {"label": "c", "seed": 1, "val_acc": [0.1, 0.74], "cpu_seconds": 100.0}]
-    assert vt.choose(rows, budget=200) == "c"          # best worst seed within budget
-    assert vt.choose(rows, budget=1000) == "c"         # "a" was trained on one seed only: no worst seed
+    rows = [
+        {"label": "a", "seed": 0, "val_acc": [0.1, 0.9], "cpu_seconds": 500.0},
+        {"label": "b", "seed": 0, "val_acc": [0.1, 0.8], "cpu_seconds": 100.0},
+        {"label": "b", "seed": 1, "val_acc": [0.1, 0.7], "cpu_seconds": 110.0},
+        {"label": "c", "seed": 0, "val_acc": [0.1, 0.75], "cpu_seconds": 100.0},
+        {"label": "c", "seed": 1, "val_acc": [0.1, 0.74], "cpu_seconds": 100.0},
+    ]
+    assert vt.choose(rows, budget=200) == "c"  # best worst seed within budget
+    assert vt.choose(rows, budget=1000) == "c"  # "a" was trained on one seed only: no worst seed
     assert vt.choose(rows + [{**rows[0], "seed": 1}], budget=1000) == "a"
     with pytest.raises(ValueError, match="budget"):
         vt.choose(rows, budget=10)

@@ -15,7 +15,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; the exit status is 0 when every name asked for is cached and good."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m mmtoken.datasets.text", description="Real review-polarity data: IMDB, Rotten Tomatoes and Yelp polarity.")
+    parser = argparse.ArgumentParser(
+        prog="python -m mmtoken.datasets.text",
+        description="Real review-polarity data: IMDB, Rotten Tomatoes and Yelp polarity.",
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
     f = sub.add_parser("fetch", help="fetch, verify and cache datasets")
     f.add_argument("names", nargs="*", default=["imdb", "rt"], choices=NAMES)

@@ -124,9 +124,12 @@ def make_dataset(name: str, texts: list[str], labels, split, meta: dict | None =
     texts, labels, split = _canonical(list(texts), labels, split)
     meta = dict(meta or {})
     meta.update(
-        name=name, format=CACHE_FORMAT,
-        counts={s: {"neg": int(((split == k) & (labels < 0)).sum()), "pos": int(((split == k) & (labels > 0)).sum())}
-                for k, s in ((0, "train"), (1, "test"))},
+        name=name,
+        format=CACHE_FORMAT,
+        counts={
+            s: {"neg": int(((split == k) & (labels < 0)).sum()), "pos": int(((split == k) & (labels > 0)).sum())}
+            for k, s in ((0, "train"), (1, "test"))
+        },
         fingerprint=_fingerprint(texts, labels, split),
     )
     return TextDataset(name, texts, labels, split, meta)
@@ -145,10 +148,17 @@ def save_cache(ds: TextDataset, path: str | os.PathLike | None = None) -> Path:
     offsets[1:] = np.cumsum([len(b) for b in encoded])
     blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
     buf = io.BytesIO()
-    np.savez_compressed(buf, blob=blob, offsets=offsets, labels=ds.labels, split=ds.split,
-                        meta=np.array(json.dumps(ds.meta, sort_keys=True)))
+    np.savez_compressed(
+        buf,
+        blob=blob,
+        offsets=offsets,
+        labels=ds.labels,
+        split=ds.split,
+        meta=np.array(json.dumps(ds.meta, sort_keys=True)),
+    )
     atomic_write_bytes(path, buf.getvalue())
     return path
+
 
 def _fix(path: Path, name: str | None) -> str:
     cmd = f"python -m mmtoken.datasets.text fetch {name} --force" if name else "python -m mmtoken.datasets.text fetch"
@@ -176,37 +186,57 @@ def read_cache(path: str | os.PathLike, name: str | None = None) -> TextDataset:
     if not isinstance(meta, dict):
         raise DatasetError(f"cache {path} has no metadata record; {_fix(path, name)}")
     n = labels.shape[0] if labels.ndim == 1 else -1
-    if (meta.get("format") != CACHE_FORMAT or n < 0 or blob.ndim != 1 or blob.dtype != np.uint8
-            or offsets.shape != (n + 1,) or offsets.dtype.kind not in "iu" or split.shape != (n,)
-            or offsets[0] != 0 or offsets[-1] != blob.shape[0] or np.any(np.diff(offsets) < 0)
-            or not np.isin(labels, (-1, 1)).all() or not np.isin(split, (0, 1)).all()):
-        raise DatasetError(f"cache {path} is inconsistent (format, shapes, labels or split flags); "
-                           f"{_fix(path, name)}")
+    if (
+        meta.get("format") != CACHE_FORMAT
+        or n < 0
+        or blob.ndim != 1
+        or blob.dtype != np.uint8
+        or offsets.shape != (n + 1,)
+        or offsets.dtype.kind not in "iu"
+        or split.shape != (n,)
+        or offsets[0] != 0
+        or offsets[-1] != blob.shape[0]
+        or np.any(np.diff(offsets) < 0)
+        or not np.isin(labels, (-1, 1)).all()
+        or not np.isin(split, (0, 1)).all()
+    ):
+        raise DatasetError(f"cache {path} is inconsistent (format, shapes, labels or split flags); {_fix(path, name)}")
     if name is not None:
         if meta.get("name") != name:
-            raise DatasetError(f"cache {path} holds the dataset {meta.get('name')!r}, not {name!r} (a cache copied "
-                               f"over another?); {_fix(path, name)}")
+            raise DatasetError(
+                f"cache {path} holds the dataset {meta.get('name')!r}, not {name!r} (a cache copied "
+                f"over another?); {_fix(path, name)}"
+            )
         if meta.get("sha256") not in sources.source_digests(name):
-            raise DatasetError(f"cache {path} was built from a source with sha256 {meta.get('sha256')}, which is "
-                               f"not a registered source of {name!r}; {_fix(path, name)}")
+            raise DatasetError(
+                f"cache {path} was built from a source with sha256 {meta.get('sha256')}, which is "
+                f"not a registered source of {name!r}; {_fix(path, name)}"
+            )
     raw = blob.tobytes()
     try:
-        texts = [raw[offsets[i]:offsets[i + 1]].decode("utf-8") for i in range(n)]
+        texts = [raw[offsets[i] : offsets[i + 1]].decode("utf-8") for i in range(n)]
     except UnicodeDecodeError as exc:
         raise DatasetError(f"cache {path} holds invalid UTF-8; {_fix(path, name)}") from exc
     ds = TextDataset(str(meta.get("name")), texts, labels.astype(np.int8), split.astype(np.int8), meta)
     if _fingerprint(ds.texts, ds.labels, ds.split) != meta.get("fingerprint"):
         raise DatasetError(f"cache {path} does not match its recorded fingerprint; {_fix(path, name)}")
-    counts = {s: {"neg": int(((ds.split == k) & (ds.labels < 0)).sum()), "pos": int(((ds.split == k) & (ds.labels > 0)).sum())}
-              for k, s in ((0, "train"), (1, "test"))}
+    counts = {
+        s: {
+            "neg": int(((ds.split == k) & (ds.labels < 0)).sum()),
+            "pos": int(((ds.split == k) & (ds.labels > 0)).sum()),
+        }
+        for k, s in ((0, "train"), (1, "test"))
+    }
     if meta.get("counts") != counts:
         raise DatasetError(f"cache {path} records counts {meta.get('counts')} but holds {counts}; {_fix(path, name)}")
     want = sources.expected_counts(name) if name is not None else None
     if want is not None:
         got = {s: (c["neg"], c["pos"]) for s, c in counts.items()}
         if any(got.get(s) != tuple(v) for s, v in want.items()):
-            raise DatasetError(f"cache {path} holds {got} (negative, positive) reviews per split, but {name!r} "
-                               f"has {want}; {_fix(path, name)}")
+            raise DatasetError(
+                f"cache {path} holds {got} (negative, positive) reviews per split, but {name!r} "
+                f"has {want}; {_fix(path, name)}"
+            )
     return ds
 
 
@@ -235,5 +265,7 @@ def check_counts(ds: TextDataset, expected: dict[str, tuple[int, int]]) -> None:
     for s, (neg, pos) in expected.items():
         got = ds.meta["counts"][s]
         if (got["neg"], got["pos"]) != (neg, pos):
-            raise DatasetError(f"{ds.name}: the {s} split holds {got['neg']} negative / {got['pos']} positive "
-                               f"reviews, expected {neg} / {pos}")
+            raise DatasetError(
+                f"{ds.name}: the {s} split holds {got['neg']} negative / {got['pos']} positive "
+                f"reviews, expected {neg} / {pos}"
+            )

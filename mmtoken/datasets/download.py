@@ -17,6 +17,7 @@ Every reader in :mod:`mmtoken.datasets` follows the same rules:
   is recorded next to it (:func:`record_origin`), so a chapter can say which
   source it used, the same on every later run that reads the cache.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -75,7 +76,7 @@ def sweep_partial(folder: str | os.PathLike, max_age: float = STALE_SECONDS, rec
         return []
     now, removed = time.time(), []
     for pattern in ("*.part", "*.tmp"):
-        for path in (folder.rglob(pattern) if recursive else folder.glob(pattern)):
+        for path in folder.rglob(pattern) if recursive else folder.glob(pattern):
             try:
                 if path.is_file() and now - path.stat().st_mtime >= max_age:
                     path.unlink()
@@ -116,8 +117,10 @@ def _temp_beside(path: Path, suffix: str) -> tuple[int, str]:
         path.parent.mkdir(parents=True, exist_ok=True)
         return tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=suffix)
     except OSError as exc:
-        raise DataFolderError(f"cannot write {path} ({exc.strerror or exc}); make {path.parent} writable or "
-                              "point MMTOKEN_DATA at a writable folder") from None
+        raise DataFolderError(
+            f"cannot write {path} ({exc.strerror or exc}); make {path.parent} writable or "
+            "point MMTOKEN_DATA at a writable folder"
+        ) from None
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -142,8 +145,15 @@ class _Deadline(Exception):
     pass
 
 
-def download_file(url: str, dest: str | os.PathLike, *, check: Callable[[Path], None] | None = None,
-                  timeout: float = 30.0, deadline: float = DOWNLOAD_DEADLINE, missing_note: str = "") -> Path:
+def download_file(
+    url: str,
+    dest: str | os.PathLike,
+    *,
+    check: Callable[[Path], None] | None = None,
+    timeout: float = 30.0,
+    deadline: float = DOWNLOAD_DEADLINE,
+    missing_note: str = "",
+) -> Path:
     """Download ``url`` to ``dest`` through a ``*.part`` file; ``check(part)`` before the rename.
 
     Parameters
@@ -179,9 +189,11 @@ def download_file(url: str, dest: str | os.PathLike, *, check: Callable[[Path], 
                         fh.write(block)
                         received += len(block)
             except _Deadline:
-                raise DatasetMissing(f"cannot download {url}: it did not finish within the deadline of "
-                                     f"{deadline:.0f} s ({received:,} bytes received); try again later or "
-                                     f"download it by hand. {missing_note}".rstrip()) from None
+                raise DatasetMissing(
+                    f"cannot download {url}: it did not finish within the deadline of "
+                    f"{deadline:.0f} s ({received:,} bytes received); try again later or "
+                    f"download it by hand. {missing_note}".rstrip()
+                ) from None
             except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
                 raise DatasetMissing(f"cannot download {url}: {exc}. {missing_note}".rstrip()) from exc
         if check is not None:
@@ -244,8 +256,9 @@ def record_origin(folder: str | os.PathLike, files: dict[str, str], url: str | N
     atomic_write_bytes(Path(folder) / ORIGIN_FILE, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
 
 
-def download_verified(url: str, dest: str | os.PathLike, sha256: str, timeout: float = 30.0,
-                      deadline: float | None = None) -> Path:
+def download_verified(
+    url: str, dest: str | os.PathLike, sha256: str, timeout: float = 30.0, deadline: float | None = None
+) -> Path:
     """Download ``url`` to ``dest`` through a temporary file; verify before renaming.
 
     ``timeout`` bounds each wait for the server, ``deadline`` (default

@@ -35,6 +35,7 @@ No reader substitutes one dataset for another: a missing dataset raises
 Images come back as ``uint8`` arrays of shape ``(N, C, H, W)`` and labels as
 ``int64`` arrays of shape ``(N,)``.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -66,8 +67,18 @@ from .download import (
 
 # --------------------------------------------------------------------------- Fashion-MNIST
 
-FASHION_MNIST_CLASSES = ("t-shirt/top", "trouser", "pullover", "dress", "coat",
-                         "sandal", "shirt", "sneaker", "bag", "ankle boot")
+FASHION_MNIST_CLASSES = (
+    "t-shirt/top",
+    "trouser",
+    "pullover",
+    "dress",
+    "coat",
+    "sandal",
+    "shirt",
+    "sneaker",
+    "bag",
+    "ankle boot",
+)
 DEBIAN_FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 FASHION_MNIST_URL = "https://github.com/zalandoresearch/fashion-mnist"
 FASHION_MNIST_MIRROR = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
@@ -84,29 +95,47 @@ FASHION_MNIST: dict[str, dict[str, dict]] = {
     # the Debian package dataset-fashion-mnist 0.0~git20200523.55506a9-1;
     # ``gz_md5_upstream`` is the MD5 the upstream README publishes for its gzip.
     "train": {
-        "images": {"file": "train-images-idx3-ubyte", "shape": (60000, 28, 28),
-                   "sha256": "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
-                   "gz_sha256_debian": "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7",
-                   "gz_md5_upstream": "8d4fb7e6c68d591d4c3dfef9ec88bf0d"},
-        "labels": {"file": "train-labels-idx1-ubyte", "shape": (60000,),
-                   "sha256": "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
-                   "gz_sha256_debian": "0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056",
-                   "gz_md5_upstream": "25c81989df183df01b3e8a0aad5dffbe"},
+        "images": {
+            "file": "train-images-idx3-ubyte",
+            "shape": (60000, 28, 28),
+            "sha256": "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
+            "gz_sha256_debian": "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7",
+            "gz_md5_upstream": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+        },
+        "labels": {
+            "file": "train-labels-idx1-ubyte",
+            "shape": (60000,),
+            "sha256": "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
+            "gz_sha256_debian": "0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056",
+            "gz_md5_upstream": "25c81989df183df01b3e8a0aad5dffbe",
+        },
     },
     "test": {
-        "images": {"file": "t10k-images-idx3-ubyte", "shape": (10000, 28, 28),
-                   "sha256": "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
-                   "gz_sha256_debian": "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa",
-                   "gz_md5_upstream": "bef4ecab320f06d8554ea6380940ec79"},
-        "labels": {"file": "t10k-labels-idx1-ubyte", "shape": (10000,),
-                   "sha256": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
-                   "gz_sha256_debian": "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05",
-                   "gz_md5_upstream": "bb300cfdad3c16e7a12a480ee83cd310"},
+        "images": {
+            "file": "t10k-images-idx3-ubyte",
+            "shape": (10000, 28, 28),
+            "sha256": "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
+            "gz_sha256_debian": "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa",
+            "gz_md5_upstream": "bef4ecab320f06d8554ea6380940ec79",
+        },
+        "labels": {
+            "file": "t10k-labels-idx1-ubyte",
+            "shape": (10000,),
+            "sha256": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
+            "gz_sha256_debian": "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05",
+            "gz_md5_upstream": "bb300cfdad3c16e7a12a480ee83cd310",
+        },
     },
 }
 
-_IDX_DTYPES = {0x08: np.dtype("u1"), 0x09: np.dtype("i1"), 0x0B: np.dtype(">i2"),
-               0x0C: np.dtype(">i4"), 0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
+_IDX_DTYPES = {
+    0x08: np.dtype("u1"),
+    0x09: np.dtype("i1"),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
 
 
 def parse_idx(data: bytes, *, name: str = "idx data") -> np.ndarray:
@@ -138,8 +167,10 @@ def parse_idx(data: bytes, *, name: str = "idx data") -> np.ndarray:
     dtype = _IDX_DTYPES[code]
     expected = 4 + 4 * ndim + int(np.prod(shape)) * dtype.itemsize
     if len(data) != expected:
-        raise DatasetError(f"{name}: idx header says shape {shape} ({expected} bytes) but the file "
-                           f"holds {len(data)} bytes; it is truncated or corrupt")
+        raise DatasetError(
+            f"{name}: idx header says shape {shape} ({expected} bytes) but the file "
+            f"holds {len(data)} bytes; it is truncated or corrupt"
+        )
     arr = np.frombuffer(data, dtype=dtype, offset=4 + 4 * ndim).reshape(shape)
     return arr.astype(dtype.newbyteorder("="), copy=True)
 
@@ -157,11 +188,13 @@ def _fashion_sources(extra: os.PathLike | None = None) -> list[tuple[Path, str]]
 
 def _missing_fashion_message(name: str, searched: list[Path]) -> str:
     where = ", ".join(str(d) for d in searched)
-    return (f"Fashion-MNIST file {name}(.gz) was not found (searched the cache and {where}). "
-            "Get it with `sudo apt-get install -y dataset-fashion-mnist` (Debian/Ubuntu; files in "
-            f"{DEBIAN_FASHION_MNIST_DIR}), download the four *-ubyte.gz files from "
-            f"{FASHION_MNIST_MIRROR} (see {FASHION_MNIST_URL}) into the cache folder or into "
-            "$MMTOKEN_FASHION_MNIST_DIR, or load with download=True where the network is reachable.")
+    return (
+        f"Fashion-MNIST file {name}(.gz) was not found (searched the cache and {where}). "
+        "Get it with `sudo apt-get install -y dataset-fashion-mnist` (Debian/Ubuntu; files in "
+        f"{DEBIAN_FASHION_MNIST_DIR}), download the four *-ubyte.gz files from "
+        f"{FASHION_MNIST_MIRROR} (see {FASHION_MNIST_URL}) into the cache folder or into "
+        "$MMTOKEN_FASHION_MNIST_DIR, or load with download=True where the network is reachable."
+    )
 
 
 def _decompressed(path: Path, gz: bool | None = None) -> bytes:
@@ -170,20 +203,24 @@ def _decompressed(path: Path, gz: bool | None = None) -> bytes:
     try:
         return gzip.decompress(path.read_bytes()) if gz else path.read_bytes()
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise DatasetError(f"{path} is not a valid gzip file ({exc}); it is corrupt or "
-                           "truncated: reinstall or download it again") from exc
+        raise DatasetError(
+            f"{path} is not a valid gzip file ({exc}); it is corrupt or truncated: reinstall or download it again"
+        ) from exc
 
 
 def _check_idx_digest(data: bytes, rec: Mapping, where: str) -> None:
     digest = hashlib.sha256(data).hexdigest()
     if digest != rec["sha256"]:
-        raise DatasetError(f"checksum mismatch for {where} (decompressed): expected sha256 "
-                           f"{rec['sha256']}, found {digest}. The file is corrupt or not "
-                           "the published Fashion-MNIST; reinstall or download it again.")
+        raise DatasetError(
+            f"checksum mismatch for {where} (decompressed): expected sha256 "
+            f"{rec['sha256']}, found {digest}. The file is corrupt or not "
+            "the published Fashion-MNIST; reinstall or download it again."
+        )
 
 
-def _download_fashion_file(rec: Mapping, dest: Path, mirror: str, timeout: float, deadline: float,
-                           folders: list[Path]) -> bytes:
+def _download_fashion_file(
+    rec: Mapping, dest: Path, mirror: str, timeout: float, deadline: float, folders: list[Path]
+) -> bytes:
     """Fetch ``<file>.gz`` from ``mirror``; return its verified idx bytes. Nothing stays in ``dest`` on failure.
 
     The gzip bytes are checked (MD5 as published, when the record has one;
@@ -200,17 +237,25 @@ def _download_fashion_file(rec: Mapping, dest: Path, mirror: str, timeout: float
         if md5 is not None:
             found = hashlib.md5(part.read_bytes()).hexdigest()
             if found != md5:
-                raise DatasetError(f"checksum mismatch for {url}: expected md5 {md5}, found {found}. "
-                                   "The download is corrupt or not the published Fashion-MNIST; "
-                                   "nothing was kept.")
+                raise DatasetError(
+                    f"checksum mismatch for {url}: expected md5 {md5}, found {found}. "
+                    "The download is corrupt or not the published Fashion-MNIST; "
+                    "nothing was kept."
+                )
         data = _decompressed(part, gz=True)  # a .part file: the name does not say it is gzip
         _check_idx_digest(data, rec, url)
         holder.append(data)
 
     gz = dest / (rec["file"] + ".gz")
     try:
-        download_file(url, gz, check=check, timeout=timeout, deadline=deadline,
-                      missing_note=_missing_fashion_message(rec["file"], folders))
+        download_file(
+            url,
+            gz,
+            check=check,
+            timeout=timeout,
+            deadline=deadline,
+            missing_note=_missing_fashion_message(rec["file"], folders),
+        )
     finally:
         # the verified gzip file is a transit copy; a refused one never got its name
         if holder and gz.is_file():
@@ -224,10 +269,16 @@ def _origin_of(path: Path, dest: Path, searched: list[tuple[Path, str]]) -> str:
     return next(label for folder, label in searched if path.parent == folder)
 
 
-def prepare_fashion_mnist(*, source: os.PathLike | None = None, dest: os.PathLike | None = None,
-                          registry: Mapping[str, Mapping[str, Mapping]] = FASHION_MNIST,
-                          download: bool = True, mirror: str | None = None, timeout: float = 30.0,
-                          deadline: float = DOWNLOAD_DEADLINE) -> Path:
+def prepare_fashion_mnist(
+    *,
+    source: os.PathLike | None = None,
+    dest: os.PathLike | None = None,
+    registry: Mapping[str, Mapping[str, Mapping]] = FASHION_MNIST,
+    download: bool = True,
+    mirror: str | None = None,
+    timeout: float = 30.0,
+    deadline: float = DOWNLOAD_DEADLINE,
+) -> Path:
     """Copy the idx files into the cache (decompressed, verified) once.
 
     Parameters
@@ -298,9 +349,10 @@ def prepare_fashion_mnist(*, source: os.PathLike | None = None, dest: os.PathLik
                 url = mirror.rstrip("/") + "/" + rec["file"] + ".gz"
                 origin = f"downloaded from {MIRROR_NAMES.get(url_host(url), url_host(url))}, md5 verified"
             elif target.is_file():
-                raise DatasetError(f"cached {target} has the wrong checksum and no source file was "
-                                   "found to rebuild it; delete it. "
-                                   + _missing_fashion_message(rec["file"], folders))
+                raise DatasetError(
+                    f"cached {target} has the wrong checksum and no source file was "
+                    "found to rebuild it; delete it. " + _missing_fashion_message(rec["file"], folders)
+                )
             else:
                 raise DatasetMissing(_missing_fashion_message(rec["file"], folders))
             atomic_write_bytes(target, data)
@@ -312,19 +364,27 @@ def _read_verified_idx(path: Path, rec: Mapping) -> np.ndarray:
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != rec["sha256"]:
-        raise DatasetError(f"checksum mismatch for {path}: expected sha256 {rec['sha256']}, found "
-                           f"{digest}. Delete it; the next load rebuilds it from the source files.")
+        raise DatasetError(
+            f"checksum mismatch for {path}: expected sha256 {rec['sha256']}, found "
+            f"{digest}. Delete it; the next load rebuilds it from the source files."
+        )
     arr = parse_idx(data, name=str(path))
     if "shape" in rec and tuple(arr.shape) != tuple(rec["shape"]):
         raise DatasetError(f"{path}: shape {arr.shape}, expected {tuple(rec['shape'])}")
     return arr
 
 
-def load_fashion_mnist(split: str = "train", *, source: os.PathLike | None = None,
-                       dest: os.PathLike | None = None,
-                       registry: Mapping[str, Mapping[str, Mapping]] = FASHION_MNIST,
-                       download: bool = True, mirror: str | None = None, timeout: float = 30.0,
-                       deadline: float = DOWNLOAD_DEADLINE) -> tuple[np.ndarray, np.ndarray]:
+def load_fashion_mnist(
+    split: str = "train",
+    *,
+    source: os.PathLike | None = None,
+    dest: os.PathLike | None = None,
+    registry: Mapping[str, Mapping[str, Mapping]] = FASHION_MNIST,
+    download: bool = True,
+    mirror: str | None = None,
+    timeout: float = 30.0,
+    deadline: float = DOWNLOAD_DEADLINE,
+) -> tuple[np.ndarray, np.ndarray]:
     """Fashion-MNIST images and labels of one split.
 
     Parameters
@@ -339,14 +399,20 @@ def load_fashion_mnist(split: str = "train", *, source: os.PathLike | None = Non
     """
     if split not in registry:
         raise ValueError(f"unknown split {split!r}; choose one of {tuple(registry)}")
-    dest = prepare_fashion_mnist(source=source, dest=dest, registry=registry, download=download,
-                                 mirror=mirror, timeout=timeout, deadline=deadline)
+    dest = prepare_fashion_mnist(
+        source=source,
+        dest=dest,
+        registry=registry,
+        download=download,
+        mirror=mirror,
+        timeout=timeout,
+        deadline=deadline,
+    )
     recs = registry[split]
     images = _read_verified_idx(dest / recs["images"]["file"], recs["images"])
     labels = _read_verified_idx(dest / recs["labels"]["file"], recs["labels"]).astype(np.int64)
     if images.ndim != 3 or labels.shape != (images.shape[0],):
-        raise DatasetError(f"Fashion-MNIST {split}: images {images.shape} and labels {labels.shape} "
-                           "do not match")
+        raise DatasetError(f"Fashion-MNIST {split}: images {images.shape} and labels {labels.shape} do not match")
     if labels.size and (labels.min() < 0 or labels.max() > 9):
         raise DatasetError(f"Fashion-MNIST {split}: labels outside 0..9")
     return images[:, None, :, :], labels
@@ -354,8 +420,7 @@ def load_fashion_mnist(split: str = "train", *, source: os.PathLike | None = Non
 
 # --------------------------------------------------------------------------- CIFAR-10
 
-CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer",
-                   "dog", "frog", "horse", "ship", "truck")
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 CIFAR10 = {
     "file": "cifar-10-python.tar.gz",
     "url": "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
@@ -375,10 +440,12 @@ def cifar10_path() -> Path:
 
 
 def _missing_cifar_message(path: Path, reason: str) -> str:
-    return (f"CIFAR-10 is not available here ({reason}). Download {CIFAR10['url']} "
-            f"(see {CIFAR10['page']}; md5 {CIFAR10['md5']}) and save it as {path}, "
-            "or run mmtoken.datasets.images.download_cifar10() on a machine with network "
-            "access (Colab works). No other dataset is substituted.")
+    return (
+        f"CIFAR-10 is not available here ({reason}). Download {CIFAR10['url']} "
+        f"(see {CIFAR10['page']}; md5 {CIFAR10['md5']}) and save it as {path}, "
+        "or run mmtoken.datasets.images.download_cifar10() on a machine with network "
+        "access (Colab works). No other dataset is substituted."
+    )
 
 
 def verify_archive(path: os.PathLike, *, md5: str | None, sha256: str | None) -> None:
@@ -397,12 +464,19 @@ def verify_archive(path: os.PathLike, *, md5: str | None, sha256: str | None) ->
             h_sha.update(block)
     for kind, want, got in (("md5", md5, h_md5.hexdigest()), ("sha256", sha256, h_sha.hexdigest())):
         if want is not None and got != want:
-            raise DatasetError(f"checksum mismatch for {path}: expected {kind} {want}, found {got}. "
-                               "The file is corrupt or truncated; delete it and download it again.")
+            raise DatasetError(
+                f"checksum mismatch for {path}: expected {kind} {want}, found {got}. "
+                "The file is corrupt or truncated; delete it and download it again."
+            )
 
 
-def download_cifar10(dest: os.PathLike | None = None, *, url: str | None = None,
-                     timeout: float = 60.0, deadline: float = DOWNLOAD_DEADLINE) -> Path:
+def download_cifar10(
+    dest: os.PathLike | None = None,
+    *,
+    url: str | None = None,
+    timeout: float = 60.0,
+    deadline: float = DOWNLOAD_DEADLINE,
+) -> Path:
     """Fetch the CIFAR-10 python archive (once) and verify it.
 
     Parameters
@@ -431,8 +505,13 @@ def download_cifar10(dest: os.PathLike | None = None, *, url: str | None = None,
         return dest
     sweep_partial(dest.parent)
     try:
-        download_file(url, dest, timeout=timeout, deadline=deadline,
-                      check=lambda part: verify_archive(part, md5=CIFAR10["md5"], sha256=CIFAR10["sha256"]))
+        download_file(
+            url,
+            dest,
+            timeout=timeout,
+            deadline=deadline,
+            check=lambda part: verify_archive(part, md5=CIFAR10["md5"], sha256=CIFAR10["sha256"]),
+        )
     except DatasetMissing as exc:
         raise DatasetMissing(_missing_cifar_message(dest, f"download from {url} failed: {exc}")) from exc
     record_origin(dest.parent, {dest.name: f"downloaded from {url_host(url)}, md5 verified"}, url=url)
@@ -442,14 +521,21 @@ def download_cifar10(dest: os.PathLike | None = None, *, url: str | None = None,
 class _SafeUnpickler(pickle.Unpickler):
     """Admit only what the CIFAR batch pickles need: containers, bytes, NumPy arrays."""
 
-    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-               ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"),
-               ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar")}
+    ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("_codecs", "encode"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
+    }
 
     def find_class(self, module: str, name: str):
         if (module, name) not in self.ALLOWED:
-            raise DatasetError(f"CIFAR-10 pickle refers to {module}.{name}, which a batch file never "
-                               "needs; refusing to load it")
+            raise DatasetError(
+                f"CIFAR-10 pickle refers to {module}.{name}, which a batch file never needs; refusing to load it"
+            )
         if module == "numpy.core.multiarray" and int(np.__version__.split(".")[0]) >= 2:
             module = "numpy._core.multiarray"  # NumPy 2 moved it; the archive names the old place
         return super().find_class(module, name)
@@ -467,9 +553,9 @@ def _unpickle(data: bytes, name: str) -> dict:
     return {k.decode() if isinstance(k, bytes) else k: v for k, v in obj.items()}
 
 
-def read_cifar10_archive(path: os.PathLike, *, md5: str | None = CIFAR10["md5"],
-                         sha256: str | None = CIFAR10["sha256"]
-                         ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def read_cifar10_archive(
+    path: os.PathLike, *, md5: str | None = CIFAR10["md5"], sha256: str | None = CIFAR10["sha256"]
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Read both splits from a ``cifar-10-python.tar.gz`` archive.
 
     Parameters
@@ -504,8 +590,10 @@ def read_cifar10_archive(path: os.PathLike, *, md5: str | None = CIFAR10["md5"],
                     x = np.asarray(d["data"])
                     y = np.asarray(d["labels"], dtype=np.int64)
                     if x.dtype != np.uint8 or x.ndim != 2 or x.shape[1] != 3072 or y.shape != (x.shape[0],):
-                        raise DatasetError(f"{member}: data {x.shape} {x.dtype} / labels {y.shape} are not "
-                                           "CIFAR-10 batches (N x 3072 uint8, N labels)")
+                        raise DatasetError(
+                            f"{member}: data {x.shape} {x.dtype} / labels {y.shape} are not "
+                            "CIFAR-10 batches (N x 3072 uint8, N labels)"
+                        )
                     if y.size and (y.min() < 0 or y.max() > 9):
                         raise DatasetError(f"{member}: labels outside 0..9")
                     xs.append(x.reshape(-1, 3, 32, 32))

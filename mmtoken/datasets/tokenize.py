@@ -15,6 +15,7 @@ file records the dataset's name, fingerprint and the configuration, and is
 used only if they and the array shapes match; otherwise (or if it cannot be
 read) it is rebuilt with a warning. Leftover temporary files are swept.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -131,8 +132,9 @@ def encode(texts: list[list[str]], vocab: list[str], max_len: int) -> tuple[np.n
     return tokens, lengths, full
 
 
-def tokenize_dataset(ds: TextDataset, config: TokenizerConfig = TokenizerConfig(),
-                     cache: bool = True) -> TokenizedCorpus:
+def tokenize_dataset(
+    ds: TextDataset, config: TokenizerConfig = TokenizerConfig(), cache: bool = True
+) -> TokenizedCorpus:
     """Tokenize ``ds`` under ``config``, from the cache when it exists."""
     path = cache_dir("text/tok") / f"{ds.name}-{config.key(ds.fingerprint)}.npz"
     if cache:
@@ -149,10 +151,14 @@ def tokenize_dataset(ds: TextDataset, config: TokenizerConfig = TokenizerConfig(
     corpus = TokenizedCorpus(ds.name, vocab, tokens, lengths, full, ds.labels.copy(), ds.split.copy(), config)
     if cache:
         buf = io.BytesIO()
-        np.savez_compressed(buf, tokens=tokens, lengths=lengths, full_lengths=full,
-                            vocab=np.array("\n".join(vocab)),
-                            meta=np.array(json.dumps({"name": ds.name, "config": asdict(config),
-                                                      "data": ds.fingerprint})))
+        np.savez_compressed(
+            buf,
+            tokens=tokens,
+            lengths=lengths,
+            full_lengths=full,
+            vocab=np.array("\n".join(vocab)),
+            meta=np.array(json.dumps({"name": ds.name, "config": asdict(config), "data": ds.fingerprint})),
+        )
         atomic_write_bytes(path, buf.getvalue())
     return corpus
 
@@ -165,8 +171,15 @@ def _read(path: Path, ds: TextDataset, config: TokenizerConfig) -> TokenizedCorp
             meta = json.loads(str(z["meta"]))
     except Exception as exc:
         raise DatasetError(f"token cache {path} is damaged: {exc}") from exc
-    if (meta.get("name") != ds.name or meta.get("data") != ds.fingerprint or meta.get("config") != asdict(config)
-            or tokens.shape != (len(ds), config.max_len) or lengths.shape != (len(ds),)
-            or full.shape != (len(ds),) or vocab[0] != PAD or (tokens.size and tokens.max() >= len(vocab))):
+    if (
+        meta.get("name") != ds.name
+        or meta.get("data") != ds.fingerprint
+        or meta.get("config") != asdict(config)
+        or tokens.shape != (len(ds), config.max_len)
+        or lengths.shape != (len(ds),)
+        or full.shape != (len(ds),)
+        or vocab[0] != PAD
+        or (tokens.size and tokens.max() >= len(vocab))
+    ):
         raise DatasetError(f"token cache {path} does not match its dataset ({ds.name}) and configuration")
     return TokenizedCorpus(ds.name, vocab, tokens, lengths, full, ds.labels.copy(), ds.split.copy(), config)

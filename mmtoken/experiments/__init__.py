@@ -32,6 +32,7 @@ embeddings (``embedding``, ``synthetic``, ``corpus_stats``) and reviews
 ``review_regime``), the ViT (``vit``, ``vit_runs``) and the data
 (``datasets``); see :mod:`mmtoken`.
 """
+
 from __future__ import annotations
 
 import importlib

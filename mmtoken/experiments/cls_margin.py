@@ -16,6 +16,7 @@ Two computations, each run once per scale (memoised):
 * :func:`joint`: plain GD on ``(E, p)`` together, ``v`` fixed, at every
   ``sigma0`` of the sweep (one batched run).
 """
+
 from __future__ import annotations
 
 import functools
@@ -32,16 +33,16 @@ from ..plotting import style, subplots, token_scatter
 from .one_step import ETA, data, head, init
 
 CHAPTER = "11_cls_margin"
-SIGMA0 = 0.5                      # initialisation scale of the main run (||E_s^0|| ~ SIGMA0)
-SWEEP = (0.01, 0.05, 0.1, 0.5)    # initialisation scales of the sweep (SIGMA0 among them)
-CLAIM_SCALES = (0.05, 0.1, 0.5)   # the scales B.cls.small_init is about
-CAP_SCALE = 0.1                   # other scales run at most the budget of this one (keeps the chapter fast)
-LR = 0.1                          # fixed step of normalized GD on p
-KAPPA = 100.0                     # sweep: run until ||p|| / ||p_mm|| ~ KAPPA
-KAPPA_MAIN = 300.0                # main run: until ||p|| / ||p_mm|| ~ KAPPA_MAIN
-RECORD = 100                      # history thinning; budgets are multiples of 10 * RECORD
-JOINT_LR = ETA                    # joint GD on (E, p): the step of chapter 10's one step
-OFFSET = 3.0                      # reference curve of plot_sweep: 1 - corr ~ OFFSET^2 / (2 r^2)
+SIGMA0 = 0.5  # initialisation scale of the main run (||E_s^0|| ~ SIGMA0)
+SWEEP = (0.01, 0.05, 0.1, 0.5)  # initialisation scales of the sweep (SIGMA0 among them)
+CLAIM_SCALES = (0.05, 0.1, 0.5)  # the scales B.cls.small_init is about
+CAP_SCALE = 0.1  # other scales run at most the budget of this one (keeps the chapter fast)
+LR = 0.1  # fixed step of normalized GD on p
+KAPPA = 100.0  # sweep: run until ||p|| / ||p_mm|| ~ KAPPA
+KAPPA_MAIN = 300.0  # main run: until ||p|| / ||p_mm|| ~ KAPPA_MAIN
+RECORD = 100  # history thinning; budgets are multiples of 10 * RECORD
+JOINT_LR = ETA  # joint GD on (E, p): the step of chapter 10's one step
+OFFSET = 3.0  # reference curve of plot_sweep: 1 - corr ~ OFFSET^2 / (2 r^2)
 
 
 def budget(margin: float, kappa: float = KAPPA, lr: float = LR) -> int:
@@ -61,50 +62,50 @@ def budget(margin: float, kappa: float = KAPPA, lr: float = LR) -> int:
 class SweepResult:
     """Per initialisation scale ``sigma0`` (arrays of length ``S``; lists hold one history each)."""
 
-    scales: np.ndarray            # (S,) sigma0
-    margin: np.ndarray            # (S,) SVM margin 1/||p_mm||
-    budget: np.ndarray            # (S,) steps the run got
-    rule: np.ndarray              # (S,) steps the rule K = KAPPA/(LR margin) asks (before any cap)
+    scales: np.ndarray  # (S,) sigma0
+    margin: np.ndarray  # (S,) SVM margin 1/||p_mm||
+    budget: np.ndarray  # (S,) steps the run got
+    rule: np.ndarray  # (S,) steps the rule K = KAPPA/(LR margin) asks (before any cap)
     important_is_optimal: np.ndarray  # (S,) bool: the important token has the top score in every sequence
-    locally_optimal: np.ndarray   # (S,) bool: every SVM-neighbour scores below the important token
-    rank: np.ndarray              # (S,) rank of E^1 (full row rank = V)
-    value_ratio: np.ndarray       # (S,) max |E_s^T v| over neutral tokens / min |E_s^T v| over important tokens
-    steps: list                   # histories: steps (R_j,)
-    norm: list                    # ||p|| (R_j,)
-    corr: list                    # corr(p, p_mm) (R_j,)
-    min_attn: list                # min over sequences of the attention on the important token (R_j,)
-    selects: np.ndarray           # (S,) bool: at its budget, argmax attention = important token in every sequence
-    end_corr: np.ndarray          # (S,) corr at the budget
-    end_attn: np.ndarray          # (S,) min attention at the budget
-    end_r: np.ndarray             # (S,) ||p|| / ||p_mm|| at the budget
-    final_p: np.ndarray           # (S, d) p at the budget
-    p_mm: np.ndarray              # (S, d) ATT-SVM solutions
+    locally_optimal: np.ndarray  # (S,) bool: every SVM-neighbour scores below the important token
+    rank: np.ndarray  # (S,) rank of E^1 (full row rank = V)
+    value_ratio: np.ndarray  # (S,) max |E_s^T v| over neutral tokens / min |E_s^T v| over important tokens
+    steps: list  # histories: steps (R_j,)
+    norm: list  # ||p|| (R_j,)
+    corr: list  # corr(p, p_mm) (R_j,)
+    min_attn: list  # min over sequences of the attention on the important token (R_j,)
+    selects: np.ndarray  # (S,) bool: at its budget, argmax attention = important token in every sequence
+    end_corr: np.ndarray  # (S,) corr at the budget
+    end_attn: np.ndarray  # (S,) min attention at the budget
+    end_r: np.ndarray  # (S,) ||p|| / ||p_mm|| at the budget
+    final_p: np.ndarray  # (S, d) p at the budget
+    p_mm: np.ndarray  # (S, d) ATT-SVM solutions
 
 
 @dataclass
 class ClsResult:
     """The main run (``sigma0 = SIGMA0``) and the sweep it belongs to."""
 
-    steps: np.ndarray          # (R,)
-    norm: np.ndarray           # (R,) ||p||
-    corr: np.ndarray           # (R,) correlation of p with p_mm
-    min_attn: np.ndarray       # (R,) min over sequences of the attention on the important token
-    min_margin: np.ndarray     # (R,) min_{i, t != important} (k_i* - k_it)^T p / ||p||
-    loss: np.ndarray           # (R,) training loss (saturation-safe)
-    loss_inf: float            # infimum over p: all attention on the important tokens (numpy, independent)
-    p_mm: np.ndarray           # (d,) ATT-SVM solution for the important-token selection
-    svm_margin: float          # 1 / ||p_mm||
-    kkt: float                 # largest KKT residual of the SVM
+    steps: np.ndarray  # (R,)
+    norm: np.ndarray  # (R,) ||p||
+    corr: np.ndarray  # (R,) correlation of p with p_mm
+    min_attn: np.ndarray  # (R,) min over sequences of the attention on the important token
+    min_margin: np.ndarray  # (R,) min_{i, t != important} (k_i* - k_it)^T p / ||p||
+    loss: np.ndarray  # (R,) training loss (saturation-safe)
+    loss_inf: float  # infimum over p: all attention on the important tokens (numpy, independent)
+    p_mm: np.ndarray  # (d,) ATT-SVM solution for the important-token selection
+    svm_margin: float  # 1 / ||p_mm||
+    kkt: float  # largest KKT residual of the SVM
     important_is_optimal: bool  # the important token has the top score in every sequence
-    n_support: int             # active constraints at p_mm (with repeats)
-    logits: np.ndarray         # (V,) final p^T E_s / ||p||
-    values: np.ndarray         # (V,) E_s^T v
+    n_support: int  # active constraints at p_mm (with repeats)
+    logits: np.ndarray  # (V,) final p^T E_s / ||p||
+    values: np.ndarray  # (V,) E_s^T v
     stats: TokenStats
     kind: np.ndarray
-    attn_final: np.ndarray     # (n, T) final attention
-    tokens: np.ndarray         # (n, T)
-    important: np.ndarray      # (n,)
-    alignment: float           # corr(E^1 v, alpha) at this initialisation
+    attn_final: np.ndarray  # (n, T) final attention
+    tokens: np.ndarray  # (n, T)
+    important: np.ndarray  # (n,)
+    alignment: float  # corr(E^1 v, alpha) at this initialisation
     sweep: SweepResult
 
 
@@ -116,7 +117,7 @@ def _tables(scale: str):
     """Data, head, the one-step tables ``E^1`` of every sweep scale ``(S, V, d)`` and their token stats."""
     ds = data(scale)
     v = head()
-    E0 = init(ds.vocab_size, SWEEP, 1)[0]                          # (S, V, d), one draw rescaled per sigma0
+    E0 = init(ds.vocab_size, SWEEP, 1)[0]  # (S, V, d), one draw rescaled per sigma0
     E1 = embedding.one_step(E0, v, ds.tokens, ds.labels, ETA, ds.mask)
     stats = token_stats(ds.tokens.numpy(), ds.labels.numpy().astype(int), ds.vocab_size, pad_id=synthetic.PAD_ID)
     return ds, v, E1, stats
@@ -128,7 +129,7 @@ def _run(scale: str) -> ClsResult:
     important = ds.important.numpy()
     mask = ds.mask.numpy()
     rows = np.arange(ds.n)
-    problem = embedding.cls_problem(E1, v, ds.tokens, ds.labels, ds.mask)          # (S, n, T, d) keys
+    problem = embedding.cls_problem(E1, v, ds.tokens, ds.labels, ds.mask)  # (S, n, T, d) keys
     K = problem.K.numpy()
     gamma = problem.gamma.numpy()
     # the reference, fixed before training: ATT-SVM of the important-token selection, per sigma0
@@ -136,7 +137,7 @@ def _run(scale: str) -> ClsResult:
     margin = np.array([s.margin for s in sols])
     is_opt = (problem.optimal_tokens().numpy() == important).all(-1)
     local = np.array([_locally_optimal(K[j], gamma[j], important, mask, s.x) for j, s in enumerate(sols)])
-    Ev = (E1 @ v).numpy()                                                            # (S, V)
+    Ev = (E1 @ v).numpy()  # (S, V)
     imp_ids, neu_ids = ds.important_ids.numpy(), ds.ids("neutral")
     value_ratio = np.abs(Ev[:, neu_ids]).max(-1) / np.abs(Ev[:, imp_ids]).min(-1)
     rank = np.array([int(torch.linalg.matrix_rank(E1[j])) for j in range(len(SWEEP))])
@@ -146,8 +147,7 @@ def _run(scale: str) -> ClsResult:
     main = SWEEP.index(SIGMA0)
     run_for = budgets.copy()
     run_for[main] = budget(margin[main], KAPPA_MAIN)
-    hs = embedding.train_cls_batch(E1, v, ds.tokens, ds.labels, ds.mask, budgets=run_for, lr=LR,
-                                   record_every=RECORD)
+    hs = embedding.train_cls_batch(E1, v, ds.tokens, ds.labels, ds.mask, budgets=run_for, lr=LR, record_every=RECORD)
     # the sweep, each table read at its own budget
     steps, norms, corrs, attns = [], [], [], []
     selects, end_corr, end_attn, end_r, final_p = [], [], [], [], []
@@ -163,9 +163,26 @@ def _run(scale: str) -> ClsResult:
         end_attn.append(attns[-1][-1])
         end_r.append(norms[-1][-1] * margin[j])
         final_p.append(P[-1])
-    sweep = SweepResult(np.array(SWEEP), margin, budgets, rule, is_opt, local, rank, value_ratio, steps, norms,
-                        corrs, attns, np.array(selects), np.array(end_corr), np.array(end_attn), np.array(end_r),
-                        np.array(final_p), np.array([sol.x for sol in sols]))
+    sweep = SweepResult(
+        np.array(SWEEP),
+        margin,
+        budgets,
+        rule,
+        is_opt,
+        local,
+        rank,
+        value_ratio,
+        steps,
+        norms,
+        corrs,
+        attns,
+        np.array(selects),
+        np.array(end_corr),
+        np.array(end_attn),
+        np.array(end_r),
+        np.array(final_p),
+        np.array([sol.x for sol in sols]),
+    )
     # the main run: the sigma0 = SIGMA0 table continued to its own budget
     h = hs[main]
     P = h.p.numpy()
@@ -183,12 +200,29 @@ def _run(scale: str) -> ClsResult:
     loss_inf = float(np.mean(np.logaddexp(0.0, -y * Ev[main, imp_ids])))
     occ = stats.count > 0
     pf = P[-1]
-    return ClsResult(h.steps, np.linalg.norm(P, axis=-1), geometry.correlation(P, sols[main].x),
-                     h.probs[:, rows, important].min(-1).values.numpy(), min_margin, h.loss.numpy(), loss_inf,
-                     sols[main].x, float(margin[main]), max(sols[main].kkt_residuals().values()),
-                     bool(is_opt[main]), n_support, E1[main].numpy() @ pf / np.linalg.norm(pf), Ev[main], stats,
-                     ds.kind, h.probs[-1].numpy(), ds.tokens.numpy(), important,
-                     float(geometry.correlation(Ev[main, occ], stats.alpha[occ])), sweep)
+    return ClsResult(
+        h.steps,
+        np.linalg.norm(P, axis=-1),
+        geometry.correlation(P, sols[main].x),
+        h.probs[:, rows, important].min(-1).values.numpy(),
+        min_margin,
+        h.loss.numpy(),
+        loss_inf,
+        sols[main].x,
+        float(margin[main]),
+        max(sols[main].kkt_residuals().values()),
+        bool(is_opt[main]),
+        n_support,
+        E1[main].numpy() @ pf / np.linalg.norm(pf),
+        Ev[main],
+        stats,
+        ds.kind,
+        h.probs[-1].numpy(),
+        ds.tokens.numpy(),
+        important,
+        float(geometry.correlation(Ev[main, occ], stats.alpha[occ])),
+        sweep,
+    )
 
 
 def _locally_optimal(K, gamma, alpha, mask, p_mm, tol: float = 1e-6) -> bool:
@@ -203,18 +237,18 @@ def _locally_optimal(K, gamma, alpha, mask, p_mm, tol: float = 1e-6) -> bool:
 class JointResult:
     """Plain GD on ``(E, p)`` together (``v`` fixed) from ``(E^0, 0)``, one run per sweep scale."""
 
-    scales: np.ndarray         # (S,)
-    steps: np.ndarray          # (R,)
-    loss: np.ndarray           # (R, S)
-    mean_attn: np.ndarray      # (R, S) mean over sequences of the attention on the important token
-    min_attn: np.ndarray       # (R, S)
-    logit_gap: np.ndarray      # (R, S) min over important tokens of p^T E_s minus max over neutral tokens
-    norm: np.ndarray           # (R, S) ||p||
-    logits: np.ndarray         # (S, V) final p^T E_s
-    values: np.ndarray         # (S, V) final E_s^T v
-    E0: np.ndarray             # (S, V, d) the start
-    E: np.ndarray              # (S, V, d) the end
-    p: np.ndarray              # (S, d) the end
+    scales: np.ndarray  # (S,)
+    steps: np.ndarray  # (R,)
+    loss: np.ndarray  # (R, S)
+    mean_attn: np.ndarray  # (R, S) mean over sequences of the attention on the important token
+    min_attn: np.ndarray  # (R, S)
+    logit_gap: np.ndarray  # (R, S) min over important tokens of p^T E_s minus max over neutral tokens
+    norm: np.ndarray  # (R, S) ||p||
+    logits: np.ndarray  # (S, V) final p^T E_s
+    values: np.ndarray  # (S, V) final E_s^T v
+    E0: np.ndarray  # (S, V, d) the start
+    E: np.ndarray  # (S, V, d) the end
+    p: np.ndarray  # (S, d) the end
     stats: TokenStats
     kind: np.ndarray
     lr: float
@@ -233,13 +267,26 @@ def _joint(scale: str) -> JointResult:
     h = embedding.joint_gd(E0, v, ds.tokens, ds.labels, ds.mask, steps=steps, lr=JOINT_LR, record_every=2)
     stats = token_stats(ds.tokens.numpy(), ds.labels.numpy().astype(int), ds.vocab_size, pad_id=synthetic.PAD_ID)
     imp_ids = np.unique(ds.important_ids.numpy())
-    neu_ids = np.intersect1d(ds.ids("neutral"), np.flatnonzero(stats.count > 0))     # neutral tokens that occur
-    z = (h.E @ h.p.unsqueeze(-1)).squeeze(-1).numpy()                                 # (R, S, V)
+    neu_ids = np.intersect1d(ds.ids("neutral"), np.flatnonzero(stats.count > 0))  # neutral tokens that occur
+    z = (h.E @ h.p.unsqueeze(-1)).squeeze(-1).numpy()  # (R, S, V)
     attn = embedding.attention(h.E, h.p, ds.tokens, ds.mask)[..., np.arange(ds.n), ds.important].numpy()
-    return JointResult(np.array(SWEEP), h.steps, h.loss.numpy(), attn.mean(-1), attn.min(-1),
-                       z[..., imp_ids].min(-1) - z[..., neu_ids].max(-1), h.p.norm(dim=-1).numpy(), z[-1],
-                       (h.E[-1] @ v).numpy(), E0.numpy(), h.E[-1].numpy(), h.p[-1].numpy(), stats, ds.kind,
-                       JOINT_LR)
+    return JointResult(
+        np.array(SWEEP),
+        h.steps,
+        h.loss.numpy(),
+        attn.mean(-1),
+        attn.min(-1),
+        z[..., imp_ids].min(-1) - z[..., neu_ids].max(-1),
+        h.p.norm(dim=-1).numpy(),
+        z[-1],
+        (h.E[-1] @ v).numpy(),
+        E0.numpy(),
+        h.E[-1].numpy(),
+        h.p[-1].numpy(),
+        stats,
+        ds.kind,
+        JOINT_LR,
+    )
 
 
 # ------------------------------------------------------------------ figures
@@ -253,8 +300,7 @@ def plot_convergence(r: ClsResult | None = None):
     ax.plot(r.steps[k], 1 - r.corr[k], label=r"1 - corr$(p, p^{mm})$", **style(0))
     ax.plot(r.steps[k], 1 - r.min_attn[k], label="1 - min attention on important", **style(1))
     gap = r.svm_margin - r.min_margin[k]
-    ax.plot(r.steps[k], np.where(gap > 0, gap, np.nan) / r.svm_margin,
-            label="relative margin gap", **style(2))
+    ax.plot(r.steps[k], np.where(gap > 0, gap, np.nan) / r.svm_margin, label="relative margin gap", **style(2))
     excess = (r.loss[k] - r.loss_inf) / r.loss_inf
     ax.plot(r.steps[k], np.where(excess > 0, excess, np.nan), label="relative loss excess", **style(3))
     ax.set_xscale("log")
@@ -289,8 +335,7 @@ def plot_sweep(r: ClsResult | None = None):
         a1.axvline(s.budget[j], color=st["color"], ls=":", lw=1)
         a2.plot(s.norm[j][k] * s.margin[j], 1 - s.corr[j][k], **st)
     rr = np.logspace(0, np.log10(max(x[-1] * g for x, g in zip(s.norm, s.margin))), 50)
-    a2.plot(rr, OFFSET ** 2 / (2 * rr ** 2), color="0.3", lw=2.5, alpha=0.35,
-            label=rf"${OFFSET:g}^2 / (2 r^2)$")
+    a2.plot(rr, OFFSET**2 / (2 * rr**2), color="0.3", lw=2.5, alpha=0.35, label=rf"${OFFSET:g}^2 / (2 r^2)$")
     for ax, xl in ((a1, "step"), (a2, r"$r = \Vert p\Vert / \Vert p^{mm}\Vert$")):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -306,9 +351,15 @@ def plot_logits(r: ClsResult | None = None, ax=None):
     """Final attention logit ``p^T E_s / ||p||`` of each token against its posterior difference ``Delta_s``."""
     r = r or run()
     keep = r.stats.count > 0
-    return token_scatter(r.stats.delta[keep], r.logits[keep], hue=r.kind[keep], ax=ax, alpha=0.8,
-                         xlabel=r"posterior difference $\Delta_s$",
-                         ylabel=r"attention logit $p^\top E_s / \Vert p\Vert$")
+    return token_scatter(
+        r.stats.delta[keep],
+        r.logits[keep],
+        hue=r.kind[keep],
+        ax=ax,
+        alpha=0.8,
+        xlabel=r"posterior difference $\Delta_s$",
+        ylabel=r"attention logit $p^\top E_s / \Vert p\Vert$",
+    )
 
 
 def plot_attention(r: ClsResult | None = None, rows: int = 12):
@@ -318,8 +369,9 @@ def plot_attention(r: ClsResult | None = None, rows: int = 12):
     from ..plotting import attention_heatmap
 
     attention_heatmap(r.attn_final[:rows], ax=ax, col_labels=list(range(r.attn_final.shape[1])))
-    ax.scatter(r.important[:rows] + 0.5, np.arange(rows) + 0.5, marker="o", s=30, facecolors="none",
-               edgecolors="0.6", lw=1)
+    ax.scatter(
+        r.important[:rows] + 0.5, np.arange(rows) + 0.5, marker="o", s=30, facecolors="none", edgecolors="0.6", lw=1
+    )
     ax.set_xlabel("position")
     ax.set_ylabel("sequence")
     return fig
@@ -339,10 +391,24 @@ def plot_joint(j: JointResult | None = None, scale_index: int | None = None):
     a0.set_xlabel("step")
     a0.set_ylabel("attention on important")
     keep = j.stats.count > 0
-    token_scatter(j.stats.alpha[keep], j.values[si, keep], hue=j.kind[keep], ax=a1, alpha=0.8,
-                  xlabel=r"signed frequency $\alpha_s$", ylabel=r"value $E_s^\top v$")
-    token_scatter(j.stats.delta[keep], j.logits[si, keep], hue=j.kind[keep], ax=a2, alpha=0.8,
-                  xlabel=r"posterior difference $\Delta_s$", ylabel=r"attention logit $p^\top E_s$")
+    token_scatter(
+        j.stats.alpha[keep],
+        j.values[si, keep],
+        hue=j.kind[keep],
+        ax=a1,
+        alpha=0.8,
+        xlabel=r"signed frequency $\alpha_s$",
+        ylabel=r"value $E_s^\top v$",
+    )
+    token_scatter(
+        j.stats.delta[keep],
+        j.logits[si, keep],
+        hue=j.kind[keep],
+        ax=a2,
+        alpha=0.8,
+        xlabel=r"posterior difference $\Delta_s$",
+        ylabel=r"attention logit $p^\top E_s$",
+    )
     # one legend below the panels: the scales of the selection panel, then the token kinds
     handles, labels = a0.get_legend_handles_labels()
     h1, l1 = a1.get_legend_handles_labels()
@@ -352,68 +418,102 @@ def plot_joint(j: JointResult | None = None, scale_index: int | None = None):
     return fig
 
 
-FIGURES = {"fig-cls-convergence": lambda: plot_convergence(), "fig-cls-logits": lambda: plot_logits(),
-           "fig-cls-attention": lambda: plot_attention(), "fig-cls-sweep": lambda: plot_sweep(),
-           "fig-cls-joint": lambda: plot_joint()}
+FIGURES = {
+    "fig-cls-convergence": lambda: plot_convergence(),
+    "fig-cls-logits": lambda: plot_logits(),
+    "fig-cls-attention": lambda: plot_attention(),
+    "fig-cls-sweep": lambda: plot_sweep(),
+    "fig-cls-joint": lambda: plot_joint(),
+}
 
 
 # ------------------------------------------------------------------ claims
-@claim("B.cls.selection", chapter=CHAPTER, checks="gradient flow on p selects the important tokens (paper B)",
-       statement="With E = E^1 fixed, normalized GD on p from 0 puts all attention on the important token of every sequence.",
-       threshold="min over sequences of the attention on the important token >= 0.999 at the end")
+@claim(
+    "B.cls.selection",
+    chapter=CHAPTER,
+    checks="gradient flow on p selects the important tokens (paper B)",
+    statement="With E = E^1 fixed, normalized GD on p from 0 puts all attention on the important token of every sequence.",
+    threshold="min over sequences of the attention on the important token >= 0.999 at the end",
+)
 def _claim_selection() -> Measured:
     r = run()
     value = float(r.min_attn[-1])
     return Measured(value, value >= 0.999, f"{int(r.steps[-1])} steps, ||p|| = {r.norm[-1]:.1f}")
 
 
-@claim("B.cls.direction", chapter=CHAPTER, checks="p converges in direction to the ATT-SVM with embeddings as keys (paper B)",
-       statement="p/||p|| converges to the max-margin direction of the important-token selection (cvxpy ATT-SVM).",
-       threshold="correlation of p with p_mm >= 0.9999 at the end")
+@claim(
+    "B.cls.direction",
+    chapter=CHAPTER,
+    checks="p converges in direction to the ATT-SVM with embeddings as keys (paper B)",
+    statement="p/||p|| converges to the max-margin direction of the important-token selection (cvxpy ATT-SVM).",
+    threshold="correlation of p with p_mm >= 0.9999 at the end",
+)
 def _claim_direction() -> Measured:
     r = run()
     value = float(r.corr[-1])
-    return Measured(value, value >= 0.9999, f"{int(r.steps[-1])} steps, ||p|| / ||p_mm|| = {r.norm[-1] * r.svm_margin:.1f}")
+    return Measured(
+        value, value >= 0.9999, f"{int(r.steps[-1])} steps, ||p|| / ||p_mm|| = {r.norm[-1] * r.svm_margin:.1f}"
+    )
 
 
-@claim("B.cls.small_init", chapter=CHAPTER, checks="selection and direction across the initialisation scale (paper B)",
-       statement="For sigma0 in {0.05, 0.1, 0.5}, normalized GD on p with the step budget K = 100 / (0.1 margin) "
-                 "(proportional to 1/margin) selects the important tokens and reaches the ATT-SVM direction.",
-       threshold="for each sigma0 in {0.05, 0.1, 0.5}: min attention on the important token >= 0.999 and "
-                 "corr(p, p_mm) >= 0.999 at the end of its budget")
+@claim(
+    "B.cls.small_init",
+    chapter=CHAPTER,
+    checks="selection and direction across the initialisation scale (paper B)",
+    statement="For sigma0 in {0.05, 0.1, 0.5}, normalized GD on p with the step budget K = 100 / (0.1 margin) "
+    "(proportional to 1/margin) selects the important tokens and reaches the ATT-SVM direction.",
+    threshold="for each sigma0 in {0.05, 0.1, 0.5}: min attention on the important token >= 0.999 and "
+    "corr(p, p_mm) >= 0.999 at the end of its budget",
+)
 def _claim_small_init() -> Measured:
     s = run().sweep
     idx = [SWEEP.index(x) for x in CLAIM_SCALES]
     attn, corr = float(s.end_attn[idx].min()), float(s.end_corr[idx].min())
-    details = ", ".join(f"sigma0 = {s.scales[i]:g}: {s.budget[i]} steps, attention {s.end_attn[i]:.6f}, "
-                        f"corr {s.end_corr[i]:.6f}" for i in idx)
+    details = ", ".join(
+        f"sigma0 = {s.scales[i]:g}: {s.budget[i]} steps, attention {s.end_attn[i]:.6f}, corr {s.end_corr[i]:.6f}"
+        for i in idx
+    )
     return Measured({"min_attention": attn, "corr": corr}, attn >= 0.999 and corr >= 0.999, details)
 
 
-@claim("B.cls.norm_diverges", chapter=CHAPTER, checks="||p|| diverges and the loss reaches its infimum (paper B)",
-       statement="Along the main run ||p|| keeps growing and the loss approaches its infimum over p, the loss with "
-                 "all attention on each sequence's important token (E fixed; computed from the values alone).",
-       threshold="||p|| at the end >= 5 x ||p|| at one tenth of the steps, and |loss - infimum| / infimum <= 1e-6 at the end")
+@claim(
+    "B.cls.norm_diverges",
+    chapter=CHAPTER,
+    checks="||p|| diverges and the loss reaches its infimum (paper B)",
+    statement="Along the main run ||p|| keeps growing and the loss approaches its infimum over p, the loss with "
+    "all attention on each sequence's important token (E fixed; computed from the values alone).",
+    threshold="||p|| at the end >= 5 x ||p|| at one tenth of the steps, and |loss - infimum| / infimum <= 1e-6 at the end",
+)
 def _claim_norm_diverges() -> Measured:
     r = run()
     tenth = int(np.flatnonzero(r.steps == r.steps[-1] // 10)[0])
     ratio = float(r.norm[-1] / r.norm[tenth])
     gap = float(abs(r.loss[-1] - r.loss_inf) / r.loss_inf)
-    return Measured({"norm_ratio": ratio, "loss_gap": gap}, ratio >= 5 and gap <= 1e-6,
-                    f"||p|| = {r.norm[tenth]:.1f} at step {int(r.steps[tenth])}, {r.norm[-1]:.1f} at step "
-                    f"{int(r.steps[-1])}; infimum {r.loss_inf:.6f}")
+    return Measured(
+        {"norm_ratio": ratio, "loss_gap": gap},
+        ratio >= 5 and gap <= 1e-6,
+        f"||p|| = {r.norm[tenth]:.1f} at step {int(r.steps[tenth])}, {r.norm[-1]:.1f} at step "
+        f"{int(r.steps[-1])}; infimum {r.loss_inf:.6f}",
+    )
 
 
-@claim("B.synthetic.joint_selects", kind="observation", chapter=CHAPTER,
-       checks="joint training of (E, p) selects the important tokens (paper B's experiments; no theorem covers it)",
-       statement="On chapter 10's synthetic data, plain GD on (E, p) together with v fixed, from (E^0, 0), ends with "
-                 "every important token's attention logit p^T E_s above every neutral token's and most attention on "
-                 "the important tokens; checked at every sigma0 of the sweep (an experiment: paper B's theorem is "
-                 "about the two-phase protocol).",
-       threshold="at the end, min over important tokens of p^T E_s > max over neutral tokens, and mean attention on the "
-                 "important tokens >= 0.9 (worst sigma0)")
+@claim(
+    "B.synthetic.joint_selects",
+    kind="observation",
+    chapter=CHAPTER,
+    checks="joint training of (E, p) selects the important tokens (paper B's experiments; no theorem covers it)",
+    statement="On chapter 10's synthetic data, plain GD on (E, p) together with v fixed, from (E^0, 0), ends with "
+    "every important token's attention logit p^T E_s above every neutral token's and most attention on "
+    "the important tokens; checked at every sigma0 of the sweep (an experiment: paper B's theorem is "
+    "about the two-phase protocol).",
+    threshold="at the end, min over important tokens of p^T E_s > max over neutral tokens, and mean attention on the "
+    "important tokens >= 0.9 (worst sigma0)",
+)
 def _claim_joint_selects() -> Measured:
     j = joint()
     gap, attn = float(j.logit_gap[-1].min()), float(j.mean_attn[-1].min())
-    return Measured({"logit_gap": gap, "mean_attention": attn}, gap > 0 and attn >= 0.9,
-                    f"{int(j.steps[-1])} steps of size {j.lr:g}, sigma0 in {list(j.scales)}")
+    return Measured(
+        {"logit_gap": gap, "mean_attention": attn},
+        gap > 0 and attn >= 0.9,
+        f"{int(j.steps[-1])} steps of size {j.lr:g}, sigma0 in {list(j.scales)}",
+    )

@@ -14,6 +14,7 @@
   (unequal non-optimal scores, outside Theorem 2), whose loss has a finite
   stationary point from which plain GD goes to either end.
 """
+
 from __future__ import annotations
 
 import functools
@@ -53,10 +54,10 @@ SELECTED = 0.99
 class PublishedRun:
     """The published 1000 normalized steps (recorded every step)."""
 
-    steps: np.ndarray     # (S,)
-    p: np.ndarray         # (S, starts, 2)
-    corr: np.ndarray      # (S, starts) correlation with the GMM
-    norm: np.ndarray      # (S, starts)
+    steps: np.ndarray  # (S,)
+    p: np.ndarray  # (S, starts, 2)
+    corr: np.ndarray  # (S, starts) correlation with the GMM
+    norm: np.ndarray  # (S, starts)
 
 
 @dataclass
@@ -71,17 +72,17 @@ class LongRun:
 
 @dataclass
 class RegPath:
-    radii: np.ndarray     # (nR,)
-    p: np.ndarray         # (nR, 2) best start per radius
-    corr: np.ndarray      # (nR,) correlation of p(R)/R with the GMM
+    radii: np.ndarray  # (nR,)
+    p: np.ndarray  # (nR, 2) best start per radius
+    corr: np.ndarray  # (nR,) correlation of p(R)/R with the GMM
     on_sphere: np.ndarray  # (nR,) | ||p(R)|| - R |
 
 
 @dataclass
 class GlobalResult:
-    keys: np.ndarray      # (1, T, 2)
-    gamma: np.ndarray     # (1, T)
-    gmm: np.ndarray       # (2,)
+    keys: np.ndarray  # (1, T, 2)
+    gamma: np.ndarray  # (1, T)
+    gmm: np.ndarray  # (2,)
     svm: svm.SVMSolution
     published: PublishedRun
     long: LongRun
@@ -102,17 +103,22 @@ def _compute_published() -> tuple[dict[str, np.ndarray], dict]:
     inst = instances.fig1("global")
     gmm = inst.gmm().x
     with torch.inference_mode():
-        h = train.train_p(inst.problem(), inst.starts, steps=PUBLISHED_STEPS, lr=LR, record_every=1,
-                          record_probs=False)
+        h = train.train_p(inst.problem(), inst.starts, steps=PUBLISHED_STEPS, lr=LR, record_every=1, record_probs=False)
     ps = h.p.numpy()
-    return {"steps": np.asarray(h.steps), "p": ps, "corr": geometry.correlation(ps, gmm),
-            "norm": h.norm.numpy(), "gmm": np.asarray(gmm)}, {}
+    return {
+        "steps": np.asarray(h.steps),
+        "p": ps,
+        "corr": geometry.correlation(ps, gmm),
+        "norm": h.norm.numpy(),
+        "gmm": np.asarray(gmm),
+    }, {}
 
 
 @functools.lru_cache(maxsize=None)
 def _published_arrays() -> dict[str, np.ndarray]:
-    arrays, _ = resultcache.experiment_result(__name__, "published", {"steps": PUBLISHED_STEPS, "lr": LR},
-                                              _compute_published)
+    arrays, _ = resultcache.experiment_result(
+        __name__, "published", {"steps": PUBLISHED_STEPS, "lr": LR}, _compute_published
+    )
     return arrays
 
 
@@ -135,8 +141,9 @@ def _long(scale: str) -> LongRun:
     gmm = inst.gmm().x
     pub = _published()
     with torch.inference_mode():
-        h = train.train_p(inst.problem(), pub.p[-1], steps=total - PUBLISHED_STEPS, lr=LR, record_every=every,
-                          record_probs=False)
+        h = train.train_p(
+            inst.problem(), pub.p[-1], steps=total - PUBLISHED_STEPS, lr=LR, record_every=every, record_probs=False
+        )
     ps = h.p.numpy()
     return LongRun(h.steps + PUBLISHED_STEPS, ps, geometry.correlation(ps, gmm), h.norm.numpy())
 
@@ -156,7 +163,7 @@ def reg_path(scale: str | None = None) -> RegPath:
 def _reg(scale: str) -> RegPath:
     radii = np.logspace(0.0, 2.0, config.pick(quick=9, paper=17, which=scale))
     angles = np.linspace(0, 2 * np.pi, 12, endpoint=False)
-    w0 = np.stack([np.cos(angles), np.sin(angles)], -1)      # 12 start directions
+    w0 = np.stack([np.cos(angles), np.sin(angles)], -1)  # 12 start directions
     inst = instances.fig1("global")
     problem = inst.problem()
     gmm = inst.gmm().x
@@ -171,9 +178,9 @@ def _reg(scale: str) -> RegPath:
 class PlainRun:
     """Plain GD ``p <- p - eta grad L(p)`` from a batch of starts, recorded ~90 times per decade of steps."""
 
-    steps: np.ndarray     # (S,) recorded steps, 0 .. total
-    p: np.ndarray         # (S, starts, m)
-    norm: np.ndarray      # (S, starts)
+    steps: np.ndarray  # (S,) recorded steps, 0 .. total
+    p: np.ndarray  # (S, starts, m)
+    norm: np.ndarray  # (S, starts)
     lr: float
 
     def at(self, k: int) -> int:
@@ -191,14 +198,14 @@ def plain_gd(problem: AttentionProblem, starts, steps: int = PLAIN_STEPS, lr: fl
     the last iterate continues the same trajectory); each decade is recorded
     about 90 times, so the history stays small for 10^6 steps.
     """
-    edges = [0] + [10 ** j for j in range(2, 19) if 10 ** j < steps] + [steps]
+    edges = [0] + [10**j for j in range(2, 19) if 10**j < steps] + [steps]
     p = np.asarray(starts, float)
     rows_s, rows_p = [], []
     with torch.inference_mode():
         for a, b in zip(edges[:-1], edges[1:]):
             every = max(1, a // 10) if a else 1
             h = train.train_p(problem, p, steps=b - a, lr=lr, method="gd", record_every=every, record_probs=False)
-            keep = slice(0 if a == 0 else 1, None)               # the first row repeats the last of the decade before
+            keep = slice(0 if a == 0 else 1, None)  # the first row repeats the last of the decade before
             rows_s.append(h.steps[keep] + a)
             rows_p.append(h.p.numpy()[keep])
             p = h.p.numpy()[-1]
@@ -218,17 +225,23 @@ def decade_summary(r: PlainRun, ref) -> dict:
     corr = geometry.correlation(r.p, ref)
     inc_last = r.norm[i3] - r.norm[i2]
     inc_prev = r.norm[i2] - r.norm[i1]
-    return {"steps": k, "corr": corr[i3], "corr_decade_before": corr[i2],
-            "rising": bool(np.all(corr[i3] > corr[i2])), "inc_last": inc_last, "inc_prev": inc_prev,
-            "log_growth": bool(np.all(np.abs(inc_last - inc_prev) <= 0.25 * inc_prev))}
+    return {
+        "steps": k,
+        "corr": corr[i3],
+        "corr_decade_before": corr[i2],
+        "rising": bool(np.all(corr[i3] > corr[i2])),
+        "inc_last": inc_last,
+        "inc_prev": inc_prev,
+        "log_growth": bool(np.all(np.abs(inc_last - inc_prev) <= 0.25 * inc_prev)),
+    }
 
 
 @dataclass
 class Smoothness:
     """The step condition ``eta <= 1/L_p`` for one instance."""
 
-    bound: float           # analytic bound on sup ||hess L|| (mmtoken.smoothness)
-    grid_max: float        # largest ||hess L|| met on the grid [-box, box]^2
+    bound: float  # analytic bound on sup ||hess L|| (mmtoken.smoothness)
+    grid_max: float  # largest ||hess L|| met on the grid [-box, box]^2
     grid_argmax: np.ndarray
     box: float
     lr: float
@@ -257,18 +270,18 @@ def plain_run() -> PlainRun:
 class StationaryCounterexample:
     """Keys ``(-1, 0, 1)``, scores ``(1, 0, 0.9)``: a finite stationary point and two limits."""
 
-    keys: np.ndarray          # (1, 3, 1)
-    gamma: np.ndarray         # (1, 3)
-    p_star: float             # root of L'(p)
-    grad_star: float          # L'(p_star)
-    curvature: float          # L''(p_star) (< 0: a maximum)
-    bound: float              # smoothness bound of L (step condition)
-    reports: list             # geometry.classify of each token
-    run: PlainRun             # plain GD from p_star - offset, p_star + offset
-    final_probs: np.ndarray   # (2, 3) softmax at the last step
-    grid: np.ndarray          # (G,) values of p for the plot
-    loss: np.ndarray          # (G,) L(p), unequal scores
-    loss_equal: np.ndarray    # (G,) L(p), equal non-optimal scores
+    keys: np.ndarray  # (1, 3, 1)
+    gamma: np.ndarray  # (1, 3)
+    p_star: float  # root of L'(p)
+    grad_star: float  # L'(p_star)
+    curvature: float  # L''(p_star) (< 0: a maximum)
+    bound: float  # smoothness bound of L (step condition)
+    reports: list  # geometry.classify of each token
+    run: PlainRun  # plain GD from p_star - offset, p_star + offset
+    final_probs: np.ndarray  # (2, 3) softmax at the last step
+    grid: np.ndarray  # (G,) values of p for the plot
+    loss: np.ndarray  # (G,) L(p), unequal scores
+    loss_equal: np.ndarray  # (G,) L(p), equal non-optimal scores
 
     @property
     def selected(self) -> list:
@@ -301,8 +314,20 @@ def stationary_counterexample() -> StationaryCounterexample:
     P = torch.as_tensor(grid[:, None])
     loss = grad.loss_value(problem, P).numpy()
     loss_eq = grad.loss_value(AttentionProblem(SC_KEYS, SC_GAMMA_EQUAL), P).numpy()
-    return StationaryCounterexample(SC_KEYS, SC_GAMMA, float(p_star), _derivative(problem, p_star), curv, bound,
-                                    reports, r, probs, grid, loss, loss_eq)
+    return StationaryCounterexample(
+        SC_KEYS,
+        SC_GAMMA,
+        float(p_star),
+        _derivative(problem, p_star),
+        curv,
+        bound,
+        reports,
+        r,
+        probs,
+        grid,
+        loss,
+        loss_eq,
+    )
 
 
 def run(scale: str | None = None) -> GlobalResult:
@@ -314,67 +339,114 @@ def run(scale: str | None = None) -> GlobalResult:
 
 
 # ---------------------------------------------------------------- claims
-@claim("A.global.gd", chapter=CHAPTER,
-       checks="Theorem 2 (paper A) extended to normalized GD, the published algorithm (the theorem is about plain GD: "
-              "A.global.plain_gd); Fig. 1 (global)",
-       statement="Normalized GD (step 0.1, logistic loss), the published algorithm, from all six published Fig. 1 "
-                 "(global) starts converges in direction to the GMM.",
-       threshold="all six starts reach correlation >= 0.99999 with the GMM")
+@claim(
+    "A.global.gd",
+    chapter=CHAPTER,
+    checks="Theorem 2 (paper A) extended to normalized GD, the published algorithm (the theorem is about plain GD: "
+    "A.global.plain_gd); Fig. 1 (global)",
+    statement="Normalized GD (step 0.1, logistic loss), the published algorithm, from all six published Fig. 1 "
+    "(global) starts converges in direction to the GMM.",
+    threshold="all six starts reach correlation >= 0.99999 with the GMM",
+)
 def _claim_gd() -> Measured:
     r = long_run()
     final = r.corr[-1]
-    return Measured({"steps": int(r.steps[-1]), "min_corr": float(final.min()), "min_norm": float(r.norm[-1].min())},
-                    bool(final.min() >= 0.99999))
+    return Measured(
+        {"steps": int(r.steps[-1]), "min_corr": float(final.min()), "min_norm": float(r.norm[-1].min())},
+        bool(final.min() >= 0.99999),
+    )
 
 
-@claim("A.global.reg_path", chapter=CHAPTER, checks="Theorem 1 (paper A); Fig. 1 (global)",
-       statement="The regularization path p(R)/R of the Fig. 1 (global) instance turns toward the GMM "
-                 "direction as R grows.",
-       threshold="correlation with the GMM increases with R over the grid and is >= 0.999 at the largest R")
+@claim(
+    "A.global.reg_path",
+    chapter=CHAPTER,
+    checks="Theorem 1 (paper A); Fig. 1 (global)",
+    statement="The regularization path p(R)/R of the Fig. 1 (global) instance turns toward the GMM "
+    "direction as R grows.",
+    threshold="correlation with the GMM increases with R over the grid and is >= 0.999 at the largest R",
+)
 def _claim_reg() -> Measured:
     r = reg_path()
     inc = bool(np.all(np.diff(r.corr) > 0))
-    return Measured({"radii": [float(r.radii[0]), float(r.radii[-1])], "corr_first": float(r.corr[0]),
-                     "corr_last": float(r.corr[-1]), "increasing": inc, "min_step": float(np.diff(r.corr).min())},
-                    bool(inc and r.corr[-1] >= 0.999))
+    return Measured(
+        {
+            "radii": [float(r.radii[0]), float(r.radii[-1])],
+            "corr_first": float(r.corr[0]),
+            "corr_last": float(r.corr[-1]),
+            "increasing": inc,
+            "min_step": float(np.diff(r.corr).min()),
+        },
+        bool(inc and r.corr[-1] >= 0.999),
+    )
 
 
-@claim("A.global.plain_gd", chapter=CHAPTER, checks="Theorem 2 (paper A): plain GD with step eta <= 1/L_p; Fig. 1 (global)",
-       statement="Plain GD p <- p - eta grad L(p) (saturation-safe gradient, eta = 1 below 1/L_p for this instance) "
-                 "from the six Fig. 1 (global) starts, 10^6 steps, converges in direction to the GMM while ||p|| "
-                 "grows logarithmically.",
-       threshold="min correlation with the GMM >= 0.97 at 10^6 steps and rising over the last decade of steps (every "
-                 "start); ||p|| increase over the last decade within 25% of the increase over the decade before")
+@claim(
+    "A.global.plain_gd",
+    chapter=CHAPTER,
+    checks="Theorem 2 (paper A): plain GD with step eta <= 1/L_p; Fig. 1 (global)",
+    statement="Plain GD p <- p - eta grad L(p) (saturation-safe gradient, eta = 1 below 1/L_p for this instance) "
+    "from the six Fig. 1 (global) starts, 10^6 steps, converges in direction to the GMM while ||p|| "
+    "grows logarithmically.",
+    threshold="min correlation with the GMM >= 0.97 at 10^6 steps and rising over the last decade of steps (every "
+    "start); ||p|| increase over the last decade within 25% of the increase over the decade before",
+)
 def _claim_plain_gd() -> Measured:
     inst = instances.fig1("global")
     sm = smoothness_of(inst)
     r = plain_run()
     d = decade_summary(r, inst.gmm().x)
     ok = sm.step_ok and d["corr"].min() >= 0.97 and d["rising"] and d["log_growth"]
-    return Measured({"steps": d["steps"], "lr": r.lr, "L_bound": sm.bound, "min_corr": float(d["corr"].min()),
-                     "min_corr_decade_before": float(d["corr_decade_before"].min()), "rising": d["rising"],
-                     "inc_last": [float(x) for x in d["inc_last"]], "inc_prev": [float(x) for x in d["inc_prev"]],
-                     "log_growth": d["log_growth"]}, bool(ok))
+    return Measured(
+        {
+            "steps": d["steps"],
+            "lr": r.lr,
+            "L_bound": sm.bound,
+            "min_corr": float(d["corr"].min()),
+            "min_corr_decade_before": float(d["corr_decade_before"].min()),
+            "rising": d["rising"],
+            "inc_last": [float(x) for x in d["inc_last"]],
+            "inc_prev": [float(x) for x in d["inc_prev"]],
+            "log_growth": d["log_growth"],
+        },
+        bool(ok),
+    )
 
 
-@claim("A.global.stationary_counterexample", chapter=CHAPTER,
-       checks="the equal-score hypothesis of Theorem 2 (paper A) is needed: a counterexample without it",
-       statement="For one input with keys (-1, 0, 1) and scores (1, 0, 0.9) the loss has a finite stationary point p*; "
-                 "plain GD started just right of it ends selecting token 2 (classified locally optimal), just left "
-                 "of it selecting token 0.",
-       threshold=f"root-finder: |L'(p*)| <= 1e-12 and |p*| <= 10; plain GD (eta = {PLAIN_LR}, {SC_STEPS} steps) from "
-                 f"p* + {SC_OFFSET:g} ends with softmax >= {SELECTED} on token 2, which geometry.classify calls locally "
-                 f"optimal; from p* - {SC_OFFSET:g} with softmax >= {SELECTED} on token 0")
+@claim(
+    "A.global.stationary_counterexample",
+    chapter=CHAPTER,
+    checks="the equal-score hypothesis of Theorem 2 (paper A) is needed: a counterexample without it",
+    statement="For one input with keys (-1, 0, 1) and scores (1, 0, 0.9) the loss has a finite stationary point p*; "
+    "plain GD started just right of it ends selecting token 2 (classified locally optimal), just left "
+    "of it selecting token 0.",
+    threshold=f"root-finder: |L'(p*)| <= 1e-12 and |p*| <= 10; plain GD (eta = {PLAIN_LR}, {SC_STEPS} steps) from "
+    f"p* + {SC_OFFSET:g} ends with softmax >= {SELECTED} on token 2, which geometry.classify calls locally "
+    f"optimal; from p* - {SC_OFFSET:g} with softmax >= {SELECTED} on token 0",
+)
 def _claim_stationary() -> Measured:
     c = stationary_counterexample()
     left, right = c.selected
-    ok = (abs(c.grad_star) <= 1e-12 and abs(c.p_star) <= 10 and c.run.lr <= 1.0 / c.bound
-          and right == 2 and c.reports[2].locally_optimal and left == 0)
-    return Measured({"p_star": c.p_star, "grad_at_p_star": c.grad_star, "curvature": c.curvature,
-                     "selected_from_right": right, "selected_from_left": left,
-                     "token2_locally_optimal": c.reports[2].locally_optimal,
-                     "final_probs_right": c.final_probs[1].round(6).tolist(),
-                     "final_probs_left": c.final_probs[0].round(6).tolist()}, bool(ok))
+    ok = (
+        abs(c.grad_star) <= 1e-12
+        and abs(c.p_star) <= 10
+        and c.run.lr <= 1.0 / c.bound
+        and right == 2
+        and c.reports[2].locally_optimal
+        and left == 0
+    )
+    return Measured(
+        {
+            "p_star": c.p_star,
+            "grad_at_p_star": c.grad_star,
+            "curvature": c.curvature,
+            "selected_from_right": right,
+            "selected_from_left": left,
+            "token2_locally_optimal": c.reports[2].locally_optimal,
+            "final_probs_right": c.final_probs[1].round(6).tolist(),
+            "final_probs_left": c.final_probs[0].round(6).tolist(),
+        },
+        bool(ok),
+    )
 
 
 # ---------------------------------------------------------------- plots
@@ -405,8 +477,15 @@ def plot_convergence(r: GlobalResult | None = None, ax=None):
     norm = np.concatenate([r.published.norm[1:], r.long.norm[1:]])
     corr = np.concatenate([r.published.corr[1:], r.long.corr[1:]])
     for j in range(norm.shape[1]):
-        ax.plot(norm[:, j], np.maximum(1 - corr[:, j], 1e-16), color=cs[0], ls="-", lw=1.0, alpha=0.8,
-                label="normalized gd, six starts" if j == 0 else None)
+        ax.plot(
+            norm[:, j],
+            np.maximum(1 - corr[:, j], 1e-16),
+            color=cs[0],
+            ls="-",
+            lw=1.0,
+            alpha=0.8,
+            label="normalized gd, six starts" if j == 0 else None,
+        )
     ax.plot(r.reg.radii, np.maximum(1 - r.reg.corr, 1e-16), "s--", color=cs[1], ms=5, label="regularization path")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -421,8 +500,16 @@ def plot_norm(r: GlobalResult | None = None, ax=None):
     r = r or run()
     steps = np.concatenate([r.published.steps, r.long.steps[1:]])
     norm = np.concatenate([r.published.norm, r.long.norm[1:]])
-    fig = plot_curves(steps, {"normalized gd, six starts": norm, "0.1 k": LR * steps}, xlabel="iteration k",
-                      ylabel=r"$\|p(k)\|$", logx=True, logy=True, styles={"0.1 k": ":"}, ax=ax)
+    fig = plot_curves(
+        steps,
+        {"normalized gd, six starts": norm, "0.1 k": LR * steps},
+        xlabel="iteration k",
+        ylabel=r"$\|p(k)\|$",
+        logx=True,
+        logy=True,
+        styles={"0.1 k": ":"},
+        ax=ax,
+    )
     return fig
 
 
@@ -472,7 +559,7 @@ def plot_stationary(c: StationaryCounterexample | None = None, axes=None):
     axes[0].set_xlabel("p")
     axes[0].set_ylabel("loss L(p)")
     lo, hi = axes[0].get_ylim()
-    axes[0].set_ylim(lo, hi + 0.45 * (hi - lo))            # room above the curves for the legend
+    axes[0].set_ylim(lo, hi + 0.45 * (hi - lo))  # room above the curves for the legend
     axes[0].legend(loc="upper right")
     keep = c.run.steps > 0
     for j, (name, col, ls) in enumerate((("start p* - 1e-6", cs[2], "-."), ("start p* + 1e-6", cs[0], "-"))):

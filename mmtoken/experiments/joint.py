@@ -19,6 +19,7 @@ relaxed ATT-SVM instead (for ``rho >= 1``; toward ``p^mm`` as ``rho -> 0``).
 
 The chapter ``book/part1/05_joint.md`` shows these runs.
 """
+
 from __future__ import annotations
 
 import functools
@@ -40,17 +41,17 @@ class JointRun:
     """One joint normalized-GD run of Fig. 3 and the three SVMs of the selection fixed in advance."""
 
     case: str
-    X: np.ndarray            # (n, T, d) tokens (= keys, W = I)
-    Y: np.ndarray            # (n,)
-    steps: np.ndarray        # (S,)
-    p: np.ndarray            # (S, 2)
-    v: np.ndarray            # (S, 2)
-    probs: np.ndarray        # (S, n, T) softmax probabilities
+    X: np.ndarray  # (n, T, d) tokens (= keys, W = I)
+    Y: np.ndarray  # (n,)
+    steps: np.ndarray  # (S,)
+    p: np.ndarray  # (S, 2)
+    v: np.ndarray  # (S, 2)
+    probs: np.ndarray  # (S, n, T) softmax probabilities
     output_prob: np.ndarray  # (S, n) sigma(Y_i f(X_i))
-    alpha: np.ndarray        # (n,) selection fixed from the definition (largest head-SVM margin)
-    gd_alpha: np.ndarray     # (n,) the selection GD ends with (checked to equal alpha)
+    alpha: np.ndarray  # (n,) selection fixed from the definition (largest head-SVM margin)
+    gd_alpha: np.ndarray  # (n,) the selection GD ends with (checked to equal alpha)
     v_mm: np.ndarray
-    support: list            # head-SVM support vectors (inputs)
+    support: list  # head-SVM support vectors (inputs)
     p_mm: np.ndarray
     p_relax: np.ndarray
 
@@ -82,11 +83,11 @@ class PathResult:
     """The joint regularization path of one case on the diagonal ``R_v = R_p = R``."""
 
     case: str
-    radii: np.ndarray        # (nR,)
-    v: np.ndarray            # (nR, d) best start per radius
-    p: np.ndarray            # (nR, m)
-    alpha: np.ndarray        # (nR, n) selection of each point
-    radial_ok: np.ndarray    # (nR,) both ridge constraints active (growing either norm lowers the loss)
+    radii: np.ndarray  # (nR,)
+    v: np.ndarray  # (nR, d) best start per radius
+    p: np.ndarray  # (nR, m)
+    alpha: np.ndarray  # (nR, n) selection of each point
+    radial_ok: np.ndarray  # (nR,) both ridge constraints active (growing either norm lowers the loss)
     ref: joint_path.JointReference
 
     @property
@@ -106,11 +107,11 @@ class PathResult:
 class SweepResult:
     """The loose case's path at ``R_v = rho R_p`` for a sweep of ``rho``, against the predicted limit."""
 
-    rho: np.ndarray          # (k,)
-    radii_p: np.ndarray      # (r,) the values of R_p
-    p: np.ndarray            # (r, k, m) best start per (R_p, rho)
-    v: np.ndarray            # (r, k, d)
-    limit: np.ndarray        # (k, m) predicted limit direction per rho
+    rho: np.ndarray  # (k,)
+    radii_p: np.ndarray  # (r,) the values of R_p
+    p: np.ndarray  # (r, k, m) best start per (R_p, rho)
+    v: np.ndarray  # (r, k, d)
+    limit: np.ndarray  # (k, m) predicted limit direction per rho
     ref: joint_path.JointReference
 
     @property
@@ -123,7 +124,7 @@ class SweepResult:
 class JointResult:
     tight: JointRun
     loose: JointRun
-    paths: dict              # case -> PathResult
+    paths: dict  # case -> PathResult
     sweep: SweepResult
 
     def __getitem__(self, case: str) -> JointRun:
@@ -157,8 +158,15 @@ def _path(case: str, radii: np.ndarray, iters: int) -> PathResult:
     inst = instances.fig3(case)
     v, p = reg_path(case, radii, radii, iters)
     sv, sp = joint_path.radial_slopes(inst.X, inst.Y, v, p, W=inst.W)
-    return PathResult(case, radii, v.numpy(), p.numpy(), geometry.selection(inst.K, p.numpy()),
-                      ((sv < 0) & (sp < 0)).numpy(), reference(case))
+    return PathResult(
+        case,
+        radii,
+        v.numpy(),
+        p.numpy(),
+        geometry.selection(inst.K, p.numpy()),
+        ((sv < 0) & (sp < 0)).numpy(),
+        reference(case),
+    )
 
 
 def rho_sweep(rho, radii_p, iters: int) -> SweepResult:
@@ -185,11 +193,24 @@ def joint_run(case: str, steps: int, every: int = 1) -> JointRun:
     inst = instances.fig3(case)
     ref = reference(case)
     with torch.inference_mode():
-        h = train.train_joint(inst.X, inst.Y, inst.extra["v0"], inst.starts[0], steps=steps, lr=0.1,
-                              record_every=every)
+        h = train.train_joint(inst.X, inst.Y, inst.extra["v0"], inst.starts[0], steps=steps, lr=0.1, record_every=every)
     p, v = h.p.numpy(), h.v.numpy()
-    return JointRun(case, inst.X, inst.Y, h.steps, p, v, h.probs.numpy(), h.extra["output_prob"].numpy(),
-                    ref.alpha, geometry.selection(inst.K, p[-1]), ref.v_mm, ref.support, ref.p_mm, ref.p_relax)
+    return JointRun(
+        case,
+        inst.X,
+        inst.Y,
+        h.steps,
+        p,
+        v,
+        h.probs.numpy(),
+        h.extra["output_prob"].numpy(),
+        ref.alpha,
+        geometry.selection(inst.K, p[-1]),
+        ref.v_mm,
+        ref.support,
+        ref.p_mm,
+        ref.p_relax,
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -197,7 +218,9 @@ def _run(scale: str) -> JointResult:
     steps = config.pick(quick=1000, paper=10_000, which=scale)
     every = config.pick(quick=1, paper=10, which=scale)
     iters = config.pick(quick=600, paper=2000, which=scale)
-    radii = np.geomspace(1.0, config.pick(quick=64.0, paper=256.0, which=scale), config.pick(quick=7, paper=9, which=scale))
+    radii = np.geomspace(
+        1.0, config.pick(quick=64.0, paper=256.0, which=scale), config.pick(quick=7, paper=9, which=scale)
+    )
     paths = {c: _path(c, radii, iters) for c in CASES}
     sweep = rho_sweep(RHOS, SWEEP_RADII, iters)
     return JointResult(*(joint_run(c, steps, every) for c in CASES), paths, sweep)
@@ -212,70 +235,96 @@ SWEEP_RADII = (32.0, 128.0)
 
 # ---------------------------------------------------------------- claims
 def _final(r: JointRun) -> dict:
-    return {"corr_v_vmm": float(r.corr_v[-1]), "corr_p_pmm": float(r.corr_p_mm[-1]),
-            "corr_p_relax": float(r.corr_p_relax[-1]), "steps": int(r.steps[-1]),
-            "alpha": r.alpha.tolist(), "gd_selects_alpha": bool(np.array_equal(r.gd_alpha, r.alpha))}
+    return {
+        "corr_v_vmm": float(r.corr_v[-1]),
+        "corr_p_pmm": float(r.corr_p_mm[-1]),
+        "corr_p_relax": float(r.corr_p_relax[-1]),
+        "steps": int(r.steps[-1]),
+        "alpha": r.alpha.tolist(),
+        "gd_selects_alpha": bool(np.array_equal(r.gd_alpha, r.alpha)),
+    }
 
 
-@claim("A.joint.reg_path", chapter=CHAPTER, checks="paper A, Theorems 5 and 6 (joint regularization path); Fig. 3",
-       statement="The joint regularization path argmin L(v, p) s.t. ||v|| <= R_v, ||p|| <= R_p (logistic loss, "
-                 "selection fixed in advance as the largest head-SVM margin), computed with the saturation-safe "
-                 "comparisons on a grid with R_v = R_p, goes to (v_mm, p_mm) in the tight case (Thm 5) and to "
-                 "(v_mm, p_relax) in the loose case (Thm 6).",
-       threshold="at the largest radii: tight corr(v, v_mm) >= 0.99 and corr(p, p_mm) >= 0.99; loose "
-                 "corr(v, v_mm) >= 0.99 and corr(p, p_relax) >= 0.99 (the points keep the fixed selection "
-                 "and lie on both spheres)")
+@claim(
+    "A.joint.reg_path",
+    chapter=CHAPTER,
+    checks="paper A, Theorems 5 and 6 (joint regularization path); Fig. 3",
+    statement="The joint regularization path argmin L(v, p) s.t. ||v|| <= R_v, ||p|| <= R_p (logistic loss, "
+    "selection fixed in advance as the largest head-SVM margin), computed with the saturation-safe "
+    "comparisons on a grid with R_v = R_p, goes to (v_mm, p_mm) in the tight case (Thm 5) and to "
+    "(v_mm, p_relax) in the loose case (Thm 6).",
+    threshold="at the largest radii: tight corr(v, v_mm) >= 0.99 and corr(p, p_mm) >= 0.99; loose "
+    "corr(v, v_mm) >= 0.99 and corr(p, p_relax) >= 0.99 (the points keep the fixed selection "
+    "and lie on both spheres)",
+)
 def _claim_reg_path() -> Measured:
     res = run()
     m, ok = {}, True
     for case, target in (("tight", "corr_p_pmm"), ("loose", "corr_p_relax")):
         r = res.paths[case]
         valid = bool(np.all(r.alpha[-1] == r.ref.alpha) and r.radial_ok[-1])
-        m[case] = {"R": float(r.radii[-1]), "corr_v_vmm": float(r.corr_v[-1]), "corr_p_pmm": float(r.corr_p_mm[-1]),
-                   "corr_p_relax": float(r.corr_p_relax[-1]), "valid": valid}
+        m[case] = {
+            "R": float(r.radii[-1]),
+            "corr_v_vmm": float(r.corr_v[-1]),
+            "corr_p_pmm": float(r.corr_p_mm[-1]),
+            "corr_p_relax": float(r.corr_p_relax[-1]),
+            "valid": valid,
+        }
         ok &= valid and m[case]["corr_v_vmm"] >= 0.99 and m[case][target] >= 0.99
     sw = res.sweep
     m["sweep_min_corr_with_limit_at_largest_Rp"] = float(sw.corr_limit[-1].min())
     return Measured(m, bool(ok))
 
 
-@claim("A.joint.tight", chapter=CHAPTER,
-       checks="paper A, Fig. 3 (tight): joint normalized GD, an extension beyond Thm 5 (a regularization path)",
-       statement="In the tight configuration (every selected token a head support vector) joint normalized GD "
-                 "selects the tokens fixed in advance and sends v to the head-SVM direction v_mm and p to the "
-                 "ATT-SVM direction p_mm.",
-       threshold="GD's final selection = the selection fixed in advance; corr(v, v_mm) >= 0.999 and "
-                 "corr(p, p_mm) >= 0.999")
+@claim(
+    "A.joint.tight",
+    chapter=CHAPTER,
+    checks="paper A, Fig. 3 (tight): joint normalized GD, an extension beyond Thm 5 (a regularization path)",
+    statement="In the tight configuration (every selected token a head support vector) joint normalized GD "
+    "selects the tokens fixed in advance and sends v to the head-SVM direction v_mm and p to the "
+    "ATT-SVM direction p_mm.",
+    threshold="GD's final selection = the selection fixed in advance; corr(v, v_mm) >= 0.999 and "
+    "corr(p, p_mm) >= 0.999",
+)
 def _claim_tight() -> Measured:
     r = run().tight
     m = _final(r)
     return Measured(m, m["gd_selects_alpha"] and m["corr_v_vmm"] >= 0.999 and m["corr_p_pmm"] >= 0.999)
 
 
-@claim("A.joint.loose", chapter=CHAPTER,
-       checks="paper A, Fig. 3 (loose): joint normalized GD, an extension beyond Thm 6 (a regularization path)",
-       statement="In the loose configuration (third input not a head support vector) joint normalized GD selects "
-                 "the tokens fixed in advance, p goes to the relaxed ATT-SVM direction p_relax, which differs "
-                 "from p_mm, and v goes to v_mm.",
-       threshold="GD's final selection = the selection fixed in advance; corr(p, p_relax) >= 0.999 and "
-                 "corr(p, p_mm) < 0.99; corr(v, v_mm) >= 0.999")
+@claim(
+    "A.joint.loose",
+    chapter=CHAPTER,
+    checks="paper A, Fig. 3 (loose): joint normalized GD, an extension beyond Thm 6 (a regularization path)",
+    statement="In the loose configuration (third input not a head support vector) joint normalized GD selects "
+    "the tokens fixed in advance, p goes to the relaxed ATT-SVM direction p_relax, which differs "
+    "from p_mm, and v goes to v_mm.",
+    threshold="GD's final selection = the selection fixed in advance; corr(p, p_relax) >= 0.999 and "
+    "corr(p, p_mm) < 0.99; corr(v, v_mm) >= 0.999",
+)
 def _claim_loose() -> Measured:
     r = run().loose
     m = _final(r)
     m["support"] = list(r.support)
-    return Measured(m, m["gd_selects_alpha"] and m["corr_p_relax"] >= 0.999 and m["corr_p_pmm"] < 0.99
-                    and m["corr_v_vmm"] >= 0.999)
+    return Measured(
+        m, m["gd_selects_alpha"] and m["corr_p_relax"] >= 0.999 and m["corr_p_pmm"] < 0.99 and m["corr_v_vmm"] >= 0.999
+    )
 
 
-@claim("A.joint.probabilities", chapter=CHAPTER,
-       checks="paper A, Fig. 3(c): joint normalized GD, an extension beyond Thms 5-6",
-       statement="In both configurations the averaged softmax probability of the selected tokens and the "
-                 "averaged logistic output probability sigma(Y f(X)) both tend to 1.",
-       threshold="both >= 0.99 at the end, in both cases")
+@claim(
+    "A.joint.probabilities",
+    chapter=CHAPTER,
+    checks="paper A, Fig. 3(c): joint normalized GD, an extension beyond Thms 5-6",
+    statement="In both configurations the averaged softmax probability of the selected tokens and the "
+    "averaged logistic output probability sigma(Y f(X)) both tend to 1.",
+    threshold="both >= 0.99 at the end, in both cases",
+)
 def _claim_probs() -> Measured:
     res = run()
-    m = {c: {"selected_prob": float(res[c].selected_prob[-1]), "output_prob": float(res[c].mean_output_prob[-1])}
-         for c in CASES}
+    m = {
+        c: {"selected_prob": float(res[c].selected_prob[-1]), "output_prob": float(res[c].mean_output_prob[-1])}
+        for c in CASES
+    }
     return Measured(m, all(min(d.values()) >= 0.99 for d in m.values()))
 
 
@@ -294,9 +343,16 @@ def _label_tokens(ax, X: np.ndarray, Y: np.ndarray) -> None:
         ax.scatter(*x, marker="o" if Y[i] > 0 else "x", color=cs[i % 4] if Y[i] > 0 else "k", s=40, zorder=4)
         dx = -22 if i == left else 14
         dy = 12 if Y[i] > 0 else -14
-        ax.annotate(f"$x_{i + 1}$", x, textcoords="offset points", xytext=(dx, dy), fontsize=9,
-                    ha="right" if i == left else "left", va="center",
-                    arrowprops={"arrowstyle": "-", "lw": 0.6, "color": "0.3", "shrinkA": 0, "shrinkB": 3})
+        ax.annotate(
+            f"$x_{i + 1}$",
+            x,
+            textcoords="offset points",
+            xytext=(dx, dy),
+            fontsize=9,
+            ha="right" if i == left else "left",
+            va="center",
+            arrowprops={"arrowstyle": "-", "lw": 0.6, "color": "0.3", "shrinkA": 0, "shrinkB": 3},
+        )
 
 
 def plot_paths_case(r: JointRun, first: int = 200, ax=None):
@@ -350,9 +406,15 @@ def _gap_curves(x, r, ax, xlabel: str) -> None:
     three colours and three dashes (``p_mm`` and ``p_relax`` coincide in the tight case: the dotted
     curve then runs over the dashed one)."""
     gap = lambda c: np.clip(1 - c, 1e-16, None)
-    plot_curves(x, {"$v$ vs $v^{mm}$": gap(r["v"]), "$p$ vs $p^{mm}$": gap(r["p_mm"]),
-                    "$p$ vs $p^{relax}$": gap(r["p_relax"])},
-                xlabel=xlabel, ylabel="1 - correlation", logx=True, logy=True, ax=ax)
+    plot_curves(
+        x,
+        {"$v$ vs $v^{mm}$": gap(r["v"]), "$p$ vs $p^{mm}$": gap(r["p_mm"]), "$p$ vs $p^{relax}$": gap(r["p_relax"])},
+        xlabel=xlabel,
+        ylabel="1 - correlation",
+        logx=True,
+        logy=True,
+        ax=ax,
+    )
 
 
 def plot_correlations(res: JointResult | None = None):
@@ -361,8 +423,9 @@ def plot_correlations(res: JointResult | None = None):
     fig, axes = two_panels(["tight", "loose"], sharey=True)
     for ax, c in zip(axes, CASES):
         r = res[c]
-        _gap_curves(r.steps[1:], {"v": r.corr_v[1:], "p_mm": r.corr_p_mm[1:], "p_relax": r.corr_p_relax[1:]},
-                    ax, "iteration")
+        _gap_curves(
+            r.steps[1:], {"v": r.corr_v[1:], "p_mm": r.corr_p_mm[1:], "p_relax": r.corr_p_relax[1:]}, ax, "iteration"
+        )
     axes[1].set_ylabel("")
     _legend_below(fig, axes[0], 3)
     return fig
@@ -378,14 +441,15 @@ def plot_probabilities(res: JointResult | None = None, first: int = 200):
     for c, ls in zip(CASES, ("-", "--")):
         r = res[c]
         keep = r.steps <= first
-        for k, (name, y) in enumerate((("selected tokens", r.selected_prob),
-                                       ("output $\\sigma(Yf)$", r.mean_output_prob))):
+        for k, (name, y) in enumerate(
+            (("selected tokens", r.selected_prob), ("output $\\sigma(Yf)$", r.mean_output_prob))
+        ):
             st = style(k, marker=True, markevery=max(1, keep.sum() // 8))
             st["linestyle"] = ls
             ax.plot(r.steps[keep], y[keep], lw=1.6, ms=4, label=f"{name}, {c}", **st)
     ax.set_xlabel("iteration")
     ax.set_ylabel("probability")
-    ax.legend(loc="lower right")           # the curves are near 1 there: the corner is empty
+    ax.legend(loc="lower right")  # the curves are near 1 there: the corner is empty
     return fig
 
 
@@ -396,8 +460,7 @@ def plot_reg_path(res: JointResult | None = None):
     fig, axes = two_panels(["tight", "loose"], sharey=True)
     for ax, c in zip(axes, CASES):
         r = res.paths[c]
-        _gap_curves(r.radii, {"v": r.corr_v, "p_mm": r.corr_p_mm, "p_relax": r.corr_p_relax}, ax,
-                    "radius $R_v = R_p$")
+        _gap_curves(r.radii, {"v": r.corr_v, "p_mm": r.corr_p_mm, "p_relax": r.corr_p_relax}, ax, "radius $R_v = R_p$")
     axes[1].set_ylabel("")
     _legend_below(fig, axes[0], 3)
     return fig
@@ -424,12 +487,22 @@ def plot_sweep(res: JointResult | None = None, fine: int = 60):
     for j, Rp in enumerate(sw.radii_p):
         ax.plot(sw.rho, _angle(sw.p[j]), "os^D"[j % 4], color=cs[j], ms=5, label=f"path, $R_p$ = {Rp:g}")
     # the names sit where no marker is: p_mm under its line at the right, p_relax over its line at the left
-    for name, q, x, off, ha, va in (("$p^{mm}$", sw.ref.p_mm, 1, (-4, -4), "right", "top"),
-                                    ("$p^{relax}$", sw.ref.p_relax, 0, (4, 4), "left", "bottom")):
+    for name, q, x, off, ha, va in (
+        ("$p^{mm}$", sw.ref.p_mm, 1, (-4, -4), "right", "top"),
+        ("$p^{relax}$", sw.ref.p_relax, 0, (4, 4), "left", "bottom"),
+    ):
         color, ls = _RAYS[name]
         ax.axhline(_angle(q), color=color, ls=ls, lw=1.0)
-        ax.annotate(name, (x, _angle(q)), xycoords=("axes fraction", "data"), xytext=off,
-                    textcoords="offset points", ha=ha, va=va, fontsize=9)
+        ax.annotate(
+            name,
+            (x, _angle(q)),
+            xycoords=("axes fraction", "data"),
+            xytext=off,
+            textcoords="offset points",
+            ha=ha,
+            va=va,
+            fontsize=9,
+        )
     ax.set_xscale("log")
     ax.set_xlabel(r"$\rho = R_v / R_p$")
     ax.set_ylabel("angle of $p$ (degrees)")
@@ -437,6 +510,10 @@ def plot_sweep(res: JointResult | None = None, fine: int = 60):
     return fig
 
 
-FIGURES = {"fig-joint-paths": lambda: plot_both_paths(), "fig-joint-corr": lambda: plot_correlations(),
-           "fig-joint-probs": lambda: plot_probabilities(), "fig-joint-regpath": lambda: plot_reg_path(),
-           "fig-joint-rho": lambda: plot_sweep()}
+FIGURES = {
+    "fig-joint-paths": lambda: plot_both_paths(),
+    "fig-joint-corr": lambda: plot_correlations(),
+    "fig-joint-probs": lambda: plot_probabilities(),
+    "fig-joint-regpath": lambda: plot_reg_path(),
+    "fig-joint-rho": lambda: plot_sweep(),
+}

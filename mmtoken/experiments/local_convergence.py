@@ -19,6 +19,7 @@ Three computations, all batched and memoised per scale:
 
 The chapter ``book/part1/03_local.md`` shows these runs.
 """
+
 from __future__ import annotations
 
 import functools
@@ -42,8 +43,7 @@ CONE_R = 50.0
 """Norm of the cone starts ("far out")."""
 
 # The counterexample: two inputs, two tokens each, tokens in R^2, W = I.
-CE_X = np.array([[[1.0, 0.0], [0.0, 0.0]],
-                 [[0.0, 1.0], [2.0, 0.0]]])
+CE_X = np.array([[[1.0, 0.0], [0.0, 0.0]], [[0.0, 1.0], [2.0, 0.0]]])
 CE_Y = np.array([1.0, 1.0])
 CE_V = np.array([1.0, 3.0])
 REG_MU = CONE_MU
@@ -70,11 +70,11 @@ def counterexample_instance() -> instances.Instance:
 class PathsResult:
     """Normalized-GD paths with the directions they are compared with."""
 
-    steps: np.ndarray     # (S,)
-    paths: np.ndarray     # (S, starts, 2)
-    keys: np.ndarray      # (n, T, 2)
-    gmm: np.ndarray       # (2,)
-    lmm: np.ndarray       # (2,)
+    steps: np.ndarray  # (S,)
+    paths: np.ndarray  # (S, starts, 2)
+    keys: np.ndarray  # (n, T, 2)
+    gmm: np.ndarray  # (2,)
+    lmm: np.ndarray  # (2,)
     corr_gmm: np.ndarray  # (S, starts)
     corr_lmm: np.ndarray  # (S, starts)
 
@@ -83,20 +83,20 @@ class PathsResult:
 class ConeRun:
     """GD started in the cone ``C_{mu,R}(p_mm(alpha))`` for each feasible selection."""
 
-    case: list            # configuration of each run
-    alpha: list           # selection of each run
-    side: list            # +1 / -1: which edge of the cone the start sits on
+    case: list  # configuration of each run
+    alpha: list  # selection of each run
+    side: list  # +1 / -1: which edge of the cone the start sits on
     steps: np.ndarray
-    paths: np.ndarray     # (S, runs, 2)
-    p_mm: np.ndarray      # (runs, 2)
-    corr: np.ndarray      # (S, runs) correlation with the run's own p_mm
+    paths: np.ndarray  # (S, runs, 2)
+    p_mm: np.ndarray  # (runs, 2)
+    corr: np.ndarray  # (S, runs) correlation with the run's own p_mm
     locally_optimal: np.ndarray  # (runs,) bool, from the definitions
 
 
 @dataclass
 class LocalResult:
     fig1: PathsResult
-    reports: dict         # case -> list[SelectionReport]
+    reports: dict  # case -> list[SelectionReport]
     cones: ConeRun
     counter: PathsResult
     counter_reports: list
@@ -146,8 +146,10 @@ def _run(scale: str) -> LocalResult:
     # Fig. 1, local case (published starts) and the cone runs of both configurations,
     # batched in one run: row b trains on its own keys K[b] from its own start p0[b]
     inst = instances.fig1("local")
-    reports = {case: geometry.enumerate_selections(instances.fig1(case).K, instances.fig1(case).gamma)
-               for case in ("local", "global")}
+    reports = {
+        case: geometry.enumerate_selections(instances.fig1(case).K, instances.fig1(case).gamma)
+        for case in ("local", "global")
+    }
     gmm = next(r for r in reports["local"] if r.globally_optimal).p_mm
     lmm = next(r for r in reports["local"] if r.locally_optimal and not r.globally_optimal).p_mm
     rows = _cone_rows(reports)
@@ -158,11 +160,20 @@ def _run(scale: str) -> LocalResult:
     with torch.inference_mode():
         h = train.train_p(AttentionProblem(K, G), P0, steps=steps, lr=0.1, record_every=5, record_probs=False)
     ps = h.p.numpy()
-    fig1 = PathsResult(h.steps, ps[:, :S], inst.K, gmm, lmm,
-                       geometry.correlation(ps[:, :S], gmm), geometry.correlation(ps[:, :S], lmm))
+    fig1 = PathsResult(
+        h.steps, ps[:, :S], inst.K, gmm, lmm, geometry.correlation(ps[:, :S], gmm), geometry.correlation(ps[:, :S], lmm)
+    )
     Q = np.stack(rows["q"])
-    cones = ConeRun(rows["case"], rows["alpha"], rows["side"], h.steps, ps[:, S:], Q,
-                    geometry.correlation(ps[:, S:], Q[None]), np.array(rows["local"]))
+    cones = ConeRun(
+        rows["case"],
+        rows["alpha"],
+        rows["side"],
+        h.steps,
+        ps[:, S:],
+        Q,
+        geometry.correlation(ps[:, S:], Q[None]),
+        np.array(rows["local"]),
+    )
 
     # the n = T = d = 2 counterexample
     ce = counterexample_instance()
@@ -172,8 +183,9 @@ def _run(scale: str) -> LocalResult:
     with torch.inference_mode():
         hc = train.train_p(ce.problem(), ce.starts, steps=steps_counter, lr=0.1, record_every=5, record_probs=False)
     pc = hc.p.numpy()
-    counter = PathsResult(hc.steps, pc, ce.K, ce_gmm, ce_lmm,
-                          geometry.correlation(pc, ce_gmm), geometry.correlation(pc, ce_lmm))
+    counter = PathsResult(
+        hc.steps, pc, ce.K, ce_gmm, ce_lmm, geometry.correlation(pc, ce_gmm), geometry.correlation(pc, ce_lmm)
+    )
     return LocalResult(fig1, reports, cones, counter, ce_reports, steps, steps, steps_counter)
 
 
@@ -204,15 +216,15 @@ def plain_limits() -> np.ndarray:
 class ConePaths:
     """Local regularization paths of Fig. 1 (local), one cone per feasible selection."""
 
-    alpha: list               # the feasible selections
+    alpha: list  # the feasible selections
     locally_optimal: np.ndarray  # (k,) from geometry.classify, fixed before running
-    q: np.ndarray             # (k, 2) cone axes p_mm(alpha)
+    q: np.ndarray  # (k, 2) cone axes p_mm(alpha)
     mu: float
-    radii: np.ndarray         # (nR,)
-    sphere: np.ndarray        # (nR, k, 2) argmin of L on {||p|| = R} within the cone
-    ball: np.ndarray          # (nR, k, 2) argmin over the truncated cone {R0 <= ||p|| <= R}
-    corr_sphere: np.ndarray   # (nR, k) correlation with q
-    corr_ball: np.ndarray     # (nR, k)
+    radii: np.ndarray  # (nR,)
+    sphere: np.ndarray  # (nR, k, 2) argmin of L on {||p|| = R} within the cone
+    ball: np.ndarray  # (nR, k, 2) argmin over the truncated cone {R0 <= ||p|| <= R}
+    corr_sphere: np.ndarray  # (nR, k) correlation with q
+    corr_ball: np.ndarray  # (nR, k)
 
 
 def neighbour_cone_width(K, alpha, q, resolution: float = 1e-5) -> float:
@@ -233,15 +245,15 @@ def neighbour_cone_width(K, alpha, q, resolution: float = 1e-5) -> float:
         raise ValueError("neighbour_cone_width is planar: keys and q must have dimension 2")
     alpha = np.asarray(alpha, int)
     nb = set(geometry.svm_neighbours(K, alpha, q))
-    D = K[np.arange(len(alpha)), alpha][:, None] - K                    # (n, T, 2) k_{i alpha_i} - k_it
+    D = K[np.arange(len(alpha)), alpha][:, None] - K  # (n, T, 2) k_{i alpha_i} - k_it
     rows = [(i, t) for i in range(K.shape[0]) for t in range(K.shape[1]) if t != alpha[i]]
-    D = np.stack([D[i, t] for i, t in rows])                               # (rows, 2)
+    D = np.stack([D[i, t] for i, t in rows])  # (rows, 2)
     th = np.arange(resolution, np.pi, resolution)
     base = np.arctan2(q[1], q[0])
     first = np.pi
     for sign in (1.0, -1.0):
         w = np.stack([np.cos(base + sign * th), np.sin(base + sign * th)], -1)
-        nearest = (w @ D.T).argmin(-1)                                     # row of the smallest margin
+        nearest = (w @ D.T).argmin(-1)  # row of the smallest margin
         bad = np.flatnonzero([rows[j] not in nb for j in nearest])
         if len(bad):
             first = min(first, th[bad[0]])
@@ -250,7 +262,7 @@ def neighbour_cone_width(K, alpha, q, resolution: float = 1e-5) -> float:
 
 def _cone_starts_batch(Q: np.ndarray, mu: float) -> np.ndarray:
     """Three starts per axis: the axis and the two boundary points, ``(3, k, 2)``."""
-    edges = np.stack([cone_starts(q, 2 * mu, 1.0) for q in Q], 1)           # correlation exactly 1 - mu
+    edges = np.stack([cone_starts(q, 2 * mu, 1.0) for q in Q], 1)  # correlation exactly 1 - mu
     return np.concatenate([(Q / np.linalg.norm(Q, axis=-1, keepdims=True))[None], edges])
 
 
@@ -277,21 +289,29 @@ def _cone_paths(scale: str) -> ConePaths:
     radii = np.logspace(0.5, 2.0, config.pick(quick=7, paper=13, which=scale))
     problem, best = _solve_cones(inst.K, inst.gamma, Q, radii, REG_MU, config.pick(quick=300, paper=1000, which=scale))
     ball = cone_path.best_over_radii(problem, best)
-    return ConePaths([r.alpha for r in reports], np.array([r.locally_optimal for r in reports]), Q, REG_MU, radii,
-                     best.numpy(), ball.numpy(), geometry.correlation(best.numpy(), Q[None]),
-                     geometry.correlation(ball.numpy(), Q[None]))
+    return ConePaths(
+        [r.alpha for r in reports],
+        np.array([r.locally_optimal for r in reports]),
+        Q,
+        REG_MU,
+        radii,
+        best.numpy(),
+        ball.numpy(),
+        geometry.correlation(best.numpy(), Q[None]),
+        geometry.correlation(ball.numpy(), Q[None]),
+    )
 
 
 @dataclass
 class DirectionSweep:
     """Cone paths at one large radius around a grid of directions of the plane."""
 
-    angles: np.ndarray        # (A,) angle of each axis q (radians)
-    end_angles: np.ndarray    # (A,) angle of the path's point
-    corr: np.ndarray          # (A,) correlation of the point with its axis
+    angles: np.ndarray  # (A,) angle of each axis q (radians)
+    end_angles: np.ndarray  # (A,) angle of the path's point
+    corr: np.ndarray  # (A,) correlation of the point with its axis
     radius: float
     mu: float
-    lmm_angles: dict          # name -> angle of the GMM / LMM
+    lmm_angles: dict  # name -> angle of the GMM / LMM
 
 
 def direction_sweep(scale: str | None = None) -> DirectionSweep:
@@ -308,12 +328,19 @@ def _direction_sweep(scale: str) -> DirectionSweep:
     _, best = _solve_cones(inst.K, inst.gamma, Q, np.array([100.0]), REG_MU, iters)
     end = best.numpy()[0]
     gmm, lmm = fig1_local_directions()
-    def angle(x):                          # in [0, 2 pi), a hair below 0 kept at ~0 (the LMM lies on the axis)
+
+    def angle(x):  # in [0, 2 pi), a hair below 0 kept at ~0 (the LMM lies on the axis)
         a = np.arctan2(x[..., 1], x[..., 0])
         return np.where(a < -1e-5, a + 2 * np.pi, a)
 
-    return DirectionSweep(ang, angle(end), geometry.correlation(end, Q), 100.0, REG_MU,
-                          {"GMM": float(angle(gmm)), "LMM": float(angle(lmm))})
+    return DirectionSweep(
+        ang,
+        angle(end),
+        geometry.correlation(end, Q),
+        100.0,
+        REG_MU,
+        {"GMM": float(angle(gmm)), "LMM": float(angle(lmm))},
+    )
 
 
 # ---------------------------------------------------------------- tables
@@ -332,18 +359,20 @@ def selection_table(r: LocalResult | None = None) -> pd.DataFrame:
             t = rep.alpha[0]
             runs = [j for j in range(len(c.alpha)) if c.case[j] == case and c.alpha[j] == rep.alpha]
             final = c.corr[-1, runs] if runs else None
-            rows.append({
-                "config": case,
-                "token": t,
-                "key": _fmt_vec(inst.K[0, t]),
-                "score": round(float(inst.gamma[0, t]), 2),
-                "feasible": rep.feasible,
-                "p_mm": _fmt_vec(rep.p_mm),
-                "SVM-neighbours": ", ".join(str(tok) for _, tok in rep.neighbours) or "-",
-                "locally optimal": rep.locally_optimal,
-                "global": rep.globally_optimal,
-                "cone run: min corr": "-" if final is None else f"{final.min():.4f}",
-            })
+            rows.append(
+                {
+                    "config": case,
+                    "token": t,
+                    "key": _fmt_vec(inst.K[0, t]),
+                    "score": round(float(inst.gamma[0, t]), 2),
+                    "feasible": rep.feasible,
+                    "p_mm": _fmt_vec(rep.p_mm),
+                    "SVM-neighbours": ", ".join(str(tok) for _, tok in rep.neighbours) or "-",
+                    "locally optimal": rep.locally_optimal,
+                    "global": rep.globally_optimal,
+                    "cone run: min corr": "-" if final is None else f"{final.min():.4f}",
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -351,15 +380,20 @@ def counterexample_table(r: LocalResult | None = None) -> pd.DataFrame:
     """The four selections of the counterexample, classified."""
     r = r or run()
     ce = counterexample_instance()
-    return pd.DataFrame([{
-        "selection": rep.alpha,
-        "scores": tuple(round(float(ce.gamma[i, a]), 2) for i, a in enumerate(rep.alpha)),
-        "feasible": rep.feasible,
-        "p_mm": _fmt_vec(rep.p_mm),
-        "SVM-neighbours (input, token)": ", ".join(str(nb) for nb in rep.neighbours) or "-",
-        "locally optimal": rep.locally_optimal,
-        "global": rep.globally_optimal,
-    } for rep in r.counter_reports])
+    return pd.DataFrame(
+        [
+            {
+                "selection": rep.alpha,
+                "scores": tuple(round(float(ce.gamma[i, a]), 2) for i, a in enumerate(rep.alpha)),
+                "feasible": rep.feasible,
+                "p_mm": _fmt_vec(rep.p_mm),
+                "SVM-neighbours (input, token)": ", ".join(str(nb) for nb in rep.neighbours) or "-",
+                "locally optimal": rep.locally_optimal,
+                "global": rep.globally_optimal,
+            }
+            for rep in r.counter_reports
+        ]
+    )
 
 
 def cone_paths_table(c: ConePaths | None = None) -> pd.DataFrame:
@@ -369,39 +403,49 @@ def cone_paths_table(c: ConePaths | None = None) -> pd.DataFrame:
     rows = []
     for j, a in enumerate(c.alpha):
         end = c.corr_sphere[-1, j]
-        rows.append({
-            "token": a[0],
-            "locally optimal": bool(c.locally_optimal[j]),
-            f"corr at R = {c.radii[0]:.2f}": round(float(c.corr_sphere[0, j]), 6),
-            f"corr at R = {c.radii[-1]:.0f}": round(float(end), 6),
-            "ends": "on the boundary" if abs(end - edge) <= 1e-6 else "inside",
-            "truncated cone: ||p|| at the end": round(float(np.linalg.norm(c.ball[-1, j])), 2),
-        })
+        rows.append(
+            {
+                "token": a[0],
+                "locally optimal": bool(c.locally_optimal[j]),
+                f"corr at R = {c.radii[0]:.2f}": round(float(c.corr_sphere[0, j]), 6),
+                f"corr at R = {c.radii[-1]:.0f}": round(float(end), 6),
+                "ends": "on the boundary" if abs(end - edge) <= 1e-6 else "inside",
+                "truncated cone: ||p|| at the end": round(float(np.linalg.norm(c.ball[-1, j])), 2),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 # ---------------------------------------------------------------- claims
-@claim("A.local.paths", chapter=CHAPTER,
-       checks="paper A, Thm 3 extended to normalized GD, the published algorithm (plain GD: A.local.plain_gd); "
-              "Fig. 1 (local)",
-       statement="Fig. 1 local: normalized GD from the two lowest published starts converges in direction to the LMM, "
-                 "from the other four to the GMM.",
-       threshold="two lowest starts: correlation >= 0.9999 with the LMM; other four: >= 0.9999 with the GMM")
+@claim(
+    "A.local.paths",
+    chapter=CHAPTER,
+    checks="paper A, Thm 3 extended to normalized GD, the published algorithm (plain GD: A.local.plain_gd); "
+    "Fig. 1 (local)",
+    statement="Fig. 1 local: normalized GD from the two lowest published starts converges in direction to the LMM, "
+    "from the other four to the GMM.",
+    threshold="two lowest starts: correlation >= 0.9999 with the LMM; other four: >= 0.9999 with the GMM",
+)
 def _claim_paths() -> Measured:
     r = run().fig1
     low, up = r.corr_lmm[-1, 4:], r.corr_gmm[-1, :4]
-    return Measured({"lmm_corr_min": float(low.min()), "gmm_corr_min": float(up.min()),
-                     "steps": int(r.steps[-1])}, bool(low.min() >= 0.9999 and up.min() >= 0.9999))
+    return Measured(
+        {"lmm_corr_min": float(low.min()), "gmm_corr_min": float(up.min()), "steps": int(r.steps[-1])},
+        bool(low.min() >= 0.9999 and up.min() >= 0.9999),
+    )
 
 
-@claim("A.local.table", chapter=CHAPTER,
-       checks="paper A, Thm 3 (local optimality and cones) with normalized GD, an extension beyond the theorem's "
-              "plain GD (which barely moves at norm 50); Fig. 1 both cases",
-       statement="Every selection of both Fig. 1 configurations is classified by the definitions; stable normalized GD "
-                 "started far out in a narrow cone around each feasible p_mm converges there exactly for the "
-                 "selections classified locally optimal and leaves the cone for the others.",
-       threshold="locally optimal: final correlation >= 0.999 with p_mm; others: final correlation < 1 - mu "
-                 f"(mu = {CONE_MU}, start norm {CONE_R})")
+@claim(
+    "A.local.table",
+    chapter=CHAPTER,
+    checks="paper A, Thm 3 (local optimality and cones) with normalized GD, an extension beyond the theorem's "
+    "plain GD (which barely moves at norm 50); Fig. 1 both cases",
+    statement="Every selection of both Fig. 1 configurations is classified by the definitions; stable normalized GD "
+    "started far out in a narrow cone around each feasible p_mm converges there exactly for the "
+    "selections classified locally optimal and leaves the cone for the others.",
+    threshold="locally optimal: final correlation >= 0.999 with p_mm; others: final correlation < 1 - mu "
+    f"(mu = {CONE_MU}, start norm {CONE_R})",
+)
 def _claim_table() -> Measured:
     r = run()
     c = r.cones
@@ -410,16 +454,26 @@ def _claim_table() -> Measured:
     left = final < 1 - CONE_MU
     ok = bool(np.all(np.where(c.locally_optimal, stays, left)))
     n_sel = sum(len(v) for v in r.reports.values())
-    return Measured({"selections": n_sel, "cone_runs": len(final),
-                     "min_corr_locally_optimal": float(final[c.locally_optimal].min()),
-                     "max_corr_others": float(final[~c.locally_optimal].max())}, ok)
+    return Measured(
+        {
+            "selections": n_sel,
+            "cone_runs": len(final),
+            "min_corr_locally_optimal": float(final[c.locally_optimal].min()),
+            "max_corr_others": float(final[~c.locally_optimal].max()),
+        },
+        ok,
+    )
 
 
-@claim("A.local.counterexample", chapter=CHAPTER, checks="paper A, Appendix E counterexample (n = T = d = 2)",
-       statement="On the n = T = d = 2 instance X_1 = [(1,0),(0,0)], X_2 = [(0,1),(2,0)], Y = (1,1), v = (1,3), W = I, "
-                 "normalized GD from p0 = (0,1) converges to the GMM and from p0 = (0,-1) to an LMM.",
-       threshold="correlation >= 0.999 with the GMM and with the LMM respectively; the LMM is classified locally "
-                 "optimal and differs from the GMM")
+@claim(
+    "A.local.counterexample",
+    chapter=CHAPTER,
+    checks="paper A, Appendix E counterexample (n = T = d = 2)",
+    statement="On the n = T = d = 2 instance X_1 = [(1,0),(0,0)], X_2 = [(0,1),(2,0)], Y = (1,1), v = (1,3), W = I, "
+    "normalized GD from p0 = (0,1) converges to the GMM and from p0 = (0,-1) to an LMM.",
+    threshold="correlation >= 0.999 with the GMM and with the LMM respectively; the LMM is classified locally "
+    "optimal and differs from the GMM",
+)
 def _claim_counter() -> Measured:
     r = run()
     c = r.counter
@@ -427,17 +481,25 @@ def _claim_counter() -> Measured:
     assert np.allclose(c.paths[0, up], (0, 1)) and np.allclose(c.paths[0, down], (0, -1))
     to_gmm, to_lmm = float(c.corr_gmm[-1, up]), float(c.corr_lmm[-1, down])
     distinct = geometry.correlation(c.gmm, c.lmm) < 0.99
-    return Measured({"corr_gmm_from_(0,1)": to_gmm, "corr_lmm_from_(0,-1)": to_lmm,
-                     "corr_gmm_lmm": float(geometry.correlation(c.gmm, c.lmm))},
-                    bool(to_gmm >= 0.999 and to_lmm >= 0.999 and distinct))
+    return Measured(
+        {
+            "corr_gmm_from_(0,1)": to_gmm,
+            "corr_lmm_from_(0,-1)": to_lmm,
+            "corr_gmm_lmm": float(geometry.correlation(c.gmm, c.lmm)),
+        },
+        bool(to_gmm >= 0.999 and to_lmm >= 0.999 and distinct),
+    )
 
 
-@claim("A.local.plain_gd", chapter=CHAPTER,
-       checks="paper A, Thm 3 (plain GD with step eta <= 1/L_p); Fig. 1 (local)",
-       statement="Plain GD p <- p - eta grad L(p) (saturation-safe gradient, eta = 1 below 1/L_p for this instance) "
-                 "from the six Fig. 1 (local) starts, 10^6 steps: the two lowest starts converge in direction to the "
-                 "LMM, the other four to the GMM.",
-       threshold="at 10^6 steps: two lowest starts correlation >= 0.99 with the LMM; other four >= 0.99 with the GMM")
+@claim(
+    "A.local.plain_gd",
+    chapter=CHAPTER,
+    checks="paper A, Thm 3 (plain GD with step eta <= 1/L_p); Fig. 1 (local)",
+    statement="Plain GD p <- p - eta grad L(p) (saturation-safe gradient, eta = 1 below 1/L_p for this instance) "
+    "from the six Fig. 1 (local) starts, 10^6 steps: the two lowest starts converge in direction to the "
+    "LMM, the other four to the GMM.",
+    threshold="at 10^6 steps: two lowest starts correlation >= 0.99 with the LMM; other four >= 0.99 with the GMM",
+)
 def _claim_plain_gd() -> Measured:
     inst = instances.fig1("local")
     sm = global_convergence.smoothness_of(inst)
@@ -447,18 +509,31 @@ def _claim_plain_gd() -> Measured:
     up, low = dg["corr"][:4], dl["corr"][4:]
     rising = np.r_[dg["corr"][:4] > dg["corr_decade_before"][:4], dl["corr"][4:] > dl["corr_decade_before"][4:]]
     ok = sm.step_ok and up.min() >= 0.99 and low.min() >= 0.99
-    return Measured({"steps": dg["steps"], "lr": r.lr, "L_bound": sm.bound, "gmm_corr_min": float(up.min()),
-                     "lmm_corr_min": float(low.min()), "corr_rising_last_decade": rising.tolist(),
-                     "log_growth": dg["log_growth"]}, bool(ok))
+    return Measured(
+        {
+            "steps": dg["steps"],
+            "lr": r.lr,
+            "L_bound": sm.bound,
+            "gmm_corr_min": float(up.min()),
+            "lmm_corr_min": float(low.min()),
+            "corr_rising_last_decade": rising.tolist(),
+            "log_growth": dg["log_growth"],
+        },
+        bool(ok),
+    )
 
 
-@claim("A.local.reg_paths", chapter=CHAPTER, checks="paper A, Thm 4 (local regularization paths); Fig. 1 (local)",
-       statement="On Fig. 1 (local), the regularization path restricted to a cone around each feasible p_mm(alpha) "
-                 "ends inside the cone, at p_mm(alpha)'s direction, exactly for the selections classified locally "
-                 "optimal, and on the cone's boundary for the others.",
-       threshold=f"cone width mu = {REG_MU}, largest radius 100: locally optimal (geometry.classify, fixed before "
-                 "running): correlation >= 0.999 with p_mm(alpha), on the sphere and on the truncated cone; others: "
-                 "on the boundary (|corr - (1 - mu)| <= 1e-6, or the inner radius for the truncated cone)")
+@claim(
+    "A.local.reg_paths",
+    chapter=CHAPTER,
+    checks="paper A, Thm 4 (local regularization paths); Fig. 1 (local)",
+    statement="On Fig. 1 (local), the regularization path restricted to a cone around each feasible p_mm(alpha) "
+    "ends inside the cone, at p_mm(alpha)'s direction, exactly for the selections classified locally "
+    "optimal, and on the cone's boundary for the others.",
+    threshold=f"cone width mu = {REG_MU}, largest radius 100: locally optimal (geometry.classify, fixed before "
+    "running): correlation >= 0.999 with p_mm(alpha), on the sphere and on the truncated cone; others: "
+    "on the boundary (|corr - (1 - mu)| <= 1e-6, or the inner radius for the truncated cone)",
+)
 def _claim_reg_paths() -> Measured:
     c = cone_paths()
     lateral = lambda corr: np.abs(corr - (1 - c.mu)) <= 1e-6
@@ -466,11 +541,17 @@ def _claim_reg_paths() -> Measured:
     lo = c.locally_optimal
     ok_sphere = np.where(lo, c.corr_sphere[-1] >= 0.999, lateral(c.corr_sphere[-1]))
     ok_ball = np.where(lo, c.corr_ball[-1] >= 0.999, lateral(c.corr_ball[-1]) | inner)
-    return Measured({"selections": [list(a) for a in c.alpha], "locally_optimal": lo.tolist(),
-                     "corr_sphere_at_R_max": c.corr_sphere[-1].tolist(), "corr_ball_at_R_max": c.corr_ball[-1].tolist(),
-                     "ball_norm_at_R_max": np.linalg.norm(c.ball[-1], axis=-1).tolist(),
-                     "R": [float(c.radii[0]), float(c.radii[-1])]},
-                    bool(len(lo) and lo.any() and (~lo).any() and ok_sphere.all() and ok_ball.all()))
+    return Measured(
+        {
+            "selections": [list(a) for a in c.alpha],
+            "locally_optimal": lo.tolist(),
+            "corr_sphere_at_R_max": c.corr_sphere[-1].tolist(),
+            "corr_ball_at_R_max": c.corr_ball[-1].tolist(),
+            "ball_norm_at_R_max": np.linalg.norm(c.ball[-1], axis=-1).tolist(),
+            "R": [float(c.radii[0]), float(c.radii[-1])],
+        },
+        bool(len(lo) and lo.any() and (~lo).any() and ok_sphere.all() and ok_ball.all()),
+    )
 
 
 # ---------------------------------------------------------------- plots
@@ -478,8 +559,7 @@ def plot_fig1_local(r: LocalResult | None = None, first: int = 200, ax=None):
     """Fig. 1 (local): the first ``first`` iterations with the GMM and LMM rays."""
     r = (r or run()).fig1
     keep = r.steps <= first
-    fig = plot_paths(r.paths[keep], directions={"GMM direction": r.gmm, "LMM direction": r.lmm},
-                     tokens=r.keys, ax=ax)
+    fig = plot_paths(r.paths[keep], directions={"GMM direction": r.gmm, "LMM direction": r.lmm}, tokens=r.keys, ax=ax)
     global_convergence.starts_legend(fig.axes[0] if ax is None else ax, r.paths.shape[1])
     return fig
 
@@ -491,8 +571,10 @@ def plot_plain_local(r=None, axes=None):
     limits = plain_limits()
     gmm, _ = fig1_local_directions()
     to_gmm = np.all(limits == gmm, axis=1)
-    groups = {f"{int(to_gmm.sum())} starts, limit GMM": np.flatnonzero(to_gmm).tolist(),
-              f"{int((~to_gmm).sum())} starts, limit LMM": np.flatnonzero(~to_gmm).tolist()}
+    groups = {
+        f"{int(to_gmm.sum())} starts, limit GMM": np.flatnonzero(to_gmm).tolist(),
+        f"{int((~to_gmm).sum())} starts, limit LMM": np.flatnonzero(~to_gmm).tolist(),
+    }
     return global_convergence.plot_plain(r, limits, axes=axes, groups=groups)
 
 
@@ -538,9 +620,14 @@ def plot_cones(r: LocalResult | None = None, case: str = "local", upto: int = 40
         lo = bool(c.locally_optimal[runs[0]])
         _wedge(ax, c.p_mm[runs[0]], CONE_MU, lim, col)
         for k, j in enumerate(runs):
-            ax.plot(c.paths[keep, j, 0], c.paths[keep, j, 1], color=col, lw=1.5,
-                    ls="-" if lo else "--",
-                    label=f"token {a[0]} ({'locally optimal' if lo else 'not locally optimal'})" if k == 0 else None)
+            ax.plot(
+                c.paths[keep, j, 0],
+                c.paths[keep, j, 1],
+                color=col,
+                lw=1.5,
+                ls="-" if lo else "--",
+                label=f"token {a[0]} ({'locally optimal' if lo else 'not locally optimal'})" if k == 0 else None,
+            )
             ax.plot(c.paths[0, j, 0], c.paths[0, j, 1], "o", color=col, ms=4)
     ax.set_xlabel("$p_1$")
     ax.set_ylabel("$p_2$")
@@ -591,11 +678,12 @@ def plot_direction_sweep(d: DirectionSweep | None = None, ax=None):
     cs = colors(3)
     inside = d.corr > 1 - d.mu + 1e-6
     deg = np.degrees
-    ax.plot(deg(d.angles[~inside]), deg(d.end_angles[~inside]), ".", color=cs[0], ms=4,
-            label="ends on the cone's boundary")
+    ax.plot(
+        deg(d.angles[~inside]), deg(d.end_angles[~inside]), ".", color=cs[0], ms=4, label="ends on the cone's boundary"
+    )
     ax.plot(deg(d.angles[inside]), deg(d.end_angles[inside]), "o", color=cs[1], ms=6, label="ends inside the cone")
     for k, (name, a) in enumerate(d.lmm_angles.items()):
-        grey, dash = DIRECTION_STYLES[k % len(DIRECTION_STYLES)]      # each direction its own dash
+        grey, dash = DIRECTION_STYLES[k % len(DIRECTION_STYLES)]  # each direction its own dash
         ax.axhline(deg(a), color=grey, ls=dash, lw=1.2, label=f"{name} direction")
     ax.set_xlabel("angle of the cone's axis q (degrees)")
     ax.set_ylabel("angle of the end point (degrees)")

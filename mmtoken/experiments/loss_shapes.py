@@ -14,6 +14,7 @@ input 1 (the path bends toward ``p_2 > 0``), the second the low-scoring input 2
 
 The chapter ``book/part1/07_losses.md`` shows these runs.
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,9 +42,11 @@ def stacked_loss(names) -> losses.Loss:
     def each(attr):
         def f(*args):
             if args[0].shape[0] != len(parts):
-                raise ValueError(f"the stacked loss needs a first batch dimension of {len(parts)}, "
-                                 f"got shape {tuple(args[0].shape)}")
+                raise ValueError(
+                    f"the stacked loss needs a first batch dimension of {len(parts)}, got shape {tuple(args[0].shape)}"
+                )
             return torch.stack([getattr(l, attr)(*(a[j] for a in args)) for j, l in enumerate(parts)])
+
         return f
 
     return losses.Loss("+".join(names), each("value"), each("deriv"), each("log_neg_deriv"), each("excess"))
@@ -72,14 +75,14 @@ def predicted_side(C: float, loss: str) -> float:
 
 @dataclass
 class LossResult:
-    C: np.ndarray          # (nC,)
+    C: np.ndarray  # (nC,)
     losses: tuple
-    steps: np.ndarray      # (S,)
-    p: np.ndarray          # (S, nL, nC, 2)
-    gmm: np.ndarray        # (2,)
+    steps: np.ndarray  # (S,)
+    p: np.ndarray  # (S, nL, nC, 2)
+    gmm: np.ndarray  # (2,)
     long_steps: np.ndarray  # continuation: (S2,) step indices counted from 0
-    long_p: np.ndarray     # (S2, nL, nC, 2)
-    grad0: np.ndarray      # (nL, nC, 2) -grad L(0) from the stable gradient
+    long_p: np.ndarray  # (S2, nL, nC, 2)
+    grad0: np.ndarray  # (nL, nC, 2) -grad L(0) from the stable gradient
 
     @property
     def corr(self) -> np.ndarray:
@@ -105,7 +108,7 @@ def run(scale: str | None = None) -> LossResult:
 
 @functools.lru_cache(maxsize=None)
 def _run(scale: str) -> LossResult:
-    steps = 1000                                                # the published run
+    steps = 1000  # the published run
     long_steps = config.pick(quick=1500, paper=20_000, which=scale)
     pr = problem()
     loss = stacked_loss(LOSS_NAMES)
@@ -113,20 +116,32 @@ def _run(scale: str) -> LossResult:
     with torch.inference_mode():
         h = train.train_p(pr, p0, steps=steps, lr=0.1, loss=loss, record_every=1, record_probs=False)
         # continuation of the same runs with a larger normalized step (1.0): only ||p|| grows faster
-        h2 = train.train_p(pr, h.p[-1], steps=long_steps, lr=1.0, loss=loss,
-                           record_every=config.pick(quick=10, paper=100, which=scale), record_probs=False)
+        h2 = train.train_p(
+            pr,
+            h.p[-1],
+            steps=long_steps,
+            lr=1.0,
+            loss=loss,
+            record_every=config.pick(quick=10, paper=100, which=scale),
+            record_probs=False,
+        )
         g0 = -grad.grad_p(pr, p0 + 0.0, loss).value()
     gmm = svm.att_svm(instances.fig4(1).K, [1, 1]).x
-    return LossResult(np.array(C_VALUES, float), LOSS_NAMES, h.steps, h.p.numpy(), gmm,
-                      h2.steps, h2.p.numpy(), g0.cpu().numpy())
+    return LossResult(
+        np.array(C_VALUES, float), LOSS_NAMES, h.steps, h.p.numpy(), gmm, h2.steps, h2.p.numpy(), g0.cpu().numpy()
+    )
 
 
-@claim("A.losses.transient", chapter=CHAPTER, checks="paper A, Fig. 4 (C = 100)",
-       statement="For C = 100 the early paths (iterations 1-200) of the correlation and logistic losses deviate from "
-                 "the GMM direction on opposite sides, each on the side predicted by the gradient weights at p = 0; "
-                 "continued, both reach the GMM direction.",
-       threshold="opposite signs of the mean p_2/||p|| over iterations 1-200, each matching the predicted sign; "
-                 "final correlation with the GMM >= 0.999 for both")
+@claim(
+    "A.losses.transient",
+    chapter=CHAPTER,
+    checks="paper A, Fig. 4 (C = 100)",
+    statement="For C = 100 the early paths (iterations 1-200) of the correlation and logistic losses deviate from "
+    "the GMM direction on opposite sides, each on the side predicted by the gradient weights at p = 0; "
+    "continued, both reach the GMM direction.",
+    threshold="opposite signs of the mean p_2/||p|| over iterations 1-200, each matching the predicted sign; "
+    "final correlation with the GMM >= 0.999 for both",
+)
 def _claim_transient() -> Measured:
     r = run()
     side = r.early_side()
@@ -134,8 +149,11 @@ def _claim_transient() -> Measured:
     for loss in ("correlation", "logistic"):
         j, c = r.index(loss, 100)
         pred = predicted_side(100, loss)
-        out[loss] = {"early_side": float(side[j, c]), "predicted_side": float(np.sign(pred)),
-                     "final_corr": float(r.long_corr[-1, j, c])}
+        out[loss] = {
+            "early_side": float(side[j, c]),
+            "predicted_side": float(np.sign(pred)),
+            "final_corr": float(r.long_corr[-1, j, c]),
+        }
         ok &= bool(np.sign(side[j, c]) == np.sign(pred) != 0 and r.long_corr[-1, j, c] >= 0.999)
     ok &= bool(np.sign(out["correlation"]["early_side"]) == -np.sign(out["logistic"]["early_side"]))
     return Measured(out, ok)
@@ -150,15 +168,21 @@ def plot_paths_by_loss(r: LossResult | None = None, first: int = EARLY):
     r = r or run()
     keep = r.steps <= first
     fig, axes = three_panels(list(r.losses), aspect=1.5, sharex=True, sharey=True)
-    cs = sns.color_palette("viridis", len(r.C))        # C is ordered: a sequential palette, dashes cycled
+    cs = sns.color_palette("viridis", len(r.C))  # C is ordered: a sequential palette, dashes cycled
     lim = np.abs(r.p[keep]).max() * 1.05
     for ax, j in zip(axes, range(len(r.losses))):
         for c, C in enumerate(r.C):
-            ax.plot(r.p[keep, j, c, 0], r.p[keep, j, c, 1], color=cs[c], lw=1.4, label=f"C = {C:g}",
-                    linestyle=LINESTYLES[c % len(LINESTYLES)])
+            ax.plot(
+                r.p[keep, j, c, 0],
+                r.p[keep, j, c, 1],
+                color=cs[c],
+                lw=1.4,
+                label=f"C = {C:g}",
+                linestyle=LINESTYLES[c % len(LINESTYLES)],
+            )
         ax.plot([0, lim], [0, 0], color="0.2", lw=1.0, ls=(0, (1, 1)), label="GMM direction")
         ax.set_xlabel("$p_1$")
-        ax.set_aspect("equal", adjustable="box")     # angles as they are; shared axes need "box"
+        ax.set_aspect("equal", adjustable="box")  # angles as they are; shared axes need "box"
     axes[0].set_ylabel("$p_2$")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=6)

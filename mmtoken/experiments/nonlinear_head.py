@@ -27,6 +27,7 @@ optimal tokens unconstrained).
 
 The chapter ``book/part1/06_nonlinear.md`` shows these runs.
 """
+
 from __future__ import annotations
 
 import functools
@@ -46,13 +47,13 @@ CHAPTER = "06_nonlinear"
 
 @dataclass
 class HeadInstance:
-    K: np.ndarray        # (n, T, 2) keys
-    X: np.ndarray        # (n, T, q) values
-    Y: np.ndarray        # (n,)
-    optimal: list        # O_i: tuple of token indices per input
-    A: np.ndarray        # (H, q)
-    b: np.ndarray        # (H,)
-    c: np.ndarray        # (H,)
+    K: np.ndarray  # (n, T, 2) keys
+    X: np.ndarray  # (n, T, q) values
+    Y: np.ndarray  # (n,)
+    optimal: list  # O_i: tuple of token indices per input
+    A: np.ndarray  # (H, q)
+    b: np.ndarray  # (H,)
+    c: np.ndarray  # (H,)
 
     @property
     def x_star(self) -> np.ndarray:
@@ -83,11 +84,13 @@ def make_instance(seed: int = 3, n: int = 4, T: int = 4, q: int = 3, H: int = 8)
         o = tuple(range(sizes[i]))
         optimal.append(o)
         angle = rng.uniform(-0.6, 0.6, size=sizes[i])
-        K[i, :sizes[i]] = 1.2 * np.stack([np.cos(angle), np.sin(angle)], -1)
-        K[i, sizes[i]:] = rng.normal(size=(T - sizes[i], 2)) * 0.6 + np.array([-0.2, 0.0])
-        X[i, :sizes[i]] = Y[i] * mu + 0.2 * rng.normal(size=q)     # one common value for the optimal set
-        X[i, :sizes[i]] = X[i, 0]
-        X[i, sizes[i]:] = -Y[i] * mu * rng.uniform(0.5, 1.5, size=(T - sizes[i], 1)) + 0.3 * rng.normal(size=(T - sizes[i], q))
+        K[i, : sizes[i]] = 1.2 * np.stack([np.cos(angle), np.sin(angle)], -1)
+        K[i, sizes[i] :] = rng.normal(size=(T - sizes[i], 2)) * 0.6 + np.array([-0.2, 0.0])
+        X[i, : sizes[i]] = Y[i] * mu + 0.2 * rng.normal(size=q)  # one common value for the optimal set
+        X[i, : sizes[i]] = X[i, 0]
+        X[i, sizes[i] :] = -Y[i] * mu * rng.uniform(0.5, 1.5, size=(T - sizes[i], 1)) + 0.3 * rng.normal(
+            size=(T - sizes[i], q)
+        )
     A = mu[None, :] + 0.5 * rng.normal(size=(H, q))
     b = 0.3 * rng.normal(size=H)
     c = rng.uniform(0.5, 1.5, size=H)
@@ -104,12 +107,12 @@ class ExcessRisk:
         t = lambda a: torch.as_tensor(np.asarray(a, float), dtype=torch.float64)
         self.loss = losses.get_loss(loss)
         self.K, self.Y = t(inst.K), t(inst.Y)
-        self.dX = t(inst.X - inst.x_star[:, None, :])              # x_it - x*_i (zero on optimal tokens)
+        self.dX = t(inst.X - inst.x_star[:, None, :])  # x_it - x*_i (zero on optimal tokens)
         self.nonopt = torch.as_tensor(inst.nonopt_mask())
         self.A, self.c = t(inst.A), t(inst.c)
         zs = t(inst.x_star) @ self.A.T + t(inst.b)
-        self.tz = torch.tanh(zs)                                   # (n, H)
-        self.u_star = self.Y * (self.tz @ self.c)                  # (n,)
+        self.tz = torch.tanh(zs)  # (n, H)
+        self.u_star = self.Y * (self.tz @ self.c)  # (n,)
 
     def mixture(self, p: torch.Tensor) -> torch.Tensor:
         """``delta_i = sum_t s_it (x_it - x*_i)``, ``(..., n, q)``, from the log-softmax."""
@@ -119,9 +122,9 @@ class ExcessRisk:
 
     def from_mixture(self, delta: torch.Tensor) -> torch.Tensor:
         """Per-input excess risk ``l(Y_i h(x*_i + delta_i)) - l(Y_i h(x*_i))``, ``(..., n)``, without cancellation."""
-        te = torch.tanh(delta @ self.A.T)                          # tanh(A delta)
-        dh = (te * (1 - self.tz ** 2) / (1 + self.tz * te)) @ self.c
-        return self.loss.excess(self.u_star, self.Y * dh)          # (..., n)
+        te = torch.tanh(delta @ self.A.T)  # tanh(A delta)
+        dh = (te * (1 - self.tz**2) / (1 + self.tz * te)) @ self.c
+        return self.loss.excess(self.u_star, self.Y * dh)  # (..., n)
 
     def from_attention(self, s: torch.Tensor) -> torch.Tensor:
         """``L - L_inf`` for any attention maps ``s (..., n, T)`` (rows on the simplex), ``(...)``."""
@@ -183,10 +186,10 @@ def att_svm_prime(inst: HeadInstance) -> tuple[np.ndarray, list]:
 class NonlinearResult:
     inst: HeadInstance
     radii: np.ndarray
-    points: np.ndarray       # (nR, starts, 2)
-    best: np.ndarray         # (nR, 2) lowest-risk start per radius
-    p_prime: np.ndarray      # ATT-SVM' solution
-    choices: list            # [(choice, norm)]
+    points: np.ndarray  # (nR, starts, 2)
+    best: np.ndarray  # (nR, 2) lowest-risk start per radius
+    p_prime: np.ndarray  # ATT-SVM' solution
+    choices: list  # [(choice, norm)]
     assumption_d: AssumptionD
 
     @property
@@ -231,7 +234,7 @@ def first_order_weights(risk: ExcessRisk) -> np.ndarray:
     at the optimal-only attention (by autograd on :meth:`ExcessRisk.from_mixture` at ``delta = 0``); nan on
     optimal tokens. ``n`` times the risk gradient, since ``L`` averages over inputs."""
     delta = torch.zeros(risk.dX.shape[0], risk.dX.shape[-1], dtype=torch.float64, requires_grad=True)
-    (G,) = torch.autograd.grad(risk.from_mixture(delta).sum(), delta)          # (n, q)
+    (G,) = torch.autograd.grad(risk.from_mixture(delta).sum(), delta)  # (n, q)
     g = torch.einsum("nq,ntq->nt", G, risk.dX).numpy()
     return np.where(risk.nonopt.numpy(), g, np.nan)
 
@@ -240,15 +243,15 @@ def _random_attention(nonopt: torch.Tensor, q_in: torch.Tensor, gen: torch.Gener
     """Attention maps ``(N, n, T)`` with non-optimal mass ``q_in (N, n)`` spread at random over the non-optimal
     tokens and ``1 - q_in`` at random over the optimal ones."""
     N, (n, T) = q_in.shape[0], nonopt.shape
-    w = -torch.log(torch.rand(N, n, T, generator=gen, dtype=torch.float64))    # Dirichlet(1) weights
+    w = -torch.log(torch.rand(N, n, T, generator=gen, dtype=torch.float64))  # Dirichlet(1) weights
     non = torch.where(nonopt, w, torch.zeros_like(w))
     opt = torch.where(nonopt, torch.zeros_like(w), w)
-    return (q_in[..., None] * non / non.sum(-1, keepdim=True)
-            + (1 - q_in[..., None]) * opt / opt.sum(-1, keepdim=True))
+    return q_in[..., None] * non / non.sum(-1, keepdim=True) + (1 - q_in[..., None]) * opt / opt.sum(-1, keepdim=True)
 
 
-def check_assumption_d(risk: ExcessRisk, pairs: int = 4000, q0_grid=(1e-3, 1e-2, 0.1, 0.5, 1.0),
-                       seed: int = 0) -> AssumptionD:
+def check_assumption_d(
+    risk: ExcessRisk, pairs: int = 4000, q0_grid=(1e-3, 1e-2, 0.1, 0.5, 1.0), seed: int = 0
+) -> AssumptionD:
     """Assumption D on one instance: the first-order certificate and random pairs for each ``q0`` of the grid."""
     g = first_order_weights(risk)
     n = g.shape[0]
@@ -259,8 +262,8 @@ def check_assumption_d(risk: ExcessRisk, pairs: int = 4000, q0_grid=(1e-3, 1e-2,
         for q0 in q0_grid:
             q = torch.exp(torch.empty(pairs, dtype=torch.float64).uniform_(np.log(1e-8), np.log(q0), generator=gen))
             u = torch.rand(pairs, n, generator=gen, dtype=torch.float64)
-            u[torch.arange(pairs), torch.randint(n, (pairs,), generator=gen)] = 1.0   # q(s) = q exactly
-            u2 = 1 - torch.rand(pairs, n, generator=gen, dtype=torch.float64)         # in (0, 1]
+            u[torch.arange(pairs), torch.randint(n, (pairs,), generator=gen)] = 1.0  # q(s) = q exactly
+            u2 = 1 - torch.rand(pairs, n, generator=gen, dtype=torch.float64)  # in (0, 1]
             s = _random_attention(risk.nonopt, q[:, None] * u, gen)
             s2 = _random_attention(risk.nonopt, c * q[:, None] * u2, gen)
             with torch.no_grad():
@@ -269,8 +272,11 @@ def check_assumption_d(risk: ExcessRisk, pairs: int = 4000, q0_grid=(1e-3, 1e-2,
     ok = [q0 for q0, _, bad in tested if bad == 0]
     q0 = max(ok) if ok and ok[0] == tested[0][0] else 0.0
     gp = torch.Generator().manual_seed(seed)
-    p = torch.randn(2000, 2, generator=gp, dtype=torch.float64) * torch.rand(2000, 1, generator=gp,
-                                                                             dtype=torch.float64) * 8
+    p = (
+        torch.randn(2000, 2, generator=gp, dtype=torch.float64)
+        * torch.rand(2000, 1, generator=gp, dtype=torch.float64)
+        * 8
+    )
     with torch.no_grad():
         min_excess = float(risk(p).min())
     return AssumptionD(g, c, tested, q0, min_excess)
@@ -284,8 +290,9 @@ def run(scale: str | None = None) -> NonlinearResult:
 def _run(scale: str) -> NonlinearResult:
     inst = make_instance()
     risk = ExcessRisk(inst)
-    radii = np.geomspace(0.5, config.pick(quick=60.0, paper=200.0, which=scale),
-                         config.pick(quick=12, paper=24, which=scale))
+    radii = np.geomspace(
+        0.5, config.pick(quick=60.0, paper=200.0, which=scale), config.pick(quick=12, paper=24, which=scale)
+    )
     pts = reg_path(risk, radii, iters=config.pick(quick=300, paper=1000, which=scale))
     with torch.no_grad():
         val = risk(torch.as_tensor(pts))
@@ -294,18 +301,29 @@ def _run(scale: str) -> NonlinearResult:
     return NonlinearResult(inst, radii, pts, best, p_prime, table, check_assumption_d(risk))
 
 
-@claim("A.nonlinear.path", chapter=CHAPTER, checks="paper A, Theorem 8 (Appendix D)",
-       statement="With a fixed two-layer tanh head and optimal-token sets, the regularization path "
-                 "argmin_{||p|| <= R} L(p) turns toward the ATT-SVM' direction as R grows.",
-       threshold="correlation with the ATT-SVM' direction >= 0.99 at the largest radius (on an instance that "
-                 "satisfies Assumption D: every first-order weight > 0 and no violation among the sampled pairs)")
+@claim(
+    "A.nonlinear.path",
+    chapter=CHAPTER,
+    checks="paper A, Theorem 8 (Appendix D)",
+    statement="With a fixed two-layer tanh head and optimal-token sets, the regularization path "
+    "argmin_{||p|| <= R} L(p) turns toward the ATT-SVM' direction as R grows.",
+    threshold="correlation with the ATT-SVM' direction >= 0.99 at the largest radius (on an instance that "
+    "satisfies Assumption D: every first-order weight > 0 and no violation among the sampled pairs)",
+)
 def _claim_path() -> Measured:
     r = run()
     d = r.assumption_d
-    return Measured({"corr_at_R_max": float(r.corr[-1]), "R_max": float(r.radii[-1]),
-                     "assumption_d_min_weight": float(np.nanmin(d.g)), "assumption_d_c": d.c,
-                     "assumption_d_q0": d.q0, "assumption_d_holds": d.holds},
-                    bool(r.corr[-1] >= 0.99 and d.holds))
+    return Measured(
+        {
+            "corr_at_R_max": float(r.corr[-1]),
+            "R_max": float(r.radii[-1]),
+            "assumption_d_min_weight": float(np.nanmin(d.g)),
+            "assumption_d_c": d.c,
+            "assumption_d_q0": d.q0,
+            "assumption_d_holds": d.holds,
+        },
+        bool(r.corr[-1] >= 0.99 and d.holds),
+    )
 
 
 # ---------------------------------------------------------------- figures
@@ -319,7 +337,9 @@ def plot_path(r: NonlinearResult | None = None):
     markers = "os^D"
     opt = ~r.inst.nonopt_mask()
     for i, k in enumerate(r.inst.K):
-        ax.scatter(k[opt[i], 0], k[opt[i], 1], marker=markers[i % 4], color=cs[i], s=50, label=f"input {i + 1}, optimal")
+        ax.scatter(
+            k[opt[i], 0], k[opt[i], 1], marker=markers[i % 4], color=cs[i], s=50, label=f"input {i + 1}, optimal"
+        )
         ax.scatter(k[~opt[i], 0], k[~opt[i], 1], marker=markers[i % 4], facecolors="none", edgecolors=cs[i], s=50)
     u = r.best / r.radii[:, None] * 2.0
     ax.plot(u[:, 0], u[:, 1], "k.-", lw=1.2, label="$2\\,\\bar p(R)/R$")
@@ -328,15 +348,16 @@ def plot_path(r: NonlinearResult | None = None):
     ax.set_xlabel("first key coordinate")
     ax.set_ylabel("second key coordinate")
     ax.set_aspect("equal", adjustable="datalim")
-    ax.legend(loc="upper left")            # the keys and the path lie to the right and below
+    ax.legend(loc="upper left")  # the keys and the path lie to the right and below
     return fig
 
 
 def plot_corr(r: NonlinearResult | None = None):
     """``1 - correlation`` of the path with the ATT-SVM' direction against ``R``."""
     r = r or run()
-    return plot_curves(r.radii, {"path vs ATT-SVM'": 1 - r.corr}, xlabel="radius r", ylabel="1 - correlation",
-                       logx=True, logy=True)
+    return plot_curves(
+        r.radii, {"path vs ATT-SVM'": 1 - r.corr}, xlabel="radius r", ylabel="1 - correlation", logx=True, logy=True
+    )
 
 
 FIGURES = {"fig-nonlinear-path": lambda: plot_path(), "fig-nonlinear-corr": lambda: plot_corr()}

@@ -19,6 +19,7 @@ no gradient) and tokens to the largest ``T`` (masked).
 
 The chapter ``book/part1/08_random.md`` shows these runs.
 """
+
 from __future__ import annotations
 
 import functools
@@ -49,7 +50,7 @@ class Grid:
     n: tuple
     T: tuple
     d: tuple
-    count: int        # instances per cell
+    count: int  # instances per cell
     steps: int
     lr: float
     cross_check: int  # instances re-solved with cvxpy
@@ -65,8 +66,7 @@ class Grid:
 
 
 QUICK = Grid(n=(2, 4), T=(3, 5), d=(2, 4, 8, 16, 32), count=60, steps=3000, lr=0.2, cross_check=60)
-PAPER = Grid(n=(1, 2, 4, 8), T=(2, 3, 5, 8), d=(2, 4, 8, 16, 32, 64), count=500, steps=10_000, lr=0.2,
-             cross_check=300)
+PAPER = Grid(n=(1, 2, 4, 8), T=(2, 3, 5, 8), d=(2, 4, 8, 16, 32, 64), count=500, steps=10_000, lr=0.2, cross_check=300)
 
 
 def grid_for(scale: str) -> Grid:
@@ -85,7 +85,7 @@ def padded_batch(grid: Grid, d: int) -> dict:
         G = np.zeros((grid.count, nmax, tmax))
         M = np.zeros((grid.count, nmax, tmax), bool)
         K[:, :n, :T], G[:, :n, :T], M[:, :n, :T] = r["K"], r["gamma"], True
-        M[:, n:, 0] = True                                  # padded inputs: one real token, no gradient
+        M[:, n:, 0] = True  # padded inputs: one real token, no gradient
         Ks.append(K), Gs.append(G), Ms.append(M)
         meta += [(n, T, d, j) for j in range(grid.count)]
     return {"K": np.concatenate(Ks), "gamma": np.concatenate(Gs), "mask": np.concatenate(Ms), "meta": meta}
@@ -108,8 +108,9 @@ def train_one_by_one(K, gamma, mask, steps: int, lr: float) -> np.ndarray:
     for j in range(K.shape[0]):
         pr = AttentionProblem(K[j], gamma[j], mask[j])
         with torch.inference_mode():
-            h = train.train_p(pr, np.zeros(K.shape[-1]), steps=steps, lr=lr, record_every=max(steps, 1),
-                              record_probs=False)
+            h = train.train_p(
+                pr, np.zeros(K.shape[-1]), steps=steps, lr=lr, record_every=max(steps, 1), record_probs=False
+            )
         out.append(h.p[-1].numpy())
     return np.stack(out)
 
@@ -120,8 +121,15 @@ def analyse(K, gamma, alpha, p, tol: float = 1e-6) -> dict:
     opt = gamma.argmax(-1)
     rows = [(i, t) for i in range(n) for t in range(T) if t != alpha[i]]
     D = np.array([K[i, alpha[i]] - K[i, t] for i, t in rows])
-    rec = {"global": bool((alpha == opt).all()), "feasible": True, "corr": np.nan, "gap": np.nan,
-           "corr_gmm": np.nan, "p_mm_norm": np.nan, "gmm_feasible": True}
+    rec = {
+        "global": bool((alpha == opt).all()),
+        "feasible": True,
+        "corr": np.nan,
+        "gap": np.nan,
+        "corr_gmm": np.nan,
+        "p_mm_norm": np.nan,
+        "gmm_feasible": True,
+    }
     if not rec["global"]:
         D_opt = np.array([K[i, opt[i]] - K[i, t] for i in range(n) for t in range(T) if t != opt[i]])
         try:
@@ -146,10 +154,10 @@ def analyse(K, gamma, alpha, p, tol: float = 1e-6) -> dict:
 @dataclass
 class RandomResult:
     grid: Grid
-    table: pd.DataFrame          # one row per instance
+    table: pd.DataFrame  # one row per instance
     seconds_train: float
     seconds_svm: float
-    cross_check_max_gap: float   # max |NNLS - cvxpy| over the subsample
+    cross_check_max_gap: float  # max |NNLS - cvxpy| over the subsample
     cross_check_count: int
 
     @property
@@ -158,13 +166,22 @@ class RandomResult:
 
     def per_cell(self) -> pd.DataFrame:
         """Per grid cell: instances, fractions saturated / with infeasible ATT-SVM(alpha) / with a feasible GMM /
-    selecting the global optimum, and one minus the mean correlation over saturated instances."""
-        t = self.table.assign(infeasible=~self.table.feasible,
-                              corr_sat=self.table.corr_mm.where(self.table.saturated & self.table.feasible))
+        selecting the global optimum, and one minus the mean correlation over saturated instances."""
+        t = self.table.assign(
+            infeasible=~self.table.feasible,
+            corr_sat=self.table.corr_mm.where(self.table.saturated & self.table.feasible),
+        )
         g = t.groupby(["n", "T", "d"])
-        return pd.DataFrame({"instances": g.size(), "saturated": g.saturated.mean(), "infeasible": g.infeasible.mean(),
-                             "GMM feasible": g.gmm_feasible.mean(), "global (all)": g["global"].mean(),
-                             "1 - mean corr (sat.)": 1 - g.corr_sat.mean()})
+        return pd.DataFrame(
+            {
+                "instances": g.size(),
+                "saturated": g.saturated.mean(),
+                "infeasible": g.infeasible.mean(),
+                "GMM feasible": g.gmm_feasible.mean(),
+                "global (all)": g["global"].mean(),
+                "1 - mean corr (sat.)": 1 - g.corr_sat.mean(),
+            }
+        )
 
 
 def run(scale: str | None = None) -> RandomResult:
@@ -192,9 +209,17 @@ def _run(scale: str) -> RandomResult:
             s_sel = np.exp(out["log_s"][j, np.arange(n), a])
             rec = analyse(K, G, a, out["p"][j])
             log_rest = [np.logaddexp.reduce(np.delete(out["log_s"][j, i, :T], a[i])) for i in range(n)]
-            rec.update(n=n, T=T, d=d, index=k, batch_row=j, alpha=tuple(int(x) for x in a),
-                       min_sel_prob=float(s_sel.min()), log_nonsel=float(max(log_rest)),
-                       norm=float(np.linalg.norm(out["p"][j])))
+            rec.update(
+                n=n,
+                T=T,
+                d=d,
+                index=k,
+                batch_row=j,
+                alpha=tuple(int(x) for x in a),
+                min_sel_prob=float(s_sel.min()),
+                log_nonsel=float(max(log_rest)),
+                norm=float(np.linalg.norm(out["p"][j])),
+            )
             records.append(rec)
         t_svm += time.perf_counter() - t1
         t_train += t1 - t0
@@ -229,12 +254,18 @@ def _cross_check(grid: Grid, table: pd.DataFrame) -> tuple[float, int]:
 def summary(r: RandomResult) -> dict:
     s = r.saturated
     neg = s[s.gap < 0]
-    return {"instances": int(len(r.table)), "saturated": int(len(s)),
-            "infeasible": int((~r.table.feasible).sum()),
-            "mean_corr": float(s.corr_mm.mean()), "median_corr": float(s.corr_mm.median()),
-            "q01_corr": float(s.corr_mm.quantile(0.01)), "min_corr": float(s.corr_mm.min()),
-            "neg_gap_fraction": float(len(neg) / max(len(s), 1)), "neg_gap_count": int(len(neg)),
-            "neg_gap_min_corr": float(neg.corr_mm.min()) if len(neg) else float("nan")}
+    return {
+        "instances": int(len(r.table)),
+        "saturated": int(len(s)),
+        "infeasible": int((~r.table.feasible).sum()),
+        "mean_corr": float(s.corr_mm.mean()),
+        "median_corr": float(s.corr_mm.median()),
+        "q01_corr": float(s.corr_mm.quantile(0.01)),
+        "min_corr": float(s.corr_mm.min()),
+        "neg_gap_fraction": float(len(neg) / max(len(s), 1)),
+        "neg_gap_count": int(len(neg)),
+        "neg_gap_min_corr": float(neg.corr_mm.min()) if len(neg) else float("nan"),
+    }
 
 
 def gmm_rate_by_d(r: RandomResult) -> pd.DataFrame:
@@ -249,20 +280,27 @@ def spearman_gmm(r: RandomResult) -> float:
     return spearman(rate.d.to_numpy(), rate.rate.to_numpy())
 
 
-@claim("A.random.correlation", chapter=CHAPTER,
-       checks="paper A, Appendix E, measured on our grid (GD from p0 = 0: an extension of Thm 3, which starts GD "
-              "in a cone)",
-       statement="On random instances, once the softmax saturates, GD's direction correlates with the ATT-SVM "
-                 "direction of the selection it makes.",
-       threshold=">= 1000 instances; mean correlation >= 0.997 over the saturated ones")
+@claim(
+    "A.random.correlation",
+    chapter=CHAPTER,
+    checks="paper A, Appendix E, measured on our grid (GD from p0 = 0: an extension of Thm 3, which starts GD "
+    "in a cone)",
+    statement="On random instances, once the softmax saturates, GD's direction correlates with the ATT-SVM "
+    "direction of the selection it makes.",
+    threshold=">= 1000 instances; mean correlation >= 0.997 over the saturated ones",
+)
 def _claim_corr() -> Measured:
     m = summary(run())
     return Measured(m, m["instances"] >= 1000 and m["mean_corr"] >= 0.997)
 
 
-@claim("A.random.gmm_rate", chapter=CHAPTER, checks="paper A, Appendix E, measured on our grid",
-       statement="The fraction of random instances whose GD selection is the globally optimal one grows with d.",
-       threshold="Spearman correlation between d and the GMM fraction over the grid cells > 0")
+@claim(
+    "A.random.gmm_rate",
+    chapter=CHAPTER,
+    checks="paper A, Appendix E, measured on our grid",
+    statement="The fraction of random instances whose GD selection is the globally optimal one grows with d.",
+    threshold="Spearman correlation between d and the GMM fraction over the grid cells > 0",
+)
 def _claim_gmm() -> Measured:
     r = run()
     rho = spearman_gmm(r)
@@ -270,16 +308,21 @@ def _claim_gmm() -> Measured:
     return Measured({"spearman": rho, "mean_rate_by_d": {int(k): float(v) for k, v in rate.items()}}, rho > 0)
 
 
-@claim("A.random.score_gap", chapter=CHAPTER,
-       checks="paper A, Appendix E, measured on our grid; Theorem 3 (local optimality)",
-       statement="Among saturated random instances, GD rarely ends on a selection that scores below one of its "
-                 "SVM-neighbours (negative minimum score gap), and those are near ties.",
-       threshold="fraction with negative gap <= 1%; each such instance still correlates >= 0.99 with p_mm(alpha)")
+@claim(
+    "A.random.score_gap",
+    chapter=CHAPTER,
+    checks="paper A, Appendix E, measured on our grid; Theorem 3 (local optimality)",
+    statement="Among saturated random instances, GD rarely ends on a selection that scores below one of its "
+    "SVM-neighbours (negative minimum score gap), and those are near ties.",
+    threshold="fraction with negative gap <= 1%; each such instance still correlates >= 0.99 with p_mm(alpha)",
+)
 def _claim_gap() -> Measured:
     m = summary(run())
     near = m["neg_gap_count"] == 0 or m["neg_gap_min_corr"] >= NEAR_TIE_CORR
-    return Measured({k: m[k] for k in ("saturated", "neg_gap_fraction", "neg_gap_count", "neg_gap_min_corr")},
-                    m["neg_gap_fraction"] <= 0.01 and near)
+    return Measured(
+        {k: m[k] for k in ("saturated", "neg_gap_fraction", "neg_gap_count", "neg_gap_min_corr")},
+        m["neg_gap_fraction"] <= 0.01 and near,
+    )
 
 
 # ---------------------------------------------------------------- figures
@@ -338,5 +381,8 @@ def plot_gaps(r: RandomResult | None = None):
     return fig
 
 
-FIGURES = {"fig-random-corr": lambda: plot_corr_hist(), "fig-random-gmm": lambda: plot_gmm_rate(),
-           "fig-random-gaps": lambda: plot_gaps()}
+FIGURES = {
+    "fig-random-corr": lambda: plot_corr_hist(),
+    "fig-random-gmm": lambda: plot_gmm_rate(),
+    "fig-random-gaps": lambda: plot_gaps(),
+}

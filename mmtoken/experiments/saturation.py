@@ -19,6 +19,7 @@ cancel, ``1 - s_top`` and ``gamma_top - f``, naively (in float32 and
 float64) and stably, and the cosine between each naive gradient and the
 stable one.
 """
+
 from __future__ import annotations
 
 import functools
@@ -36,24 +37,26 @@ LR = 0.1
 PUBLISHED_STEPS = 1000
 PUBLIC = "public code (float32)"
 METHODS = ("stable float64", PUBLIC, "public code in float64", "naive float64, g/||g||")
-REPLICAS = {PUBLIC: (torch.float32, public_code.EPS_FIG1),
-            "public code in float64": (torch.float64, public_code.EPS_FIG1),
-            "naive float64, g/||g||": (torch.float64, 0.0)}
+REPLICAS = {
+    PUBLIC: (torch.float32, public_code.EPS_FIG1),
+    "public code in float64": (torch.float64, public_code.EPS_FIG1),
+    "naive float64, g/||g||": (torch.float64, 0.0),
+}
 """The replica runs: method -> (dtype, eps of ``g / (||g|| + eps)``)."""
 
 
 @dataclass
 class SaturationResult:
-    steps: np.ndarray                # (S,) recorded steps
-    p: dict                          # method -> (S, starts, 2)
-    corr: dict                       # method -> (S, starts) correlation with the GMM
+    steps: np.ndarray  # (S,) recorded steps
+    p: dict  # method -> (S, starts, 2)
+    corr: dict  # method -> (S, starts) correlation with the GMM
     gmm: np.ndarray
     starts: np.ndarray
     # along the stable trajectory, every start: (S, starts)
-    norm: np.ndarray                 # ||p|| of the stable run
-    gap_s: dict                      # "stable" / "float64" / "float32" -> 1 - s_top
-    gap_f: dict                      # same for gamma_top - f
-    cos: dict                        # "float64" / "float32" -> cos(naive grad, stable grad)
+    norm: np.ndarray  # ||p|| of the stable run
+    gap_s: dict  # "stable" / "float64" / "float32" -> 1 - s_top
+    gap_f: dict  # same for gamma_top - f
+    cos: dict  # "float64" / "float32" -> cos(naive grad, stable grad)
 
     def at(self, step: int) -> int:
         """Index of a recorded step."""
@@ -105,10 +108,10 @@ def _run(scale: str) -> SaturationResult:
     # autograd cannot run inside inference_mode: the diagnostics use plain no_grad outside it
     with torch.no_grad():
         # diagnostics along the stable trajectory
-        P = h.p.clone()                                             # (S, starts, 2)
+        P = h.p.clone()  # (S, starts, 2)
         sat = grad.saturation(problem, P)
         is_top = torch.zeros_like(sat.log_s, dtype=torch.bool).scatter_(-1, sat.top[..., None], True)
-        stable_s = sat.log_s.masked_fill(is_top, float("-inf")).exp().sum(-1)[..., 0]   # sum of the small s_t
+        stable_s = sat.log_s.masked_fill(is_top, float("-inf")).exp().sum(-1)[..., 0]  # sum of the small s_t
         stable_f = (-sat.u_minus_top)[..., 0]
         g_stable = grad.grad_p(problem, P).direction
         gap_s, gap_f, cos = {"stable": stable_s.numpy()}, {"stable": stable_f.numpy()}, {}
@@ -118,29 +121,48 @@ def _run(scale: str) -> SaturationResult:
             g = grad.autograd_grad(problem, P, "logistic", dtype=dt).double()
             gn = g.norm(dim=-1)
             c = (g * g_stable).sum(-1) / gn.clamp_min(1e-300)
-            cos[name] = torch.where(gn > 0, c, torch.zeros_like(c)).numpy()   # a zero gradient has no direction
+            cos[name] = torch.where(gn > 0, c, torch.zeros_like(c)).numpy()  # a zero gradient has no direction
     pn = {k: v.numpy() for k, v in p.items()}
-    return SaturationResult(h.steps, pn, {k: geometry.correlation(v, gmm) for k, v in pn.items()}, gmm,
-                            inst.starts, h.norm.numpy(), gap_s, gap_f, cos)
+    return SaturationResult(
+        h.steps,
+        pn,
+        {k: geometry.correlation(v, gmm) for k, v in pn.items()},
+        gmm,
+        inst.starts,
+        h.norm.numpy(),
+        gap_s,
+        gap_f,
+        cos,
+    )
 
 
-@claim("A.numerics.trap", chapter=CHAPTER,
-       checks="numerical trap; Fig. 1 (global), the published normalized-GD run (an extension beyond Thm 2)",
-       statement="On the published Fig. 1 (global) run, the public code (float32 autograd, g / (||g|| + 1e-9), "
-                 "torch.optim.SGD) stalls (||p|| near 16) and drifts away from the GMM within the published 1000 "
-                 "steps, while the saturation-safe gradient keeps turning toward it.",
-       threshold="float32: min correlation < 0.99 at step 1000; stable: min correlation over starts "
-                 "non-decreasing from step 1000 to the end of the run and higher at the end than at step 1000")
+@claim(
+    "A.numerics.trap",
+    chapter=CHAPTER,
+    checks="numerical trap; Fig. 1 (global), the published normalized-GD run (an extension beyond Thm 2)",
+    statement="On the published Fig. 1 (global) run, the public code (float32 autograd, g / (||g|| + 1e-9), "
+    "torch.optim.SGD) stalls (||p|| near 16) and drifts away from the GMM within the published 1000 "
+    "steps, while the saturation-safe gradient keeps turning toward it.",
+    threshold="float32: min correlation < 0.99 at step 1000; stable: min correlation over starts "
+    "non-decreasing from step 1000 to the end of the run and higher at the end than at step 1000",
+)
 def _claim_trap() -> Measured:
     r = run()
     k = r.at(PUBLISHED_STEPS)
     f32 = float(r.corr[PUBLIC][k].min())
     st = r.corr["stable float64"][k:].min(1)
     rising = bool(np.all(np.diff(st) >= 0) and st[-1] > st[0])
-    return Measured({"float32_min_corr_1000": f32, "float32_max_norm_1000": float(r.run_norm(PUBLIC)[k].max()),
-                     "stable_min_corr_1000": float(st[0]),
-                     "stable_min_corr_end": float(st[-1]), "end_step": int(r.steps[-1]), "stable_rising": rising},
-                    bool(f32 < 0.99 and rising))
+    return Measured(
+        {
+            "float32_min_corr_1000": f32,
+            "float32_max_norm_1000": float(r.run_norm(PUBLIC)[k].max()),
+            "stable_min_corr_1000": float(st[0]),
+            "stable_min_corr_end": float(st[-1]),
+            "end_step": int(r.steps[-1]),
+            "stable_rising": rising,
+        },
+        bool(f32 < 0.99 and rising),
+    )
 
 
 def _legend_below(fig, ax, ncol: int) -> None:
@@ -158,8 +180,14 @@ def plot_corr(r: SaturationResult | None = None, ax=None):
     r = r or run()
     if ax is None:
         _, ax = plt.subplots(figsize=(6.0, 4.4), layout="constrained")
-    fig = plot_curves(r.steps, {m: np.maximum(1 - r.corr[m], 1e-16) for m in METHODS}, xlabel="iteration",
-                      ylabel="1 - correlation with the GMM", logy=True, ax=ax)
+    fig = plot_curves(
+        r.steps,
+        {m: np.maximum(1 - r.corr[m], 1e-16) for m in METHODS},
+        xlabel="iteration",
+        ylabel="1 - correlation with the GMM",
+        logy=True,
+        ax=ax,
+    )
     _legend_below(fig, ax, 2)
     return fig
 
@@ -180,10 +208,22 @@ def plot_gaps(r: SaturationResult | None = None, start: int = 2, ax=None):
     floor = 1e-320
     x = r.norm[:, start]
     for k, name in enumerate(("stable", "float64", "float32")):
-        ax.plot(x, np.maximum(np.abs(r.gap_s[name][:, start]), floor), "-", color=cs[k], lw=1.8,
-                label=f"$1 - s_{{top}}$, {name}")
-        ax.plot(x, np.maximum(np.abs(r.gap_f[name][:, start]), floor), "--", color=cs[k], lw=1.2,
-                label=f"$\\gamma_{{top}} - f$, {name}")
+        ax.plot(
+            x,
+            np.maximum(np.abs(r.gap_s[name][:, start]), floor),
+            "-",
+            color=cs[k],
+            lw=1.8,
+            label=f"$1 - s_{{top}}$, {name}",
+        )
+        ax.plot(
+            x,
+            np.maximum(np.abs(r.gap_f[name][:, start]), floor),
+            "--",
+            color=cs[k],
+            lw=1.2,
+            label=f"$\\gamma_{{top}} - f$, {name}",
+        )
     ax.set_yscale("log")
     ax.set_xlabel(r"$\|p\|$ along the stable path")
     ax.set_ylabel("size (zero drawn at 1e-320)")

@@ -20,6 +20,7 @@ and untied.
 
 The chapter ``book/part3/15_multi_token.md`` shows these runs.
 """
+
 from __future__ import annotations
 
 import functools
@@ -40,10 +41,14 @@ LOG_UNDERFLOW = -700.0
 """float64 ``exp`` underflows near ``-745``: every log-probability must stay above this (checked), so the
 closed-form gradient loses nothing to underflow."""
 _A, _B = 0.45, -0.15
-SCORES = np.array([[_A, _A, _B, _B],      # O = {0, 1}
-                   [_B, _A, _A, _A],      # O = {1, 2, 3}
-                   [_B, _B, _A, _B],      # O = {2}
-                   [_A, _B, _B, _A]])     # O = {0, 3}
+SCORES = np.array(
+    [
+        [_A, _A, _B, _B],  # O = {0, 1}
+        [_B, _A, _A, _A],  # O = {1, 2, 3}
+        [_B, _B, _A, _B],  # O = {2}
+        [_A, _B, _B, _A],
+    ]
+)  # O = {0, 3}
 """The designed scores ``gamma_it = u^T x_it``: selected tokens share the top score, the others share the
 bottom one (equal scores keep the finite corrections of GD small, as in paper A's Theorem 2)."""
 
@@ -91,10 +96,10 @@ def simplex_qp(g, M, tol: float = 1e-12) -> np.ndarray:
 
 @dataclass
 class MultiInstance:
-    X: np.ndarray       # (n, T, d) tokens, orthonormal within each input
-    Z: np.ndarray       # (n, d) unit queries
-    u: np.ndarray       # (d,) head direction
-    lam: float          # quadratic penalty of the head
+    X: np.ndarray  # (n, T, d) tokens, orthonormal within each input
+    Z: np.ndarray  # (n, d) unit queries
+    u: np.ndarray  # (d,) head direction
+    lam: float  # quadratic penalty of the head
 
     @property
     def gamma(self) -> np.ndarray:
@@ -115,7 +120,7 @@ class MultiInstance:
         """Smallest ``(common gradient on O_i) - (gradient of a token outside O_i)`` of ``h_i`` at the optimum:
         positive means every non-selected token is strictly worse (strict complementarity)."""
         S = self.optimal_attention()
-        G = self.gamma - 2 * self.lam * S                     # gradient of h_i in s (orthonormal tokens)
+        G = self.gamma - 2 * self.lam * S  # gradient of h_i in s (orthonormal tokens)
         gaps = [G[i, S[i] > 0].min() - G[i, S[i] == 0].max() for i in range(len(S)) if (S[i] == 0).any()]
         return float(min(gaps))
 
@@ -136,9 +141,9 @@ def make_instance(scores=SCORES, d: int = 5, lam: float = 0.2, seed: int = 0) ->
     u /= np.linalg.norm(u)
     X = np.zeros((n, T, d))
     for i, g in enumerate(scores):
-        basis = np.linalg.qr(np.column_stack([u, rng.normal(size=(d, T))]))[0][:, 1:]   # (d, T) in u^perp
+        basis = np.linalg.qr(np.column_stack([u, rng.normal(size=(d, T))]))[0][:, 1:]  # (d, T) in u^perp
         w, V = np.linalg.eigh(np.eye(T) - np.outer(g, g))
-        R = (V * np.sqrt(np.clip(w, 0, None))) @ V.T                                  # Gram I - g g^T
+        R = (V * np.sqrt(np.clip(w, 0, None))) @ V.T  # Gram I - g g^T
         X[i] = np.outer(g, u) + R @ basis.T
     Z = rng.normal(size=(n, d))
     Z /= np.linalg.norm(Z, axis=1, keepdims=True)
@@ -195,7 +200,7 @@ class Objective:
         """``(dL/dW (S, d, d), log-probabilities (S, n, T))`` in closed form:
         ``dL/dlogit_it = l'(f_i) s_it (g_it - s_i^T g_i) / n`` with ``g_it = x_it^T (u - 2 lam a_i)``."""
         log_s, s, a, f = self.parts(W)
-        lp = -torch.sigmoid(-f)                                       # l'(f), (S, n)
+        lp = -torch.sigmoid(-f)  # l'(f), (S, n)
         g = torch.einsum("ntd,snd->snt", self.X, self.u - 2 * self.lam * a)
         dlogit = lp[..., None] * s * (g - (s * g).sum(-1, keepdim=True)) / s.shape[1]
         return torch.einsum("snt,ntd,ne->sde", dlogit, self.X, self.Z), log_s
@@ -224,13 +229,13 @@ def train_w(inst: MultiInstance, W0, steps: int, lr: float, record_every: int = 
 class MultiResult:
     inst: MultiInstance
     steps: np.ndarray
-    Ws: np.ndarray             # (records, S, d, d)
-    log_s: np.ndarray          # (S, n, T) final
-    sets: list                 # per start: sets read off the final attention (None: no clean split)
-    W_tied: np.ndarray         # generalised SVM of the sets (ties kept)
-    W_free: np.ndarray         # the same without the ties
-    W_single: np.ndarray       # ordinary Att-SVM of the most attended tokens
-    generic: dict              # the generic instance: seed, sets, steps, Ws (records, d, d), final probs, SVMs
+    Ws: np.ndarray  # (records, S, d, d)
+    log_s: np.ndarray  # (S, n, T) final
+    sets: list  # per start: sets read off the final attention (None: no clean split)
+    W_tied: np.ndarray  # generalised SVM of the sets (ties kept)
+    W_free: np.ndarray  # the same without the ties
+    W_single: np.ndarray  # ordinary Att-SVM of the most attended tokens
+    generic: dict  # the generic instance: seed, sets, steps, Ws (records, d, d), final probs, SVMs
 
     def corr(self, W_ref: np.ndarray) -> np.ndarray:
         """``(records, S)`` correlation of GD's iterates with ``W_ref``."""
@@ -250,7 +255,7 @@ def _run(scale: str) -> MultiResult:
     d = inst.X.shape[2]
     gen = np.random.default_rng(1)
     W0 = 0.1 * gen.normal(size=(starts, d, d))
-    W0[0] = 0.0                                                # the first start is W = 0
+    W0[0] = 0.0  # the first start is W = 0
     st, Ws, log_s = train_w(inst, W0, steps, lr=0.1, record_every=max(steps // 30, 1))
     sets = []
     for P in np.exp(log_s):
@@ -266,9 +271,16 @@ def _run(scale: str) -> MultiResult:
     seed, g_inst = generic_instance()
     g_sets = g_inst.optimal_sets()
     g_st, g_Ws, g_log = train_w(g_inst, np.zeros((1, d, d)), steps, lr=0.1, record_every=max(steps // 30, 1))
-    generic = {"seed": seed, "inst": g_inst, "sets": g_sets, "steps": g_st, "Ws": g_Ws[:, 0],
-               "probs": np.exp(g_log[0]), "W_tied": gen_svm.w_gen_svm(g_inst.X, g_inst.Z, g_sets),
-               "W_free": gen_svm.w_gen_svm(g_inst.X, g_inst.Z, g_sets, tied=False)}
+    generic = {
+        "seed": seed,
+        "inst": g_inst,
+        "sets": g_sets,
+        "steps": g_st,
+        "Ws": g_Ws[:, 0],
+        "probs": np.exp(g_log[0]),
+        "W_tied": gen_svm.w_gen_svm(g_inst.X, g_inst.Z, g_sets),
+        "W_free": gen_svm.w_gen_svm(g_inst.X, g_inst.Z, g_sets, tied=False),
+    }
     return MultiResult(inst, st, Ws, log_s, sets, W_tied, W_free, W_single, generic)
 
 
@@ -276,28 +288,38 @@ def generic_corr(r: MultiResult) -> dict:
     """``(records,)`` correlations of GD on the generic instance with its tied and untied SVMs."""
     g = r.generic
     Ws = g["Ws"].reshape(len(g["steps"]), -1)
-    return {"tied": geometry.correlation(Ws, g["W_tied"].ravel()),
-            "untied": geometry.correlation(Ws, g["W_free"].ravel())}
+    return {
+        "tied": geometry.correlation(Ws, g["W_tied"].ravel()),
+        "untied": geometry.correlation(Ws, g["W_free"].ravel()),
+    }
 
 
 # ---------------------------------------------------------------- claims
 def summary(r: MultiResult) -> dict:
     designed = r.inst.optimal_sets()
     c = r.corr(r.W_tied)[-1]
-    return {"starts": int(len(r.sets)), "sets_match_construction": all(s == designed for s in r.sets),
-            "set_sizes": [len(o) for o in designed], "min_corr_gen_svm": float(c.min()),
-            "max_corr_untied": float(r.corr(r.W_free)[-1].max()),
-            "max_corr_single_token": float(r.corr(r.W_single)[-1].max()),
-            "min_log_prob": float(r.log_s.min()), "complementarity_gap": r.inst.complementarity_gap()}
+    return {
+        "starts": int(len(r.sets)),
+        "sets_match_construction": all(s == designed for s in r.sets),
+        "set_sizes": [len(o) for o in designed],
+        "min_corr_gen_svm": float(c.min()),
+        "max_corr_untied": float(r.corr(r.W_free)[-1].max()),
+        "max_corr_single_token": float(r.corr(r.W_single)[-1].max()),
+        "min_log_prob": float(r.log_s.min()),
+        "complementarity_gap": r.inst.complementarity_gap(),
+    }
 
 
-@claim("C.multi.gen_svm", chapter=CHAPTER,
-       checks="Transformers as SVMs, Sec. 6: the proposed SVM equivalence for nonlinear heads (a conjecture "
-              "there, no theorem); normalized GD on W, measured on the chapter's instance",
-       statement="On an instance where attention selects several tokens per input, normalized GD's direction "
-                 "matches the generalised SVM (ties inside, margin 1 outside) of the selected sets.",
-       threshold="every start: a clean split (selected >= 1e-3, others <= 1e-4) equal to the designed optimal "
-                 "sets, no float64 underflow; correlation with the generalised SVM >= 0.99")
+@claim(
+    "C.multi.gen_svm",
+    chapter=CHAPTER,
+    checks="Transformers as SVMs, Sec. 6: the proposed SVM equivalence for nonlinear heads (a conjecture "
+    "there, no theorem); normalized GD on W, measured on the chapter's instance",
+    statement="On an instance where attention selects several tokens per input, normalized GD's direction "
+    "matches the generalised SVM (ties inside, margin 1 outside) of the selected sets.",
+    threshold="every start: a clean split (selected >= 1e-3, others <= 1e-4) equal to the designed optimal "
+    "sets, no float64 underflow; correlation with the generalised SVM >= 0.99",
+)
 def _claim_gen_svm() -> Measured:
     m = summary(run())
     ok = m["sets_match_construction"] and m["min_corr_gen_svm"] >= 0.99 and m["min_log_prob"] > LOG_UNDERFLOW
@@ -311,13 +333,18 @@ def plot_corr(r: MultiResult | None = None):
     r = r or run()
     fig, axes = two_panels()
     x = np.maximum(r.steps, 1)
-    for k, (name, W) in enumerate([("generalised svm", r.W_tied), ("untied", r.W_free),
-                                   ("one token", r.W_single)]):
+    for k, (name, W) in enumerate([("generalised svm", r.W_tied), ("untied", r.W_free), ("one token", r.W_single)]):
         c = r.corr(W)
         axes[0].plot(x, np.clip(1 - c[:, 0], 1e-8, None), label=name, **style(k))
         if k == 0:
-            axes[0].fill_between(x, np.clip(1 - c.max(1), 1e-8, None), np.clip(1 - c.min(1), 1e-8, None),
-                                 color=style(0)["color"], alpha=0.2, lw=0)
+            axes[0].fill_between(
+                x,
+                np.clip(1 - c.max(1), 1e-8, None),
+                np.clip(1 - c.min(1), 1e-8, None),
+                color=style(0)["color"],
+                alpha=0.2,
+                lw=0,
+            )
     axes[0].axhline(0.01, color="0.4", lw=0.8, ls=":")
     axes[0].set_xscale("log")
     axes[0].set_yscale("log")

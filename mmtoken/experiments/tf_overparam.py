@@ -21,6 +21,7 @@ draw ``count`` random instances (tokens and queries ``N(0, I/d)``, head
 
 The chapter ``book/part3/14_overparam.md`` shows these runs.
 """
+
 from __future__ import annotations
 
 import functools
@@ -46,10 +47,10 @@ class Grid:
     n: int
     T: int
     d: tuple
-    count: int          # instances per d
+    count: int  # instances per d
     steps: int
     lr: float
-    lp_instances: int   # instances per d whose T^n selections are all checked by LP
+    lp_instances: int  # instances per d whose T^n selections are all checked by LP
     seed: int = 0
 
     @property
@@ -97,8 +98,8 @@ def rank_certificate(X, Z) -> np.ndarray:
     if X.ndim != 4 or Z.shape != (X.shape[0], X.shape[1], X.shape[3]):
         raise ValueError(f"X must be (count, n, T, d) and Z (count, n, d), got {X.shape} and {Z.shape}")
     count, n, T, _ = X.shape
-    q_ok = np.linalg.matrix_rank(Z) == n                                    # (count,)
-    diffs = X[:, :, 1:] - X[:, :, :1]                                       # (count, n, T-1, d)
+    q_ok = np.linalg.matrix_rank(Z) == n  # (count,)
+    diffs = X[:, :, 1:] - X[:, :, :1]  # (count, n, T-1, d)
     t_ok = (np.linalg.matrix_rank(diffs) == T - 1).all(axis=1)
     return q_ok & t_ok
 
@@ -127,26 +128,39 @@ def all_selections_feasible(K) -> tuple[int, int, int]:
 @dataclass
 class OverparamResult:
     grid: Grid
-    table: pd.DataFrame     # one row per instance
-    lp: pd.DataFrame        # one row per LP-checked instance: counts over its T^n selections
+    table: pd.DataFrame  # one row per instance
+    lp: pd.DataFrame  # one row per LP-checked instance: counts over its T^n selections
 
     def per_d(self) -> pd.DataFrame:
         """Per ``d``: rank certificate rate, LP-feasible share of selections, saturated, global, converged."""
         g = self.table.groupby("d")
         lp = self.lp.groupby("d")[["feasible", "infeasible", "undecided"]].sum()
         tot = lp.sum(axis=1)
-        return pd.DataFrame({"certificate": g.certificate.mean(),
-                             "lp feasible": lp.feasible / tot, "lp undecided": lp.undecided,
-                             "saturated": g.saturated.mean(), "global": g["global"].mean(),
-                             "converged": g.converged.mean()})
+        return pd.DataFrame(
+            {
+                "certificate": g.certificate.mean(),
+                "lp feasible": lp.feasible / tot,
+                "lp undecided": lp.undecided,
+                "saturated": g.saturated.mean(),
+                "global": g["global"].mean(),
+                "converged": g.converged.mean(),
+            }
+        )
 
     def classification(self) -> pd.DataFrame:
         """Per ``d``, over saturated instances: mean correlation with the Att-SVM of GD's selection,
         share selecting the global optimum, share with a negative minimum score gap."""
         s = self.table[self.table.saturated & self.table.feasible]
         g = s.groupby("d")
-        return pd.DataFrame({"saturated": g.size(), "mean corr": g.corr_mm.mean(), "min corr": g.corr_mm.min(),
-                             "global": g["global"].mean(), "gap < 0": g.gap.apply(lambda x: float((x < 0).mean()))})
+        return pd.DataFrame(
+            {
+                "saturated": g.size(),
+                "mean corr": g.corr_mm.mean(),
+                "min corr": g.corr_mm.min(),
+                "global": g["global"].mean(),
+                "gap < 0": g.gap.apply(lambda x: float((x < 0).mean())),
+            }
+        )
 
 
 def run(scale: str | None = None) -> OverparamResult:
@@ -165,20 +179,27 @@ def _run(scale: str) -> OverparamResult:
         alpha, log_s = out["alpha"], out["log_s"]
         sel = np.take_along_axis(log_s, alpha[..., None], -1)[..., 0]
         rest = np.where(np.arange(grid.T) == alpha[..., None], -np.inf, log_s)
-        log_rest = np.logaddexp.reduce(rest, axis=-1).max(-1)              # worst input's non-selected mass
+        log_rest = np.logaddexp.reduce(rest, axis=-1).max(-1)  # worst input's non-selected mass
         glob = (alpha == inst["gamma"].argmax(-1)).all(-1)
         sat = log_rest <= ri.LOG_SATURATED
         for j in range(grid.count):
             rec = ri.analyse(inst["K"][j], inst["gamma"][j], alpha[j], out["p"][j])
-            rec.update(d=d, index=j, certificate=bool(cert[j]), saturated=bool(sat[j]), log_nonsel=float(log_rest[j]),
-                       min_sel_log_prob=float(sel[j].min()))
+            rec.update(
+                d=d,
+                index=j,
+                certificate=bool(cert[j]),
+                saturated=bool(sat[j]),
+                log_nonsel=float(log_rest[j]),
+                min_sel_log_prob=float(sel[j].min()),
+            )
             rec["global"] = bool(glob[j])
             rec["converged"] = bool(glob[j] and sat[j])
             records.append(rec)
         for j in range(grid.lp_instances):
             f, inf, und = all_selections_feasible(inst["K"][j])
-            lp_rows.append({"d": d, "index": j, "certificate": bool(cert[j]), "feasible": f, "infeasible": inf,
-                            "undecided": und})
+            lp_rows.append(
+                {"d": d, "index": j, "certificate": bool(cert[j]), "feasible": f, "infeasible": inf, "undecided": und}
+            )
     table = pd.DataFrame(records).rename(columns={"corr": "corr_mm"})
     return OverparamResult(grid, table, pd.DataFrame(lp_rows))
 
@@ -192,10 +213,14 @@ def feasibility_summary(r: OverparamResult) -> dict:
     lp_above = r.lp[r.lp.d >= th]
     per_d = above.groupby("d").size()
     clash = r.lp[r.lp.certificate & (r.lp.infeasible + r.lp.undecided > 0)]
-    return {"instances_per_d_min": int(per_d.min()), "certificate_rate": float(above.certificate.mean()),
-            "lp_selections": int(lp_above[["feasible", "infeasible", "undecided"]].to_numpy().sum()),
-            "lp_infeasible": int(lp_above.infeasible.sum()), "lp_undecided": int(lp_above.undecided.sum()),
-            "certificate_vs_lp_clashes": int(len(clash))}
+    return {
+        "instances_per_d_min": int(per_d.min()),
+        "certificate_rate": float(above.certificate.mean()),
+        "lp_selections": int(lp_above[["feasible", "infeasible", "undecided"]].to_numpy().sum()),
+        "lp_infeasible": int(lp_above.infeasible.sum()),
+        "lp_undecided": int(lp_above.undecided.sum()),
+        "certificate_vs_lp_clashes": int(len(clash)),
+    }
 
 
 def converged_spearman(r: OverparamResult) -> float:
@@ -204,22 +229,31 @@ def converged_spearman(r: OverparamResult) -> float:
     return spearman(rate.index.to_numpy(float), rate.to_numpy())
 
 
-@claim("C.overparam.feasible", chapter=CHAPTER,
-       checks="Transformers as SVMs: over-parameterisation makes every selection's Att-SVM feasible (our "
-              "lemma, proved in the chapter) and helps GD reach the global optimum (normalized GD from W = 0: "
-              "an extension of the global theorem, measured)",
-       statement="With d >= max(T - 1, n) every selection's Att-SVM in W is feasible, and the fraction of random "
-                 "instances on which GD converges to the globally optimal tokens does not decrease with d.",
-       threshold=">= 1000 random instances per d; for d >= max(T - 1, n): rank certificate on 100% of instances "
-                 "and every one of the T^n selections of the LP subsample feasible (no clash certificate/LP); "
-                 "Spearman(d, fraction converged to the global tokens) over the grid > 0")
+@claim(
+    "C.overparam.feasible",
+    chapter=CHAPTER,
+    checks="Transformers as SVMs: over-parameterisation makes every selection's Att-SVM feasible (our "
+    "lemma, proved in the chapter) and helps GD reach the global optimum (normalized GD from W = 0: "
+    "an extension of the global theorem, measured)",
+    statement="With d >= max(T - 1, n) every selection's Att-SVM in W is feasible, and the fraction of random "
+    "instances on which GD converges to the globally optimal tokens does not decrease with d.",
+    threshold=">= 1000 random instances per d; for d >= max(T - 1, n): rank certificate on 100% of instances "
+    "and every one of the T^n selections of the LP subsample feasible (no clash certificate/LP); "
+    "Spearman(d, fraction converged to the global tokens) over the grid > 0",
+)
 def _claim_feasible() -> Measured:
     r = run()
     f = feasibility_summary(r)
     rho = converged_spearman(r)
     conv = {int(k): float(v) for k, v in r.per_d().converged.items()}
-    ok = (f["instances_per_d_min"] >= 1000 and f["certificate_rate"] == 1.0 and f["lp_infeasible"] == 0
-          and f["lp_undecided"] == 0 and f["certificate_vs_lp_clashes"] == 0 and rho > 0)
+    ok = (
+        f["instances_per_d_min"] >= 1000
+        and f["certificate_rate"] == 1.0
+        and f["lp_infeasible"] == 0
+        and f["lp_undecided"] == 0
+        and f["certificate_vs_lp_clashes"] == 0
+        and rho > 0
+    )
     return Measured(dict(f, spearman=rho, converged_by_d=conv), bool(ok))
 
 

@@ -15,6 +15,7 @@ the ``W`` selection is classified locally optimal by paper A's classifier).
 A short run with float64 autograd through the plain softmax shows the
 collapse after saturation.
 """
+
 from __future__ import annotations
 
 import functools
@@ -52,23 +53,23 @@ class SizeResult:
     n: int
     T: int
     d: int
-    data: dict                 # X (B, n, T, d), Z (B, n, d), v (B, d), Y (B, n)
-    steps: np.ndarray          # (S,)
-    W_w: np.ndarray            # (B, d, d) last W iterate
-    W_kq: np.ndarray           # (B, d, d) last K Q^T
-    sel_w: np.ndarray          # (B, n) selection of the W run
-    sel_kq: np.ndarray         # (B, n) selection of the (K, Q) run
-    local_w: np.ndarray        # (B,) W selection classified locally optimal
-    fro_w: np.ndarray          # (B, d, d) Frobenius SVM of the W selection
-    nuc_w: np.ndarray          # (B, d, d) nuclear SVM of the W selection
-    fro_kq: np.ndarray         # (B, d, d) Frobenius SVM of the (K, Q) selection
-    nuc_kq: np.ndarray         # (B, d, d) nuclear SVM of the (K, Q) selection
-    nuc_gap: np.ndarray        # (B,) duality gap of the nuclear solutions of the (K, Q) selections
-    rank_nuc: np.ndarray       # (B,) rank of the nuclear solution (threshold tfsvm.RANK_TOL)
-    rank_kq: np.ndarray        # (B,) rank of the last K Q^T (same threshold)
-    nuc_excess: np.ndarray     # (B,) ||W_kq||_* / min margin over ||W_*^mm||_* - 1
-    imbalance: np.ndarray      # (B,) ||K^T K - Q^T Q||_F / ||K Q^T||_F at the end
-    joint: dict                # the (K, Q) run with one unit step for the pair: corr, excess, imbalance (B,)
+    data: dict  # X (B, n, T, d), Z (B, n, d), v (B, d), Y (B, n)
+    steps: np.ndarray  # (S,)
+    W_w: np.ndarray  # (B, d, d) last W iterate
+    W_kq: np.ndarray  # (B, d, d) last K Q^T
+    sel_w: np.ndarray  # (B, n) selection of the W run
+    sel_kq: np.ndarray  # (B, n) selection of the (K, Q) run
+    local_w: np.ndarray  # (B,) W selection classified locally optimal
+    fro_w: np.ndarray  # (B, d, d) Frobenius SVM of the W selection
+    nuc_w: np.ndarray  # (B, d, d) nuclear SVM of the W selection
+    fro_kq: np.ndarray  # (B, d, d) Frobenius SVM of the (K, Q) selection
+    nuc_kq: np.ndarray  # (B, d, d) nuclear SVM of the (K, Q) selection
+    nuc_gap: np.ndarray  # (B,) duality gap of the nuclear solutions of the (K, Q) selections
+    rank_nuc: np.ndarray  # (B,) rank of the nuclear solution (threshold tfsvm.RANK_TOL)
+    rank_kq: np.ndarray  # (B,) rank of the last K Q^T (same threshold)
+    nuc_excess: np.ndarray  # (B,) ||W_kq||_* / min margin over ||W_*^mm||_* - 1
+    imbalance: np.ndarray  # (B,) ||K^T K - Q^T Q||_F / ||K Q^T||_F at the end
+    joint: dict  # the (K, Q) run with one unit step for the pair: corr, excess, imbalance (B,)
     corr_w_fro: np.ndarray
     corr_w_nuc: np.ndarray
     corr_kq_nuc: np.ndarray
@@ -84,9 +85,9 @@ class SizeResult:
 class NaiveRun:
     """Normalized GD on ``W`` with float64 autograd (plain softmax) against the stable gradient."""
 
-    steps: np.ndarray          # (S,)
-    corr_naive: dict           # dtype name -> (S, B) correlation with the Frobenius SVM of the stable run's selection
-    corr_stable: np.ndarray    # (S, B)
+    steps: np.ndarray  # (S,)
+    corr_naive: dict  # dtype name -> (S, B) correlation with the Frobenius SVM of the stable run's selection
+    corr_stable: np.ndarray  # (S, B)
 
     def at(self, k: int) -> dict:
         """Median and minimum correlation over instances at step ``k``, per run."""
@@ -97,7 +98,7 @@ class NaiveRun:
 
 @dataclass
 class WvsKQ:
-    sizes: list                # [SizeResult]
+    sizes: list  # [SizeResult]
     naive: NaiveRun
 
 
@@ -127,7 +128,7 @@ def _one_size(n: int, T: int, d: int, count: int) -> SizeResult:
     Kx, gamma = problem.K.numpy(), problem.gamma.numpy()
     sel_w, sel_kq = rw.selection, rk.selection
     fro_w, nuc_w, fro_kq, nuc_kq, local, gaps, ranks = [], [], [], [], [], [], []
-    for b in range(count):      # one convex program per instance (cvxpy); the training above is batched
+    for b in range(count):  # one convex program per instance (cvxpy); the training above is batched
         X, Z = data["X"][b], data["Z"][b]
         fro_w.append(tfsvm.frobenius_svm(X, Z, sel_w[b]).x)
         nuc_w.append(tfsvm.nuclear_svm(X, Z, sel_w[b]).W)
@@ -145,11 +146,33 @@ def _one_size(n: int, T: int, d: int, count: int) -> SizeResult:
     with torch.inference_mode():
         rj = tfsvm.train_kq(problem, K0, Q0, steps=STEPS, lr=LR, record_every=STEPS, separate=False)
     joint = _joint_summary(data, rj)
-    return SizeResult(n, T, d, data, rw.steps, W_w, W_kq, sel_w, sel_kq, np.array(local), np.array(fro_w),
-                      np.array(nuc_w), np.array(fro_kq), nuc_kq, np.array(gaps), np.array(ranks),
-                      tfsvm.numerical_rank(W_kq), excess, imbalance(rk.K[-1].numpy(), rk.Q[-1].numpy()), joint,
-                      _corr(rw.W.numpy(), np.array(fro_w)), _corr(rw.W.numpy(), np.array(nuc_w)),
-                      _corr(rk.W.numpy(), nuc_kq), _corr(rk.W.numpy(), np.array(fro_kq)), sv / sv[..., :1])
+    return SizeResult(
+        n,
+        T,
+        d,
+        data,
+        rw.steps,
+        W_w,
+        W_kq,
+        sel_w,
+        sel_kq,
+        np.array(local),
+        np.array(fro_w),
+        np.array(nuc_w),
+        np.array(fro_kq),
+        nuc_kq,
+        np.array(gaps),
+        np.array(ranks),
+        tfsvm.numerical_rank(W_kq),
+        excess,
+        imbalance(rk.K[-1].numpy(), rk.Q[-1].numpy()),
+        joint,
+        _corr(rw.W.numpy(), np.array(fro_w)),
+        _corr(rw.W.numpy(), np.array(nuc_w)),
+        _corr(rk.W.numpy(), nuc_kq),
+        _corr(rk.W.numpy(), np.array(fro_kq)),
+        sv / sv[..., :1],
+    )
 
 
 def imbalance(K, Q) -> np.ndarray:
@@ -165,9 +188,12 @@ def _joint_summary(data, rj) -> dict:
     sols = [tfsvm.nuclear_svm(data["X"][b], data["Z"][b], a) for b, a in enumerate(rj.selection)]
     ref = np.array([sol.W for sol in sols])
     optimum = np.array([sol.objective for sol in sols])
-    return {"corr": _corr(W, ref), "excess": tfsvm.nuclear_excess(data["X"], data["Z"], rj.selection, W, optimum),
-            "imbalance": imbalance(rj.K[-1].numpy(), rj.Q[-1].numpy()),
-            "rank_agree": tfsvm.numerical_rank(W) == np.array([sol.rank() for sol in sols])}
+    return {
+        "corr": _corr(W, ref),
+        "excess": tfsvm.nuclear_excess(data["X"], data["Z"], rj.selection, W, optimum),
+        "imbalance": imbalance(rj.K[-1].numpy(), rj.Q[-1].numpy()),
+        "rank_agree": tfsvm.numerical_rank(W) == np.array([sol.rank() for sol in sols]),
+    }
 
 
 def _naive(first: SizeResult) -> NaiveRun:
@@ -202,63 +228,86 @@ def summary(r: WvsKQ | None = None) -> list[dict]:
     out = []
     for s in r.sizes:
         gain = s.corr_kq_nuc[-1] - s.corr_kq_fro[-1]
-        out.append({"size": s.label, "instances": len(s.W_w), "min_corr_w_fro": float(s.corr_w_fro[-1].min()),
-                    "all_local": bool(s.local_w.all()), "min_corr_kq_nuc": float(s.corr_kq_nuc[-1].min()),
-                    "below_kq": int((s.corr_kq_nuc[-1] < CORR_KQ).sum()), "min_gain": float(gain.min()),
-                    "rank_agree": int((s.rank_kq == s.rank_nuc).sum()),
-                    "max_nuc_gap": float(s.nuc_gap.max())})
+        out.append(
+            {
+                "size": s.label,
+                "instances": len(s.W_w),
+                "min_corr_w_fro": float(s.corr_w_fro[-1].min()),
+                "all_local": bool(s.local_w.all()),
+                "min_corr_kq_nuc": float(s.corr_kq_nuc[-1].min()),
+                "below_kq": int((s.corr_kq_nuc[-1] < CORR_KQ).sum()),
+                "min_gain": float(gain.min()),
+                "rank_agree": int((s.rank_kq == s.rank_nuc).sum()),
+                "max_nuc_gap": float(s.nuc_gap.max()),
+            }
+        )
     return out
 
 
 # ---------------------------------------------------------------- claims
-@claim("C.w.frobenius", chapter=CHAPTER,
-       checks="Transformers as SVMs (2308.16898): convergence of GD on W to the Frobenius Att-SVM of the "
-              "(locally optimal) tokens it selects (reconstructed); normalized GD, the algorithm of the paper's "
-              "experiments, is an extension beyond the plain GD of its theorems",
-       statement="On 10 random instances (25 at paper scale) of each size (n = T = 4, d = 6 and n = 6, T = 8, "
-                 "d = 10), normalized GD "
-                 "on W (step 0.1, saturation-safe gradient, 20 000 steps) converges in direction to the Frobenius "
-                 "Att-SVM of the selection it makes, and that selection is locally optimal.",
-       threshold="every instance: correlation >= 0.9999 with the Frobenius Att-SVM of its selection, and "
-                 "geometry.classify calls the selection locally optimal")
+@claim(
+    "C.w.frobenius",
+    chapter=CHAPTER,
+    checks="Transformers as SVMs (2308.16898): convergence of GD on W to the Frobenius Att-SVM of the "
+    "(locally optimal) tokens it selects (reconstructed); normalized GD, the algorithm of the paper's "
+    "experiments, is an extension beyond the plain GD of its theorems",
+    statement="On 10 random instances (25 at paper scale) of each size (n = T = 4, d = 6 and n = 6, T = 8, "
+    "d = 10), normalized GD "
+    "on W (step 0.1, saturation-safe gradient, 20 000 steps) converges in direction to the Frobenius "
+    "Att-SVM of the selection it makes, and that selection is locally optimal.",
+    threshold="every instance: correlation >= 0.9999 with the Frobenius Att-SVM of its selection, and "
+    "geometry.classify calls the selection locally optimal",
+)
 def _claim_w() -> Measured:
     rows = summary()
     ok = all(r["min_corr_w_fro"] >= CORR_W and r["all_local"] for r in rows)
-    return Measured({r["size"]: {"min_corr": r["min_corr_w_fro"], "all_local": r["all_local"]} for r in rows},
-                    bool(ok))
+    return Measured({r["size"]: {"min_corr": r["min_corr_w_fro"], "all_local": r["all_local"]} for r in rows}, bool(ok))
 
 
-@claim("C.kq.nuclear", chapter=CHAPTER, kind="observation",
-       known_miss="measured at quick scale: 4 of the 20 instances stay below 0.99 after 20 000 steps (worst 0.984 "
-                  "at n = T = 4, d = 6; 0.977 at n = 6, T = 8, d = 10), although every one is closer to the nuclear "
-                  "than to the Frobenius solution by >= 0.065. At 100 000 steps one recovers (0.990) and one drifts "
-                  "away (0.994 -> 0.987); balanced (joint) steps do not rescue them: see the chapter, 'Why (K, Q) "
-                  "misses'",
-       checks="Transformers as SVMs (2308.16898): the (K, Q) parameterisation is biased towards the nuclear-norm "
-              "Att-SVM* (reconstructed; the paper proves it for the regularization path); normalized GD on (K, Q), "
-              "the algorithm of the paper's experiments, is an extension",
-       statement="On the same instances, normalized GD on (K, Q) (each factor a unit step of 0.1, directions from "
-                 "the stable gradient, 20 000 steps) converges in direction to the nuclear-norm Att-SVM* of the "
-                 "selection it makes, clearly closer to it than to the Frobenius Att-SVM.",
-       threshold="every instance: correlation of K Q^T >= 0.99 with the nuclear-norm Att-SVM* of its selection, "
-                 "and >= 0.02 more than with the Frobenius Att-SVM of that selection")
+@claim(
+    "C.kq.nuclear",
+    chapter=CHAPTER,
+    kind="observation",
+    known_miss="measured at quick scale: 4 of the 20 instances stay below 0.99 after 20 000 steps (worst 0.984 "
+    "at n = T = 4, d = 6; 0.977 at n = 6, T = 8, d = 10), although every one is closer to the nuclear "
+    "than to the Frobenius solution by >= 0.065. At 100 000 steps one recovers (0.990) and one drifts "
+    "away (0.994 -> 0.987); balanced (joint) steps do not rescue them: see the chapter, 'Why (K, Q) "
+    "misses'",
+    checks="Transformers as SVMs (2308.16898): the (K, Q) parameterisation is biased towards the nuclear-norm "
+    "Att-SVM* (reconstructed; the paper proves it for the regularization path); normalized GD on (K, Q), "
+    "the algorithm of the paper's experiments, is an extension",
+    statement="On the same instances, normalized GD on (K, Q) (each factor a unit step of 0.1, directions from "
+    "the stable gradient, 20 000 steps) converges in direction to the nuclear-norm Att-SVM* of the "
+    "selection it makes, clearly closer to it than to the Frobenius Att-SVM.",
+    threshold="every instance: correlation of K Q^T >= 0.99 with the nuclear-norm Att-SVM* of its selection, "
+    "and >= 0.02 more than with the Frobenius Att-SVM of that selection",
+)
 def _claim_kq() -> Measured:
     rows = summary()
     ok = all(r["below_kq"] == 0 and r["min_gain"] >= CORR_GAIN for r in rows)
-    return Measured({r["size"]: {"min_corr": r["min_corr_kq_nuc"], "below_0.99": r["below_kq"],
-                                 "min_gain": r["min_gain"]} for r in rows}, bool(ok))
+    return Measured(
+        {
+            r["size"]: {"min_corr": r["min_corr_kq_nuc"], "below_0.99": r["below_kq"], "min_gain": r["min_gain"]}
+            for r in rows
+        },
+        bool(ok),
+    )
 
 
-@claim("C.kq.low_rank", chapter=CHAPTER, kind="observation",
-       known_miss="measured at quick scale: 6 of the 20 instances keep one singular value above 1e-2 of the largest "
-                  "where the nuclear-norm solution has none (7 of 10 agree at each size); the same instances as "
-                  "C.kq.nuclear's misses, still moving or heading elsewhere (see the chapter)",
-       checks="Transformers as SVMs (2308.16898): the (K, Q) limit is low rank like the nuclear-norm Att-SVM* "
-              "(reconstructed); normalized GD on (K, Q) is an extension",
-       statement="On the same instances, after 20 000 normalized steps on (K, Q), the number of singular values of "
-                 "K Q^T above 1e-2 of the largest equals the rank of the nuclear-norm Att-SVM* of its selection "
-                 "(same threshold).",
-       threshold="equal ranks (threshold 1e-2 of the largest singular value) on every instance")
+@claim(
+    "C.kq.low_rank",
+    chapter=CHAPTER,
+    kind="observation",
+    known_miss="measured at quick scale: 6 of the 20 instances keep one singular value above 1e-2 of the largest "
+    "where the nuclear-norm solution has none (7 of 10 agree at each size); the same instances as "
+    "C.kq.nuclear's misses, still moving or heading elsewhere (see the chapter)",
+    checks="Transformers as SVMs (2308.16898): the (K, Q) limit is low rank like the nuclear-norm Att-SVM* "
+    "(reconstructed); normalized GD on (K, Q) is an extension",
+    statement="On the same instances, after 20 000 normalized steps on (K, Q), the number of singular values of "
+    "K Q^T above 1e-2 of the largest equals the rank of the nuclear-norm Att-SVM* of its selection "
+    "(same threshold).",
+    threshold="equal ranks (threshold 1e-2 of the largest singular value) on every instance",
+)
 def _claim_rank() -> Measured:
     rows = summary()
     ok = all(r["rank_agree"] == r["instances"] for r in rows)
@@ -273,8 +322,10 @@ def plot_correlations(r: WvsKQ | None = None, axes=None):
         fig, axes = subplots(2, titles=["W", "(K, Q)"])
     fig = axes[0].figure
     s = r.sizes[0]
-    for ax, series in ((axes[0], {"frobenius svm": s.corr_w_fro, "nuclear svm": s.corr_w_nuc}),
-                       (axes[1], {"nuclear svm": s.corr_kq_nuc, "frobenius svm": s.corr_kq_fro})):
+    for ax, series in (
+        (axes[0], {"frobenius svm": s.corr_w_fro, "nuclear svm": s.corr_w_nuc}),
+        (axes[1], {"nuclear svm": s.corr_kq_nuc, "frobenius svm": s.corr_kq_fro}),
+    ):
         for name, c in series.items():
             k = 0 if name.startswith("frob") else 1
             st = style(k)
@@ -300,8 +351,14 @@ def plot_singular_values(r: WvsKQ | None = None, axes=None):
     for ax, which in ((axes[0], agree), (axes[1], ~agree)):
         for b in np.flatnonzero(which):
             for j in range(1, s.d):
-                ax.plot(s.steps[1:], np.maximum(s.sv_kq[1:, b, j], 1e-12), color=cs[j], lw=0.9, alpha=0.7,
-                        label=f"sigma_{j + 1}" if b == np.flatnonzero(which)[0] else None)
+                ax.plot(
+                    s.steps[1:],
+                    np.maximum(s.sv_kq[1:, b, j], 1e-12),
+                    color=cs[j],
+                    lw=0.9,
+                    alpha=0.7,
+                    label=f"sigma_{j + 1}" if b == np.flatnonzero(which)[0] else None,
+                )
         ax.axhline(tfsvm.RANK_TOL, color="0.3", ls=":", lw=1.2)
         ax.set_xscale("log")
         ax.set_yscale("log")

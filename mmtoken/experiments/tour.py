@@ -4,6 +4,7 @@ The trap compares the saturation-safe trainer with :mod:`mmtoken.public_code`, t
 replica of the authors' float32 code. The quick tour chapter (``book/tour.md``)
 shows these runs.
 """
+
 from __future__ import annotations
 
 import functools
@@ -39,9 +40,14 @@ def svm_checks(count: int = 60, n: int = 3, T: int = 4, m: int = 10, seed: int =
     return {"count": count, "kkt_max": float(max(kkt)), "nnls_gap_max": float(max(gap))}
 
 
-@claim("core.att_svm_kkt", chapter=CHAPTER, checks="ATT-SVM solver", kind="consistency",
-       statement="On random feasible instances the ATT-SVM solution satisfies KKT and matches an independent NNLS solver.",
-       threshold=">= 50 instances; KKT residual <= 1e-6; |cvxpy - NNLS| <= 1e-5")
+@claim(
+    "core.att_svm_kkt",
+    chapter=CHAPTER,
+    checks="ATT-SVM solver",
+    kind="consistency",
+    statement="On random feasible instances the ATT-SVM solution satisfies KKT and matches an independent NNLS solver.",
+    threshold=">= 50 instances; KKT residual <= 1e-6; |cvxpy - NNLS| <= 1e-5",
+)
 def _claim_svm() -> Measured:
     r = svm_checks()
     return Measured(r, r["count"] >= 50 and r["kkt_max"] <= 1e-6 and r["nnls_gap_max"] <= 1e-5)
@@ -64,9 +70,14 @@ def grad_check(batch: int = 200, n: int = 4, T: int = 5, m: int = 3, seed: int =
     return out
 
 
-@claim("core.grad_autograd", chapter=CHAPTER, checks="saturation-safe gradient", kind="consistency",
-       statement="The saturation-safe gradient equals float64 autograd on unsaturated random points, for the three losses.",
-       threshold="relative error <= 1e-10")
+@claim(
+    "core.grad_autograd",
+    chapter=CHAPTER,
+    checks="saturation-safe gradient",
+    kind="consistency",
+    statement="The saturation-safe gradient equals float64 autograd on unsaturated random points, for the three losses.",
+    threshold="relative error <= 1e-10",
+)
 def _claim_grad() -> Measured:
     r = grad_check()
     return Measured(r, max(r.values()) <= 1e-10)
@@ -75,11 +86,11 @@ def _claim_grad() -> Measured:
 # ---------------------------------------------------------------- the trap
 @dataclass
 class TrapResult:
-    steps: np.ndarray          # recorded steps
-    norm: np.ndarray           # (S, starts) ||p|| of the stable run
-    corr_stable: np.ndarray    # (S, starts) correlation with the GMM
-    corr_float32: np.ndarray   # (S, starts) same, the public code (float32 autograd, g / (||g|| + 1e-9))
-    p_stable: np.ndarray       # (S, starts, 2)
+    steps: np.ndarray  # recorded steps
+    norm: np.ndarray  # (S, starts) ||p|| of the stable run
+    corr_stable: np.ndarray  # (S, starts) correlation with the GMM
+    corr_float32: np.ndarray  # (S, starts) same, the public code (float32 autograd, g / (||g|| + 1e-9))
+    p_stable: np.ndarray  # (S, starts, 2)
     p_float32: np.ndarray
     gmm: np.ndarray
 
@@ -104,29 +115,46 @@ def _trap(scale: str) -> TrapResult:
         h = train.train_p(inst.problem(), inst.starts, steps=steps, lr=0.1, record_every=every, record_probs=False)
     rep = public_code.run_instance(inst, steps=steps, lr=0.1, eps=public_code.EPS_FIG1, record_every=every)
     p32, ps = rep.p.numpy(), h.p.numpy()
-    return TrapResult(h.steps, h.norm.numpy(), geometry.correlation(ps, gmm), geometry.correlation(p32, gmm), ps, p32, gmm)
+    return TrapResult(
+        h.steps, h.norm.numpy(), geometry.correlation(ps, gmm), geometry.correlation(p32, gmm), ps, p32, gmm
+    )
 
 
-@claim("core.stable_direction", chapter=CHAPTER,
-       checks="saturation-safe gradient against the public code; Fig. 1 (global), normalized GD (an extension "
-              "beyond Thm 2, which is about GD with a small step)",
-       statement="With the stable gradient all six Fig. 1 starts reach the GMM direction at ||p|| >= 1000, "
-                 "while the public code (float32 autograd, g / (||g|| + 1e-9), torch.optim.SGD) at the same step "
-                 "count does not: its norm stalls near 17 and its direction drifts.",
-       threshold="stable: min correlation >= 0.99999 with min ||p|| >= 1000; float32: min correlation < 0.99")
+@claim(
+    "core.stable_direction",
+    chapter=CHAPTER,
+    checks="saturation-safe gradient against the public code; Fig. 1 (global), normalized GD (an extension "
+    "beyond Thm 2, which is about GD with a small step)",
+    statement="With the stable gradient all six Fig. 1 starts reach the GMM direction at ||p|| >= 1000, "
+    "while the public code (float32 autograd, g / (||g|| + 1e-9), torch.optim.SGD) at the same step "
+    "count does not: its norm stalls near 17 and its direction drifts.",
+    threshold="stable: min correlation >= 0.99999 with min ||p|| >= 1000; float32: min correlation < 0.99",
+)
 def _claim_stable() -> Measured:
     r = trap()
     stable, f32, norm = r.corr_stable[-1].min(), r.corr_float32[-1].min(), r.norm[-1].min()
-    return Measured({"stable_min_corr": float(stable), "float32_min_corr": float(f32), "min_norm": float(norm),
-                     "float32_max_norm": float(r.norm_float32[-1].max()), "steps": int(r.steps[-1])},
-                    bool(stable >= 0.99999 and norm >= 1000 and f32 < 0.99))
+    return Measured(
+        {
+            "stable_min_corr": float(stable),
+            "float32_min_corr": float(f32),
+            "min_norm": float(norm),
+            "float32_max_norm": float(r.norm_float32[-1].max()),
+            "steps": int(r.steps[-1]),
+        },
+        bool(stable >= 0.99999 and norm >= 1000 and f32 < 0.99),
+    )
 
 
 def plot_trap(r: TrapResult | None = None):
     """``1 - correlation`` with the GMM against steps: stable float64 vs the public code."""
     r = r or trap()
-    fig = plot_curves(r.steps, {"stable float64": 1 - r.corr_stable, "public code (float32)": 1 - r.corr_float32},
-                      xlabel="iteration", ylabel="1 - correlation with GMM", logy=True)
+    fig = plot_curves(
+        r.steps,
+        {"stable float64": 1 - r.corr_stable, "public code (float32)": 1 - r.corr_float32},
+        xlabel="iteration",
+        ylabel="1 - correlation with GMM",
+        logy=True,
+    )
     return fig
 
 
@@ -134,10 +162,10 @@ def plot_trap(r: TrapResult | None = None):
 class PictureResult:
     """The published 1000-step run of Fig. 1 (global), every step: stable float64 and the public code."""
 
-    steps: np.ndarray          # (S,) 0..steps
-    p_stable: np.ndarray       # (S, starts, 2)
-    p_public: np.ndarray       # (S, starts, 2)
-    grad_norm: np.ndarray      # (S, starts) ||g|| of the public code before its normalization
+    steps: np.ndarray  # (S,) 0..steps
+    p_stable: np.ndarray  # (S, starts, 2)
+    p_public: np.ndarray  # (S, starts, 2)
+    grad_norm: np.ndarray  # (S, starts) ||g|| of the public code before its normalization
     gmm: np.ndarray
 
     @property
@@ -170,9 +198,9 @@ def plot_picture(r: PictureResult | None = None, first: int = 200):
     fig = plot_paths(r.p_stable[keep], directions={"GMM direction": r.gmm})
     ax = fig.axes[0]
     S = r.p_stable.shape[1]
-    for line in ax.lines[0:2 * S:2]:              # plot_paths draws path, start dot per start:
-        line.set_linestyle("-")                   # stable paths solid, so that dashed means public code
-    ax.plot([], [], color="0.35", lw=1.6, label=f"stable, {r.p_stable.shape[1]} starts")   # one entry per bundle
+    for line in ax.lines[0 : 2 * S : 2]:  # plot_paths draws path, start dot per start:
+        line.set_linestyle("-")  # stable paths solid, so that dashed means public code
+    ax.plot([], [], color="0.35", lw=1.6, label=f"stable, {r.p_stable.shape[1]} starts")  # one entry per bundle
     cs = colors(r.p_public.shape[1])
     for j in range(r.p_public.shape[1]):
         ax.plot(r.p_public[keep, j, 0], r.p_public[keep, j, 1], "--", color=cs[j], lw=1.2)
@@ -185,11 +213,11 @@ def plot_picture(r: PictureResult | None = None, first: int = 200):
 # ---------------------------------------------------------------- the tour
 @dataclass
 class TourResult:
-    paths: np.ndarray     # (S, starts, 2)
+    paths: np.ndarray  # (S, starts, 2)
     steps: np.ndarray
     gmm: np.ndarray
-    corr: np.ndarray      # (S, starts)
-    keys: np.ndarray      # (1, 3, 2)
+    corr: np.ndarray  # (S, starts)
+    keys: np.ndarray  # (1, 3, 2)
 
 
 @functools.lru_cache(maxsize=None)
@@ -209,10 +237,13 @@ def plot_tour(r: TourResult | None = None, first: int = 200):
     keep = r.steps <= first
     fig = plot_paths(r.paths[keep], directions={"GMM direction": r.gmm}, tokens=r.keys)
     ax = fig.axes[0]
-    ax.plot([], [], color="0.35", lw=1.6, label=f"{r.paths.shape[1]} starts (dot: start)")   # one entry
+    ax.plot([], [], color="0.35", lw=1.6, label=f"{r.paths.shape[1]} starts (dot: start)")  # one entry
     ax.legend(loc="best")
     return fig
 
 
-FIGURES = {"fig-tour-paths": lambda: plot_tour(), "fig-tour-trap": lambda: plot_trap(),
-           "fig-tour-picture": lambda: plot_picture()}
+FIGURES = {
+    "fig-tour-paths": lambda: plot_tour(),
+    "fig-tour-trap": lambda: plot_trap(),
+    "fig-tour-picture": lambda: plot_picture(),
+}

@@ -22,6 +22,7 @@ Then the limit in ``W``: GD on ``W`` from ``W(0) = 0`` with ``pbar`` fixed keeps
 raw tokens. Normalized GD on the matrix (the published algorithm) is run
 directly on ``W``; plain GD (step 1, 10^6 steps) through the Lemma-1 map.
 """
+
 from __future__ import annotations
 
 import functools
@@ -48,15 +49,15 @@ class PairRun:
     """One key map: the W-run and the p-run side by side (``S`` recorded steps, 6 starts)."""
 
     name: str
-    steps: np.ndarray        # (S,)
-    logits_W: np.ndarray     # (S, starts, T) logits of the W-model, z = K W(k) pbar
-    logits_p: np.ndarray     # (S, starts, T) logits of the p-model, z = K p(k)
-    sv_ratio: np.ndarray     # (S-1, starts) sigma_2 / sigma_1 of grad_W L at every step
-    perp_drift: float        # max ||(W(k) - W(0)) (I - pbar pbar^T)||_F: W never moves off pbar
+    steps: np.ndarray  # (S,)
+    logits_W: np.ndarray  # (S, starts, T) logits of the W-model, z = K W(k) pbar
+    logits_p: np.ndarray  # (S, starts, T) logits of the p-model, z = K p(k)
+    sv_ratio: np.ndarray  # (S-1, starts) sigma_2 / sigma_1 of grad_W L at every step
+    perp_drift: float  # max ||(W(k) - W(0)) (I - pbar pbar^T)||_F: W never moves off pbar
     pbar: np.ndarray
-    W0: np.ndarray           # (starts, m, m)
+    W0: np.ndarray  # (starts, m, m)
     W_final: np.ndarray
-    p_final: np.ndarray      # (starts, m)
+    p_final: np.ndarray  # (starts, m)
 
     @property
     def max_logit_gap(self) -> float:
@@ -70,13 +71,20 @@ class PairRun:
 
 @dataclass
 class WEqualsPResult:
-    runs: dict                # name -> PairRun
+    runs: dict  # name -> PairRun
     steps: int
     lr: float
 
 
-def w_run(K: torch.Tensor, gamma: torch.Tensor, W0: torch.Tensor, pbar: torch.Tensor, steps: int, lr: float,
-           loss: str = "logistic"):
+def w_run(
+    K: torch.Tensor,
+    gamma: torch.Tensor,
+    W0: torch.Tensor,
+    pbar: torch.Tensor,
+    steps: int,
+    lr: float,
+    loss: str = "logistic",
+):
     """Plain GD on ``W (starts, m, m)`` by float64 autograd through the plain softmax of ``K W pbar``."""
     loss = get_loss(loss)
     W = W0.clone()
@@ -84,42 +92,53 @@ def w_run(K: torch.Tensor, gamma: torch.Tensor, W0: torch.Tensor, pbar: torch.Te
     for k in range(steps + 1):
         with torch.enable_grad():
             Wg = W.detach().clone().requires_grad_(True)
-            q = Wg @ pbar                                          # (starts, m)
-            z = torch.einsum("ntm,sm->snt", K, q)                  # (starts, n, T)
+            q = Wg @ pbar  # (starts, m)
+            z = torch.einsum("ntm,sm->snt", K, q)  # (starts, n, T)
             s = torch.softmax(z, -1)
             u = (s * gamma).sum(-1)
             L = loss.value(u).mean(-1)
             (G,) = torch.autograd.grad(L.sum(), Wg)
-        logits.append(z.detach()[:, 0].clone())                    # n = 1
+        logits.append(z.detach()[:, 0].clone())  # n = 1
         if k == steps:
             break
-        sv = torch.linalg.svdvals(G)                               # (starts, m)
+        sv = torch.linalg.svdvals(G)  # (starts, m)
         ratios.append(sv[:, 1] / sv[:, 0])
         W = W - lr * G
     return torch.stack(logits), torch.stack(ratios), W
 
 
 def pair_run(name: str, inst: instances.Instance, keymap: np.ndarray, steps: int, lr: float, seed: int) -> PairRun:
-    K = torch.as_tensor(inst.X @ keymap, dtype=torch.float64)     # (1, T, m)
-    gamma = torch.as_tensor(inst.gamma, dtype=torch.float64)      # (1, T)
+    K = torch.as_tensor(inst.X @ keymap, dtype=torch.float64)  # (1, T, m)
+    gamma = torch.as_tensor(inst.gamma, dtype=torch.float64)  # (1, T)
     m = K.shape[-1]
     starts = np.zeros((len(inst.starts), m))
-    starts[:, :2] = inst.starts                                    # the published starts, padded with 0
+    starts[:, :2] = inst.starts  # the published starts, padded with 0
     g = torch.Generator().manual_seed(seed)
     pbar = torch.randn(m, generator=g, dtype=torch.float64)
     pbar = pbar / pbar.norm()
     R = torch.randn(len(starts), m, m, generator=g, dtype=torch.float64)
     p0 = torch.as_tensor(starts)
-    W0 = R + torch.einsum("sm,k->smk", p0 - R @ pbar, pbar)       # W(0) pbar = p(0), W(0) otherwise random
+    W0 = R + torch.einsum("sm,k->smk", p0 - R @ pbar, pbar)  # W(0) pbar = p(0), W(0) otherwise random
     zW, ratios, W_final = w_run(K, gamma, W0, pbar, steps, lr)
     with torch.inference_mode():
-        h = train.train_p(AttentionProblem(K, gamma), p0, steps=steps, lr=lr, method="gd",
-                          record_every=1, record_probs=False)
+        h = train.train_p(
+            AttentionProblem(K, gamma), p0, steps=steps, lr=lr, method="gd", record_every=1, record_probs=False
+        )
     zp = torch.einsum("ntm,ksm->ksnt", K, h.p)[:, :, 0]
     P = torch.eye(m, dtype=torch.float64) - torch.outer(pbar, pbar)
     drift = float(((W_final - W0) @ P).flatten(1).norm(dim=-1).max())
-    return PairRun(name, h.steps, zW.numpy(), zp.numpy(), ratios.numpy(), drift, pbar.numpy(), W0.numpy(),
-                   W_final.numpy(), h.p[-1].numpy())
+    return PairRun(
+        name,
+        h.steps,
+        zW.numpy(),
+        zp.numpy(),
+        ratios.numpy(),
+        drift,
+        pbar.numpy(),
+        W0.numpy(),
+        W_final.numpy(),
+        h.p[-1].numpy(),
+    )
 
 
 def run(scale: str | None = None) -> WEqualsPResult:
@@ -138,18 +157,24 @@ def _run(scale: str) -> WEqualsPResult:
     return WEqualsPResult(runs, steps, LR)
 
 
-@claim("A.model.w_equals_p", chapter=CHAPTER, kind="consistency",
-       checks="Lemma 1 (paper A): an identity of the chain rule, here two independent codes of the same dynamics",
-       statement="Plain GD on W (logits K W pbar, float64 autograd) and on p (logits K p, stable gradient), "
-                 "started at W(0) pbar = p(0), give the same logits along the whole trajectory, and every "
-                 "gradient in W is rank one.",
-       threshold="over 500 GD steps in float64: max |logits_W - logits_p| <= 1e-9; sigma_2/sigma_1 of grad_W < 1e-12")
+@claim(
+    "A.model.w_equals_p",
+    chapter=CHAPTER,
+    kind="consistency",
+    checks="Lemma 1 (paper A): an identity of the chain rule, here two independent codes of the same dynamics",
+    statement="Plain GD on W (logits K W pbar, float64 autograd) and on p (logits K p, stable gradient), "
+    "started at W(0) pbar = p(0), give the same logits along the whole trajectory, and every "
+    "gradient in W is rank one.",
+    threshold="over 500 GD steps in float64: max |logits_W - logits_p| <= 1e-9; sigma_2/sigma_1 of grad_W < 1e-12",
+)
 def _claim_w_equals_p() -> Measured:
     r = run()
     gap = max(pr.max_logit_gap for pr in r.runs.values())
     ratio = max(float(pr.sv_ratio.max()) for pr in r.runs.values())
-    return Measured({"steps": r.steps, "max_logit_gap": gap, "max_sv_ratio": ratio},
-                    bool(r.steps >= 500 and gap <= 1e-9 and ratio < 1e-12))
+    return Measured(
+        {"steps": r.steps, "max_logit_gap": gap, "max_sv_ratio": ratio},
+        bool(r.steps >= 500 and gap <= 1e-9 and ratio < 1e-12),
+    )
 
 
 # ---------------------------------------------------------------- the limit in W
@@ -166,15 +191,15 @@ class WDirectionRun:
     ``corr*`` are Frobenius correlations ``<W, W_mm> / (||W|| ||W_mm||)``.
     """
 
-    pbar: np.ndarray          # (3,)
-    W_mm: np.ndarray          # (3, 3) svm.w_svm(X, opt, pbar)
-    q_mm: np.ndarray          # (3,) ATT-SVM with the raw tokens as keys
-    steps: np.ndarray         # (S,) normalized GD, recorded steps
-    W: np.ndarray             # (S, 3, 3)
-    corr: np.ndarray          # (S,)
-    rank_one_gap: float       # max ||W(k) - (W(k) pbar) pbar^T||_F over the run
-    plain_steps: np.ndarray   # (S',) plain GD through the Lemma-1 map
-    plain_corr: np.ndarray    # (S',)
+    pbar: np.ndarray  # (3,)
+    W_mm: np.ndarray  # (3, 3) svm.w_svm(X, opt, pbar)
+    q_mm: np.ndarray  # (3,) ATT-SVM with the raw tokens as keys
+    steps: np.ndarray  # (S,) normalized GD, recorded steps
+    W: np.ndarray  # (S, 3, 3)
+    corr: np.ndarray  # (S,)
+    rank_one_gap: float  # max ||W(k) - (W(k) pbar) pbar^T||_F over the run
+    plain_steps: np.ndarray  # (S',) plain GD through the Lemma-1 map
+    plain_corr: np.ndarray  # (S',)
 
 
 def frobenius_correlation(A, B) -> np.ndarray:
@@ -202,7 +227,7 @@ def normalized_gd_on_w(problem: AttentionProblem, pbar, W0, steps: int, lr: floa
             Ws.append(W.clone())
         if k == steps:
             break
-        g = grad.grad_p(problem, W @ pbar)                   # unit direction of grad_q L
+        g = grad.grad_p(problem, W @ pbar)  # unit direction of grad_q L
         G = torch.outer(g.direction, pbar)
         W = W - lr * G / G.norm()
     return np.array(steps_rec), torch.stack(Ws).numpy()
@@ -218,7 +243,7 @@ def _w_direction(scale: str) -> WDirectionRun:
     steps = config.pick(quick=10_000, paper=100_000, which=scale)
     inst = instances.fig1("global")
     opt = geometry.optimal_tokens(inst.gamma)
-    problem = AttentionProblem(inst.X, inst.gamma)            # keys: the raw tokens x_t
+    problem = AttentionProblem(inst.X, inst.gamma)  # keys: the raw tokens x_t
     W_mm = svm.w_svm(inst.X, opt, W_PBAR).x
     q_mm = svm.att_svm(inst.X, opt).x
     with torch.inference_mode():
@@ -227,22 +252,34 @@ def _w_direction(scale: str) -> WDirectionRun:
     # plain GD on W from 0 is plain GD on q = W pbar with step eta ||pbar||^2 (Lemma 1): W(k) = q(k) pbar^T
     pr = global_convergence.plain_gd(problem, np.zeros((1, 3)), lr=global_convergence.PLAIN_LR)
     Wp = np.einsum("sd,m->sdm", pr.p[:, 0], W_PBAR)
-    return WDirectionRun(W_PBAR, W_mm, q_mm, st, Ws, frobenius_correlation(Ws, W_mm), gap, pr.steps,
-                         frobenius_correlation(Wp, W_mm))
+    return WDirectionRun(
+        W_PBAR, W_mm, q_mm, st, Ws, frobenius_correlation(Ws, W_mm), gap, pr.steps, frobenius_correlation(Wp, W_mm)
+    )
 
 
-@claim("A.model.w_direction", chapter=CHAPTER,
-       checks="Lemma 1 with Theorem 2 (paper A) for W, with normalized GD (the published algorithm; an extension "
-              "beyond the theorem's plain GD, whose W-run is reported alongside); Fig. 1 (global)",
-       statement="GD on W (logits x^T W pbar on the raw Fig. 1 (global) tokens, pbar fixed, W(0) = 0) converges in "
-                 "direction to W_mm of the W-form SVM (svm.w_svm with the same pbar), in Frobenius correlation.",
-       threshold="normalized GD on W (step 0.1): Frobenius correlation with W_mm >= 0.999 at the last step")
+@claim(
+    "A.model.w_direction",
+    chapter=CHAPTER,
+    checks="Lemma 1 with Theorem 2 (paper A) for W, with normalized GD (the published algorithm; an extension "
+    "beyond the theorem's plain GD, whose W-run is reported alongside); Fig. 1 (global)",
+    statement="GD on W (logits x^T W pbar on the raw Fig. 1 (global) tokens, pbar fixed, W(0) = 0) converges in "
+    "direction to W_mm of the W-form SVM (svm.w_svm with the same pbar), in Frobenius correlation.",
+    threshold="normalized GD on W (step 0.1): Frobenius correlation with W_mm >= 0.999 at the last step",
+)
 def _claim_w_direction() -> Measured:
     r = w_direction()
     c = float(r.corr[-1])
-    return Measured({"steps": int(r.steps[-1]), "corr_normalized": c, "rank_one_gap": r.rank_one_gap,
-                     "plain_gd_steps": int(r.plain_steps[-1]), "corr_plain_gd": float(r.plain_corr[-1]),
-                     "W_mm_is_q_mm_pbar": float(np.abs(r.W_mm - np.outer(r.q_mm, r.pbar)).max())}, bool(c >= 0.999))
+    return Measured(
+        {
+            "steps": int(r.steps[-1]),
+            "corr_normalized": c,
+            "rank_one_gap": r.rank_one_gap,
+            "plain_gd_steps": int(r.plain_steps[-1]),
+            "corr_plain_gd": float(r.plain_corr[-1]),
+            "W_mm_is_q_mm_pbar": float(np.abs(r.W_mm - np.outer(r.q_mm, r.pbar)).max()),
+        },
+        bool(c >= 0.999),
+    )
 
 
 def plot_w_direction(r: WDirectionRun | None = None, ax=None):
@@ -253,8 +290,14 @@ def plot_w_direction(r: WDirectionRun | None = None, ax=None):
     k = r.steps > 0
     ax.plot(r.steps[k], np.maximum(1 - r.corr[k], 1e-16), color=cs[0], lw=1.6, label="normalized gd on w (step 0.1)")
     k = r.plain_steps > 0
-    ax.plot(r.plain_steps[k], np.maximum(1 - r.plain_corr[k], 1e-16), color=cs[1], lw=1.6, ls="--",
-            label="plain gd on w (step 1)")
+    ax.plot(
+        r.plain_steps[k],
+        np.maximum(1 - r.plain_corr[k], 1e-16),
+        color=cs[1],
+        lw=1.6,
+        ls="--",
+        label="plain gd on w (step 1)",
+    )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("iteration k")
@@ -268,13 +311,13 @@ def plot_logits(r: WEqualsPResult | None = None, which: str | None = None, ax=No
     r = r or run()
     pr = r.runs[which or next(iter(r.runs))]
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots()
-    j = 2                                                   # the start p0 = (0, 0)
+    j = 2  # the start p0 = (0, 0)
     cs = colors(pr.logits_W.shape[-1])
     every = max(1, len(pr.steps) // 25)
     for t in range(pr.logits_W.shape[-1]):
         ax.plot(pr.steps, pr.logits_W[:, j, t], color=cs[t], lw=1.6, ls="-", label=f"token {t}")
         ax.plot(pr.steps[::every], pr.logits_p[::every, j, t], "o", color=cs[t], ms=4, mfc="none")
-    ax.plot([], [], color="0.3", lw=1.6, ls="-", label="line: W run")        # what line and circle mean
+    ax.plot([], [], color="0.3", lw=1.6, ls="-", label="line: W run")  # what line and circle mean
     ax.plot([], [], "o", color="0.3", ms=4, mfc="none", label="circle: p run")
     ax.set_xlabel("gd step")
     ax.set_ylabel("logit $z_t$")
@@ -290,16 +333,24 @@ def plot_gap(r: WEqualsPResult | None = None, ax=None):
     # one colour per keys (planar, raw), one dash per quantity (gap solid, ratio dashed)
     for k, pr in enumerate(r.runs.values()):
         col = style(k)["color"]
-        ax.plot(pr.steps, np.maximum(pr.gap_per_step, 1e-18), color=col, lw=1.4, ls="-",
-                label=f"logit gap, {pr.name}")
-        ax.plot(pr.steps[1:], np.maximum(pr.sv_ratio.max(1), 1e-18), color=col, lw=1.0, ls="--",
-                label=f"$\\sigma_2/\\sigma_1$ of grad W, {pr.name}")
+        ax.plot(pr.steps, np.maximum(pr.gap_per_step, 1e-18), color=col, lw=1.4, ls="-", label=f"logit gap, {pr.name}")
+        ax.plot(
+            pr.steps[1:],
+            np.maximum(pr.sv_ratio.max(1), 1e-18),
+            color=col,
+            lw=1.0,
+            ls="--",
+            label=f"$\\sigma_2/\\sigma_1$ of grad W, {pr.name}",
+        )
     ax.set_yscale("log")
     ax.set_xlabel("gd step")
     ax.set_ylabel("size (log scale)")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1)    # below the axes, off the data
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1)  # below the axes, off the data
     return fig
 
 
-FIGURES = {"fig-model-logits": lambda: plot_logits(), "fig-model-gap": lambda: plot_gap(),
-           "fig-model-w-direction": lambda: plot_w_direction()}
+FIGURES = {
+    "fig-model-logits": lambda: plot_logits(),
+    "fig-model-gap": lambda: plot_gap(),
+    "fig-model-w-direction": lambda: plot_w_direction(),
+}
