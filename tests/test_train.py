@@ -240,6 +240,7 @@ def test_chunked_kernel_is_bit_identical_to_one_call(chunk):
 def test_compiled_run_honours_ctrl_c_and_reports_progress():
     """A SIGINT used to be ignored until the whole compiled run ended (a 1e9-step run ran on)."""
     import _thread
+    import signal
     import threading
     import time
 
@@ -264,13 +265,24 @@ def test_compiled_run_honours_ctrl_c_and_reports_progress():
         callback=seen.append,
     )
     assert seen == [30, 60, 90, 100]
+    # Python's own Ctrl-C handler for the duration: a pytest-xdist worker ignores SIGINT, and then
+    # interrupt_main() does nothing and the 1e9-step run would go on for hours
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    # the same call, short, first, so that the interrupt cannot land while numba compiles this
+    # specialization (on a fresh, loaded machine compiling can outlast the timer; one CI rehearsal hung here)
+    train.train_p(inst.problem(), inst.starts, steps=10, record_every=10**9, record_probs=False, progress=False)
     timer = threading.Timer(0.5, _thread.interrupt_main)
-    start = time.monotonic()
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        train.train_p(inst.problem(), inst.starts, steps=10**9, record_every=10**9, record_probs=False, progress=False)
-    assert time.monotonic() - start < 5.0
-    timer.cancel()
+    try:
+        start = time.monotonic()
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            train.train_p(
+                inst.problem(), inst.starts, steps=10**9, record_every=10**9, record_probs=False, progress=False
+            )
+        assert time.monotonic() - start < 5.0
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_progress_bar_is_tqdm_auto_and_off_in_tests(monkeypatch):
