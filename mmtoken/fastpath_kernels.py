@@ -195,12 +195,14 @@ def run_joint(X, Y, K, q, v, k0, k1, lr, lr_v, loss_id, record, r0, out_p, out_v
 
 
 @njit(cache=True)
-def run_kq(Kx, gamma, mask, Kf, Qf, steps, lr, separate, record, out_K, out_Q):
+def run_kq(Kx, gamma, mask, Kf, Qf, steps, lr, separate, penalty, negligible, record, out_K, out_Q):
     """Normalized GD on ``(K, Q)`` for every batch element, compiled.
 
     ``Kx (B, n, T, d*d)`` keys, ``gamma (B, n, T)``, ``mask (B, n, T)``; ``Kf, Qf (B, d, m)``
     advanced in place; ``out_K, out_Q (R, B, d, m)`` receive the iterates at the
     steps ``record (R,)`` (all ``< steps``; the caller records the end).
+    ``penalty`` is the ``lambda`` of ``lambda (||K||^2 + ||Q||^2)`` added to the loss (0: none),
+    dropped where ``log(||G|| / 2 lambda) >= negligible``.
     """
     B, n, T, mm = Kx.shape
     d = Kf.shape[1]
@@ -217,11 +219,21 @@ def run_kq(Kx, gamma, mask, Kf, Qf, steps, lr, separate, record, out_K, out_Q):
                 r += 1
             W = Kf[b] @ Qf[b].T
             ln = gradient(Kx[b], gamma[b], mask[b], W.ravel(), 0, logw, sgn, top, G)
-            if ln == -np.inf:
+            if ln == -np.inf and penalty == 0.0:
                 continue
             Gm = G.reshape(d, d)
             gK = Gm @ Qf[b]  # grad_K = G Q (up to the positive factor ||G||)
             gQ = Gm.T @ Kf[b]  # grad_Q = G^T K, taken at the same point
+            if penalty > 0.0:
+                # ||G|| G^ Q + 2 lambda K, scaled by 1 / (2 lambda): ||G|| may be far below any float
+                log_ratio = ln - math.log(2.0 * penalty)
+                if ln == -np.inf:  # no loss gradient at all: the penalty alone
+                    gK = Kf[b].copy()
+                    gQ = Qf[b].copy()
+                elif log_ratio < negligible:
+                    a = math.exp(log_ratio)
+                    gK = a * gK + Kf[b]
+                    gQ = a * gQ + Qf[b]
             nK = math.sqrt((gK * gK).sum())
             nQ = math.sqrt((gQ * gQ).sum())
             if not separate:  # one unit step for the pair (K, Q)

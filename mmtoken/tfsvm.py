@@ -42,6 +42,10 @@ NUCLEAR_SOLVER = "CLARABEL"
 """Interior-point conic solver with semidefinite cones (the nuclear norm is an SDP);
 SCS (first order) reaches only about 1e-4 here, too coarse for a rank threshold."""
 NUCLEAR_TOL = 1e-6
+PENALTY = float(np.finfo(np.float64).eps)
+"""The public code's ``lambda`` in ``L + lambda (||K||_F^2 + ||Q||_F^2)`` for ``(K, Q)`` runs: ``2.2e-16``."""
+PENALTY_NEGLIGIBLE = 300.0
+"""Above this ``log(||G|| / 2 lambda)`` the penalty's gradient is below ``1e-130`` of the loss's: dropped."""
 """Relative tolerance of the optimality certificate of :func:`nuclear_svm`."""
 RANK_TOL = 1e-2
 """Singular values above this fraction of the largest count towards the rank (issue 18)."""
@@ -201,29 +205,44 @@ def _dim(problem: AttentionProblem) -> int:
 
 
 def kq_grad(
-    problem: AttentionProblem, K: torch.Tensor, Q: torch.Tensor
+    problem: AttentionProblem, K: torch.Tensor, Q: torch.Tensor, penalty: float = 0.0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Directions of ``grad_K L = G Q`` and ``grad_Q L = G^T K`` at ``W = K Q^T``, from the stable ``G``.
+    """Directions of ``grad_K = G Q + 2 lambda K`` and ``grad_Q = G^T K + 2 lambda Q`` at ``W = K Q^T``.
 
     ``G = grad_W L`` is paper A's saturation-safe ``p``-gradient on the keys
     :func:`w_keys`, kept as a unit direction ``Ĝ`` and ``log ||G||``; since
     ``G Q = ||G|| Ĝ Q`` the directions of ``Ĝ Q`` and ``Ĝ^T K`` are those of the
-    two gradients, whatever the size of ``||G||``.
+    two gradients, whatever the size of ``||G||``. With a penalty
+    ``lambda (||K||_F^2 + ||Q||_F^2)`` (``penalty = lambda``), the two terms are
+    weighed in log space, ``exp(log ||G|| - log 2 lambda) Ĝ Q + K``, so a gradient
+    far below the smallest float still counts against the penalty's.
 
     Parameters
     ----------
-    problem : :func:`w_problem`; K, Q : ``(..., d, m)``.
+    problem : :func:`w_problem`; K, Q : ``(..., d, m)``; penalty : ``lambda >= 0``.
 
     Returns
     -------
     ``(dK, dQ, log_norm_G)``: unit (Frobenius) directions ``(..., d, m)`` (zero where the
     gradient vanishes) and ``log ||G||_F`` ``(...)``.
     """
+    gK, gQ, log_norm = _kq_raw(problem, K, Q, penalty)
+    return _unit(gK), _unit(gQ), log_norm
+
+
+def _kq_raw(problem, K, Q, penalty):
+    """The two gradients divided by one common positive factor (``||G||`` or ``2 lambda``), and ``log ||G||``."""
     d = _dim(problem)
-    W = K @ Q.transpose(-1, -2)
-    g = grad.grad_p(problem, W.flatten(-2))
+    g = grad.grad_p(problem, (K @ Q.transpose(-1, -2)).flatten(-2))
     G = g.direction.unflatten(-1, (d, d))
-    return _unit(G @ Q), _unit(G.transpose(-1, -2) @ K), g.log_norm
+    gK, gQ = G @ Q, G.transpose(-1, -2) @ K
+    if penalty > 0:
+        r = g.log_norm - math.log(2 * penalty)
+        keep = r < PENALTY_NEGLIGIBLE
+        a = torch.where(keep, r.clamp(max=PENALTY_NEGLIGIBLE).exp(), torch.zeros_like(r))[..., None, None]
+        keep = keep[..., None, None]
+        gK, gQ = torch.where(keep, a * gK + K, gK), torch.where(keep, a * gQ + Q, gQ)
+    return gK, gQ, g.log_norm
 
 
 def _unit(A: torch.Tensor) -> torch.Tensor:
@@ -232,10 +251,20 @@ def _unit(A: torch.Tensor) -> torch.Tensor:
 
 
 def train_kq(
-    problem: AttentionProblem, K0, Q0, *, steps: int, lr: float = 0.1, record_every: int = 100, separate: bool = True
+    problem: AttentionProblem,
+    K0,
+    Q0,
+    *,
+    steps: int,
+    lr: float = 0.1,
+    record_every: int = 100,
+    separate: bool = True,
+    penalty: float = PENALTY,
 ) -> Run:
     """Normalized GD on ``(K, Q)``: ``K <- K - lr dK``, ``Q <- Q - lr dQ`` (each its own unit step).
 
+    The loss is the public code's, ``L(K Q^T) + lambda (||K||_F^2 + ||Q||_F^2)`` with
+    ``lambda = penalty`` (default :data:`PENALTY`, its ``2.2e-16``; ``0`` for none).
     The directions come from :func:`kq_grad` (stable ``G``); both factors are
     updated from the same point (simultaneous steps), as the public code's
     optimizer does.
@@ -246,8 +275,9 @@ def train_kq(
     K0, Q0 : ``(..., d, m)`` starts (batch broadcasting against the problem's).
     steps : whole number >= 0; lr : positive step; record_every : whole number >= 1.
     separate : ``True`` (default, the public code): each factor its own unit step;
-        ``False``: one unit step for the pair, ``(K, Q) -= lr (G Q, G^T K) / ||(G Q, G^T K)||``
+        ``False``: one unit step for the pair, ``(K, Q) -= lr (dK, dQ) / ||(dK, dQ)||``
         (normalized GD on the joint parameter, a time change of gradient flow).
+    penalty : ``lambda >= 0``.
 
     Returns
     -------
@@ -257,6 +287,9 @@ def train_kq(
     steps = validate.count(steps, "steps")
     lr = validate.positive(lr, "lr")
     record_every = validate.count(record_every, "record_every", minimum=1)
+    penalty = float(penalty)
+    if not (math.isfinite(penalty) and penalty >= 0):
+        raise ValueError(f"penalty must be a finite number >= 0, got {penalty!r}")
     K, Q = as_tensor(K0, "K0"), as_tensor(Q0, "Q0")
     for name, A in (("K0", K), ("Q0", Q)):
         if A.ndim < 2 or A.shape[-2] != d or A.shape[-1] == 0 or not bool(torch.isfinite(A).all()):
@@ -274,7 +307,7 @@ def train_kq(
     K, Q = K.expand(*batch, d, m).clone(), Q.expand(*batch, d, m).clone()
     record = sorted(set(range(0, steps + 1, record_every)) | {steps})
     if fastpath.available() and problem.K.device.type == "cpu" and problem.mask is None:
-        Ks, Qs = _train_kq_compiled(problem, K, Q, steps, lr, record, bool(separate))
+        Ks, Qs = _train_kq_compiled(problem, K, Q, steps, lr, record, bool(separate), penalty)
         W = Ks @ Qs.transpose(-1, -2)
         return Run(np.array(record), W, grad.saturation(problem, W.flatten(-2)).probs, Ks, Qs)
     rows_k, rows_K, rows_Q = [], [], []
@@ -287,10 +320,9 @@ def train_kq(
             if k == steps:
                 break
             if separate:
-                dK, dQ, _ = kq_grad(problem, K, Q)
+                dK, dQ, _ = kq_grad(problem, K, Q, penalty)
             else:
-                G = grad.grad_p(problem, (K @ Q.transpose(-1, -2)).flatten(-2)).direction.unflatten(-1, (d, d))
-                gK, gQ = G @ Q, G.transpose(-1, -2) @ K
+                gK, gQ, _ = _kq_raw(problem, K, Q, penalty)
                 both = (gK.flatten(-2).norm(dim=-1) ** 2 + gQ.flatten(-2).norm(dim=-1) ** 2).sqrt()[..., None, None]
                 both = both.clamp_min(torch.finfo(gK.dtype).tiny)
                 dK, dQ = gK / both, gQ / both
@@ -301,7 +333,7 @@ def train_kq(
     return Run(np.array(rows_k), W, probs, Ks, Qs)
 
 
-def _train_kq_compiled(problem, K, Q, steps, lr, record, separate):
+def _train_kq_compiled(problem, K, Q, steps, lr, record, separate, penalty):
     """:func:`train_kq` through the compiled kernel; returns the recorded ``K, Q (R, ..., d, m)``."""
     batch, (d, m) = K.shape[:-2], K.shape[-2:]
     flat = lambda x, tail: np.ascontiguousarray(x.expand(*batch, *tail).reshape(-1, *tail).numpy())
@@ -322,6 +354,8 @@ def _train_kq_compiled(problem, K, Q, steps, lr, record, separate):
         steps,
         lr,
         separate,
+        penalty,
+        PENALTY_NEGLIGIBLE,
         np.array(record[:-1] if record[-1] == steps else record, dtype=np.int64),
         out_K,
         out_Q,
@@ -621,20 +655,32 @@ def nuclear_svm(X, Z, alpha, solver: str = NUCLEAR_SOLVER, tol: float = NUCLEAR_
 def random_instances(count: int, n: int, T: int, d: int, seed: int = 0) -> dict[str, np.ndarray]:
     """``count`` random instances of the public code's experiments, batched.
 
-    Tokens ``X (count, n, T, d)`` and queries ``Z (count, n, d)`` uniform on the unit
-    sphere (Gaussian, normalised), head ``v (count, d)`` a unit Gaussian vector,
-    labels ``Y (count, n)`` uniform in ``{+1, -1}``; NumPy's generator with ``seed``.
+    Instance ``b`` is the public code's ``data_generator(seed + b)``
+    (``TFasSVM/local_converge.ipynb``): a ``torch.Generator`` seeded with
+    ``seed + b`` draws, in this order, the head ``v (d)`` (normalised), the labels
+    ``Y (n)`` (sign of a Gaussian), the tokens ``X (n, T, d)`` and the queries
+    ``Z (n, d)`` (each row normalised), in float32; the public code then casts them
+    to float64, as here.
+
+    Returns
+    -------
+    ``X (count, n, T, d)``, ``Z (count, n, d)``, ``v (count, d)``, ``Y (count, n)`` (float64).
     """
     for name, val, lo in (("count", count, 1), ("n", n, 1), ("T", T, 2), ("d", d, 1)):
         validate.count(val, name, minimum=lo)
-    rng = np.random.default_rng(seed)
-    unit = lambda a: a / np.linalg.norm(a, axis=-1, keepdims=True)
-    return {
-        "X": unit(rng.normal(size=(count, n, T, d))),
-        "Z": unit(rng.normal(size=(count, n, d))),
-        "v": unit(rng.normal(size=(count, d))),
-        "Y": rng.choice([-1.0, 1.0], size=(count, n)),
-    }
+    validate.count(seed, "seed")
+    rows = {"X": [], "Z": [], "v": [], "Y": []}
+    for b in range(count):
+        g = torch.Generator().manual_seed(seed + b)
+        v = torch.randn(d, generator=g)
+        Y = 2.0 * (torch.randn(n, generator=g) > 0) - 1.0
+        X = torch.randn((n, T, d), generator=g)
+        Z = torch.randn((n, d), generator=g)
+        rows["v"].append(v / v.norm())
+        rows["Y"].append(Y)
+        rows["X"].append(X / X.norm(dim=-1, keepdim=True))
+        rows["Z"].append(Z / Z.norm(dim=-1, keepdim=True))
+    return {k: torch.stack(a).double().numpy() for k, a in rows.items()}
 
 
 __all__ = [

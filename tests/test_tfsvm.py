@@ -46,6 +46,70 @@ def test_kq_gradient_matches_autograd(inst):
     assert abs(float(log_norm) - float(grad.grad_p(problem, W).log_norm)) < 1e-14
 
 
+@pytest.mark.parametrize("lam", [1e-3, 0.05])
+def test_penalised_kq_gradient_matches_autograd(inst, lam):
+    """With the public code's penalty lambda (||K||^2 + ||Q||^2): directions against autograd."""
+    problem = tfsvm.w_problem(inst["X"], inst["Y"], inst["v"], inst["Z"])
+    rng = np.random.default_rng(5)
+    K = torch.tensor(rng.normal(size=(5, 3)) * 0.5, requires_grad=True)
+    Q = torch.tensor(rng.normal(size=(5, 3)) * 0.5, requires_grad=True)
+    X, Z = torch.tensor(inst["X"]), torch.tensor(inst["Z"])
+    out = tfsvm.output(X, Z, K @ Q.T, torch.tensor(inst["v"]))
+    loss = torch.nn.functional.softplus(-torch.tensor(inst["Y"]) * out).mean()
+    loss = loss + lam * (K.norm() ** 2 + Q.norm() ** 2)
+    gK, gQ = torch.autograd.grad(loss, (K, Q))
+    dK, dQ, _ = tfsvm.kq_grad(problem, K.detach(), Q.detach(), penalty=lam)
+    np.testing.assert_allclose(dK.numpy(), (gK / gK.norm()).numpy(), atol=1e-12)
+    np.testing.assert_allclose(dQ.numpy(), (gQ / gQ.norm()).numpy(), atol=1e-12)
+
+
+def test_penalty_alone_where_the_loss_gradient_underflows(inst):
+    """Far out along a separating direction ||G|| is below any float: the penalty's gradient K, Q remains."""
+    problem = tfsvm.w_problem(inst["X"], inst["Y"], inst["v"], inst["Z"])
+    W = tfsvm.frobenius_svm(inst["X"], inst["Z"], [0, 1, 2]).x
+    U, S, Vt = np.linalg.svd(W)
+    K, Q = torch.tensor(U * np.sqrt(S) * 300.0), torch.tensor(Vt.T * np.sqrt(S) * 300.0)
+    dK, dQ, log_norm = tfsvm.kq_grad(problem, K, Q, penalty=tfsvm.PENALTY)
+    assert float(log_norm) < np.log(tfsvm.PENALTY) - tfsvm.PENALTY_NEGLIGIBLE  # the loss's share is dropped
+    np.testing.assert_allclose(dK.numpy(), (K / K.norm()).numpy(), atol=1e-12)
+    np.testing.assert_allclose(dQ.numpy(), (Q / Q.norm()).numpy(), atol=1e-12)
+    # without the penalty the direction is the loss's alone (not K's)
+    dK0, _, _ = tfsvm.kq_grad(problem, K, Q)
+    assert float((dK0 * dK).sum()) < 0.999
+
+
+def test_penalised_runs_agree_compiled_and_torch_and_balance(inst, monkeypatch):
+    """A strong penalty: both code paths agree and the factors end balanced (K^T K = Q^T Q at a stationary point)."""
+    problem = tfsvm.w_problem(inst["X"], inst["Y"], inst["v"], inst["Z"])
+    rng = np.random.default_rng(6)
+    K0, Q0 = rng.uniform(-0.5, 0.5, size=(2, 5, 5))
+    kw = dict(steps=3000, lr=0.002, record_every=3000, separate=False, penalty=1e-3)
+    a = tfsvm.train_kq(problem, K0, Q0, **kw)
+    monkeypatch.setenv("MMTOKEN_FASTPATH", "off")
+    b = tfsvm.train_kq(problem, K0, Q0, **kw)
+    np.testing.assert_allclose(a.W.numpy(), b.W.numpy(), rtol=1e-8, atol=1e-8)
+    K, Q = a.K[-1].numpy(), a.Q[-1].numpy()
+    imbalance = np.linalg.norm(K.T @ K - Q.T @ Q) / np.linalg.norm(K @ Q.T)
+    start = np.linalg.norm(K0.T @ K0 - Q0.T @ Q0) / np.linalg.norm(K0 @ Q0.T)
+    assert imbalance < 0.05 * start
+
+
+def test_random_instances_are_the_public_draws():
+    """Instance b is the draw of seed + b (one torch.Generator each), float32 values, unit rows, labels +-1."""
+    batch = tfsvm.random_instances(3, 2, 4, 5, seed=7)
+    for b in range(3):
+        one = tfsvm.random_instances(1, 2, 4, 5, seed=7 + b)
+        for k in "XZvY":
+            assert np.array_equal(batch[k][b], one[k][0])
+    for k in "XZv":
+        assert np.array_equal(batch[k].astype(np.float32).astype(np.float64), batch[k])
+        np.testing.assert_allclose(np.linalg.norm(batch[k], axis=-1), 1.0, rtol=1e-6)
+    assert set(np.unique(batch["Y"])) <= {-1.0, 1.0}
+    g = torch.Generator().manual_seed(7)  # the head is the generator's first draw
+    v = torch.randn(5, generator=g)
+    assert np.array_equal(batch["v"][0], (v / v.norm()).double().numpy())
+
+
 def test_naive_grad_is_autograd(inst):
     problem = tfsvm.w_problem(inst["X"], inst["Y"], inst["v"], inst["Z"])
     p = torch.tensor(np.random.default_rng(2).normal(size=25))
