@@ -19,7 +19,7 @@ The package, by topic (one idea per module):
 - data: :mod:`datasets` (``download``, ``sources``, ``packages``, ``parsers``, ``corpus``, ``text``,
   ``tokenize``, ``images``, ``cli``).
 - the book: :mod:`experiments` (one module per chapter; its docstring maps modules to chapters),
-  :mod:`ledger` (claims), :mod:`resultcache`, :mod:`report` (rendering), :mod:`plotting` (theme and
+  :mod:`ledger` (claims), :mod:`resultcache`, :mod:`figurecache` (kept figure renderings), :mod:`report` (rendering), :mod:`plotting` (theme and
   figure types), :mod:`explore` (your own instance), ``python -m mmtoken`` (:mod:`__main__`).
 """
 

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import config, ledger
+from . import config, figurecache, ledger
 
 
 class UsageError(ValueError):
@@ -29,7 +29,8 @@ class UsageError(ValueError):
 def _check_environment() -> None:
     """Fail early, in one line, on environment variables no claim or figure could run with."""
     config.scale()
-    config.device()
+    if os.environ.get("MMTOKEN_DEVICE", "").strip():  # only a named device needs checking (and torch)
+        config.device()
     config.progress_enabled(0)
     if os.environ.get("MMTOKEN_DATA"):
         config.data_dir()
@@ -65,22 +66,24 @@ def _claims(args) -> int:
 
 
 def _figures(args) -> int:
-    import matplotlib.pyplot as plt
-
-    from .plotting import save, set_theme, use_headless
-
     out = _writable_folder(Path(args.out))  # before any figure is computed
-    use_headless()
-    set_theme()
     written = 0
-    for name, module in _figure_modules(args.only).items():
-        for fig_name, make in getattr(module, "FIGURES", {}).items():
+    for name in _figure_module_names(args.only):
+        module = f"{__package__}.experiments.{name}"
+        listed = figurecache.figure_names(module)
+        names = listed if listed is not None else list(_import(module).FIGURES)
+        for fig_name in names:
             if args.only and not any(o in fig_name or o == name for o in args.only):
                 continue
-            fig = _make_figure(make)
-            for path in save(fig, str(out / fig_name)):
+            digest = None if args.force else figurecache.key(module, fig_name)
+            cached = figurecache.lookup(fig_name, digest)
+            if cached:  # unchanged code and settings: the kept rendering, without importing torch
+                paths = figurecache.copy_out(cached, out / fig_name)
+            else:
+                paths = _draw(_import(module).FIGURES[fig_name], out / fig_name)
+                figurecache.store(fig_name, digest or figurecache.key(module, fig_name), paths)
+            for path in paths:
                 print(path)
-            plt.close(fig)
             written += 1
     if written == 0:
         print(f"no figure matches {args.only}", file=sys.stderr)
@@ -88,22 +91,40 @@ def _figures(args) -> int:
     return 0
 
 
-def _figure_modules(only: list[str] | None) -> dict:
-    """The experiment modules that may hold the figures ``only`` (all of them without ``only``).
-
-    A module is imported only if its name is asked for or its source names one of
-    the asked figures (read as text, without importing it): regenerating one figure
-    does not import every chapter's dependencies.
-    """
+def _import(module: str):
     import importlib
 
+    return importlib.import_module(module)
+
+
+def _draw(make, stem: Path) -> list[str]:
+    """Draw one ``FIGURES`` entry in the book's theme and save it as PNG and PDF."""
+    import matplotlib.pyplot as plt
+
+    from .plotting import save, set_theme, use_headless
+
+    use_headless()
+    set_theme()
+    fig = _make_figure(make)
+    try:
+        return save(fig, str(stem))
+    finally:
+        plt.close(fig)
+
+
+def _figure_module_names(only: list[str] | None) -> list[str]:
+    """The experiment modules that may hold the figures ``only`` (all of them without ``only``).
+
+    Read as text, without importing anything: a module is a candidate if its
+    name is asked for or its source names one of the asked figures.
+    """
     from . import experiments
 
     names = experiments.modules()
     if only:
         folder = Path(experiments.__file__).parent
         names = [n for n in names if any(o == n or o in (folder / f"{n}.py").read_text(encoding="utf-8") for o in only)]
-    return {n: importlib.import_module(f"{experiments.__name__}.{n}") for n in names}
+    return names
 
 
 def _make_figure(make):
@@ -129,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--only", nargs="+", metavar="NAME", help="figure names or experiment modules")
     f.add_argument("--out", default="figures", help="output folder (default: figures)")
     f.add_argument("--scale", choices=config.SCALES, dest="sub_scale")
+    f.add_argument(
+        "--force",
+        action="store_true",
+        help="draw every selected figure again instead of copying a kept rendering of unchanged code",
+    )
     f.set_defaults(func=_figures)
     args = parser.parse_args(argv)
     scale = getattr(args, "sub_scale", None) or args.scale

@@ -22,16 +22,27 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
-import torch
 
 from . import validate
 
+if TYPE_CHECKING:
+    import torch
+
 SCALES = ("quick", "paper")
-DTYPE = torch.float64
-"""Default dtype of the theory chapters: the softmax saturates by design."""
+
+
+def __getattr__(name: str):
+    # torch is imported on first use, so that commands that need no tensor
+    # (a figure read back from the figure cache) do not pay its import
+    if name == "DTYPE":  # default dtype of the theory chapters: the softmax saturates by design
+        import torch
+
+        return torch.float64
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 T = TypeVar("T")
 
@@ -85,6 +96,8 @@ def device() -> torch.device:
     says so (no silent fallback: a run asked for on a GPU should not quietly
     take hours on the CPU).
     """
+    import torch
+
     name = os.environ.get("MMTOKEN_DEVICE", "").strip()
     if name:
         return _checked_device(name)
@@ -95,6 +108,8 @@ _checked: dict[str, torch.device] = {}
 
 
 def _checked_device(name: str) -> torch.device:
+    import torch
+
     if name in _checked:
         return _checked[name]
     try:
@@ -126,6 +141,8 @@ def device_report() -> str:
     The text depends on the machine (a GPU's name), so chapters print it in a
     cell whose output nbval does not compare.
     """
+    import torch
+
     dev = device()
     found = f"{dev} ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else f"{dev} (no CUDA GPU found)"
     other = "paper" if scale() == "quick" else "quick"
@@ -141,6 +158,8 @@ def single_thread() -> Iterator[None]:
     machine OpenMP threads waiting for each other made runs ten times slower.
     One thread also makes float32 results independent of the core count.
     """
+    import torch
+
     if device().type != "cpu":
         yield
         return
@@ -159,6 +178,8 @@ def seed_everything(seed: int) -> torch.Generator:
         raise ValueError(f"seed must be below 2**32 (NumPy's legacy seeding), got {seed}")
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 -- code that uses NumPy's global generator is seeded too
+    import torch
+
     torch.manual_seed(seed)
     return torch.Generator().manual_seed(seed)
 
