@@ -217,6 +217,106 @@ def load(
     return arrays, header.get("meta", {})
 
 
+# --------------------------------------------------------------------------- results that are folders
+MANIFEST = "manifest.json"
+
+
+def folder_key(name: str, version: int, fp: dict[str, str]) -> str:
+    """The folder name of a folder result: 16 hex digits of the digest of its name, version and fingerprint."""
+    blob = json.dumps({"name": name, "version": version, **fp}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def write_manifest(folder: str | os.PathLike, name: str, version: int, fp: dict[str, str]) -> dict:
+    """Write ``manifest.json`` into ``folder`` (last): the result's name, version, key (the folder's
+    final name, see :func:`commit_folder`), fingerprint and the SHA-256 and size of every file in it."""
+    from .datasets.download import sha256_file
+
+    folder = Path(folder)
+    files = {p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size} for p in sorted(folder.iterdir())}
+    manifest = {"name": name, "version": version, "key": folder_key(name, version, fp), "fingerprint": fp}
+    manifest["files"] = files
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    return manifest
+
+
+def read_json(path: str | os.PathLike) -> dict:
+    """A JSON object from ``path``; :class:`CacheError` (the reason, naming the file) otherwise."""
+    path = Path(path)
+    try:
+        value = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CacheError(f"{path.name} is missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CacheError(f"{path.name} is not readable JSON ({type(exc).__name__})") from None
+    if not isinstance(value, dict):
+        raise CacheError(f"{path.name} does not hold a JSON object")
+    return value
+
+
+def check_folder(
+    path: str | os.PathLike, name: str, version: int, fp: dict[str, str] | None = None, need: tuple[str, ...] = ()
+) -> dict:
+    """The manifest of folder result ``path``, checked: its name, version, key (the folder was not
+    renamed), fingerprint (when ``fp`` is given), the files ``need`` listed, every listed file present
+    with its recorded size and SHA-256. Raises :class:`CacheError` with the reason otherwise."""
+    from .datasets.download import sha256_file
+
+    path = Path(path)
+    manifest = read_json(path / MANIFEST)
+    if manifest.get("name") != name:
+        raise CacheError(f"its manifest names {manifest.get('name')!r}, not {name!r}")
+    if manifest.get("version") != version:
+        raise CacheError(f"it is cache version {manifest.get('version')!r}, this code reads {version}")
+    if manifest.get("key") != path.name:
+        raise CacheError(f"its manifest is for key {manifest.get('key')!r}: the folder was copied or renamed")
+    if fp is not None and manifest.get("fingerprint") != dict(fp):
+        got = manifest.get("fingerprint") if isinstance(manifest.get("fingerprint"), dict) else {}
+        parts = [k for k in sorted(set(got) | set(fp)) if got.get(k) != fp.get(k)]
+        raise CacheError(f"it was made from another {', '.join(parts) or 'fingerprint'}")
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        raise CacheError("its manifest lists no files")
+    if set(need) - set(files):
+        raise CacheError(f"its manifest lacks {sorted(set(need) - set(files))}")
+    for file, rec in files.items():
+        f = path / file
+        if not f.is_file():
+            raise CacheError(f"{file} is missing")
+        if not isinstance(rec, dict) or f.stat().st_size != rec.get("bytes") or sha256_file(f) != rec.get("sha256"):
+            raise CacheError(f"{file} does not match its recorded size and SHA-256 (truncated or altered)")
+    return manifest
+
+
+def check_file(path: str | os.PathLike, file: str) -> Path:
+    """``path / file``, checked against the size and SHA-256 its folder's manifest records."""
+    from .datasets.download import sha256_file
+
+    path = Path(path)
+    rec = read_json(path / MANIFEST).get("files", {}).get(file)
+    f = path / file
+    if not f.is_file() or not isinstance(rec, dict) or sha256_file(f) != rec.get("sha256"):
+        raise CacheError(f"{file} is missing or does not match its recorded SHA-256")
+    return f
+
+
+def commit_folder(tmp: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Move the finished folder ``tmp`` (its manifest written) to ``target`` in one rename.
+
+    A folder already at ``target`` is replaced; if another process put a
+    complete result there first (the rename fails), that one is kept.
+    """
+    import shutil
+
+    tmp, target = Path(tmp), Path(target)
+    shutil.rmtree(target, ignore_errors=True)
+    try:
+        os.replace(tmp, target)
+    except OSError:
+        if not (target / MANIFEST).is_file():
+            raise
+
+
 def sweep(folder: str | os.PathLike, older_than: float = STALE_SECONDS) -> list[Path]:
     """Delete ``*.tmp`` / ``*.part`` files in ``folder`` older than ``older_than`` seconds; return them."""
     folder = Path(folder)

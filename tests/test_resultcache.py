@@ -222,3 +222,58 @@ def test_a_read_only_data_folder_still_gives_results(tmp_path, monkeypatch):
     with config.use_scale("quick"), pytest.warns(RuntimeWarning, match="not recorded"):
         (r,) = ledger.recorded(["core.grad_autograd"])
     assert r.passed
+
+
+# ----------------------------------------------------------------------------- results that are folders
+
+
+def _folder_result(root, fp, name="demo", version=1):
+    tmp = root / "work.tmp-1"
+    tmp.mkdir(parents=True)
+    (tmp / "a.npz").write_bytes(b"abc" * 100)
+    (tmp / "history.json").write_text('{"x": 1}')
+    manifest = resultcache.write_manifest(tmp, name, version, fp)
+    target = root / manifest["key"]
+    resultcache.commit_folder(tmp, target)
+    return target, manifest
+
+
+def test_folder_result_round_trip_and_its_checks(tmp_path):
+    fp = {"code": "c", "config": "k", "data": "d"}
+    target, manifest = _folder_result(tmp_path, fp)
+    assert manifest["key"] == resultcache.folder_key("demo", 1, fp) == target.name
+    assert set(manifest["files"]) == {"a.npz", "history.json"}
+    assert resultcache.check_folder(target, "demo", 1, fp, need=("a.npz",)) == manifest
+    assert resultcache.check_file(target, "a.npz") == target / "a.npz"
+    for args, reason in [
+        (("other", 1, fp), "names 'demo'"),
+        (("demo", 2, fp), "cache version 1"),
+        (("demo", 1, {**fp, "data": "e"}), "another data"),
+        (("demo", 1, fp, ("b.pt",)), "lacks \\['b.pt'\\]"),
+    ]:
+        with pytest.raises(resultcache.CacheError, match=reason):
+            resultcache.check_folder(target, *args)
+    (target / "a.npz").write_bytes(b"abc" * 99)  # truncated
+    with pytest.raises(resultcache.CacheError, match="a.npz does not match"):
+        resultcache.check_folder(target, "demo", 1, fp)
+    with pytest.raises(resultcache.CacheError, match="a.npz is missing or does not match"):
+        resultcache.check_file(target, "a.npz")
+    moved = target.with_name("0123456789abcdef")
+    target.rename(moved)
+    with pytest.raises(resultcache.CacheError, match="copied or renamed"):
+        resultcache.check_folder(moved, "demo", 1, fp)
+    (moved / resultcache.MANIFEST).write_text("[1, 2]")
+    with pytest.raises(resultcache.CacheError, match="does not hold a JSON object"):
+        resultcache.check_folder(moved, "demo", 1, fp)
+    (moved / resultcache.MANIFEST).unlink()
+    with pytest.raises(resultcache.CacheError, match="manifest.json is missing"):
+        resultcache.check_folder(moved, "demo", 1, fp)
+
+
+def test_commit_folder_replaces_an_old_result(tmp_path):
+    fp = {"code": "c"}
+    target, _ = _folder_result(tmp_path, fp)
+    (target / "stale.txt").write_text("old")
+    again, _ = _folder_result(tmp_path, fp)
+    assert again == target and not (target / "stale.txt").exists()
+    assert not list(tmp_path.glob("*.tmp-*"))
