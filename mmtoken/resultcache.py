@@ -18,10 +18,12 @@ are swept from the folder. Nothing is unpickled (``allow_pickle=False``).
 This is the package's one results cache: the real-review runs
 (:mod:`mmtoken.review_runs`, :mod:`mmtoken.review_search`,
 :mod:`mmtoken.review_regime`) and the claims ledger (:func:`mmtoken.ledger.recorded`)
-store their results here. The ViT runs of chapter 9 (:mod:`mmtoken.vit_runs`)
-keep checkpoints (folders of ``.pt`` files), which this single-file format does
-not hold; they use the same rules (name, fingerprint, checksums and shapes
-checked, atomic writes, leftovers swept, :func:`locked` while training).
+store their results here. A result that is a folder of files (the ViT runs of
+chapter 9, :mod:`mmtoken.vit_runs`: checkpoints, arrays and a history) is kept
+as a *folder result*: built in a temporary folder, closed by a manifest
+(:func:`write_manifest`: name, version, key, fingerprint, the size and SHA-256
+of every file), moved into place in one rename (:func:`commit_folder`) under its
+key (:func:`folder_key`), and read back only after :func:`check_folder`.
 
 Two processes that ask for the same missing result (two pytest-xdist workers,
 a notebook kernel and a test) do not both compute it: :func:`load_or_compute`

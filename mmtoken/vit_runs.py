@@ -8,10 +8,13 @@ that measures the accuracy and the attention statistics
 (:func:`mmtoken.vit.weight_norms`) and the attention statistics of a probe
 batch of validation images are logged.
 
-Each run is cached in ``data/vit/<key>/`` (:func:`run_experiments`), ``key``
-a digest of its fingerprint: the code that produces the numbers
-(:func:`code_fingerprint`), the configuration and the data. The folder holds a
-manifest (written last) with the cache's name, the fingerprint and the
+Each run is cached in ``data/vit/<key>/`` (:func:`run_experiments`), a folder
+result of the package's results cache (:mod:`mmtoken.resultcache`: folder
+results), ``key`` a digest of its fingerprint: the code that produces the
+numbers (:func:`code_fingerprint`: :mod:`mmtoken.vit` and the functions of
+:data:`TRAINING_CODE`, finer than the module-level fingerprint of other results
+because a retrain costs minutes), the configuration and the data. The folder
+holds a manifest (written last) with the cache's name, the fingerprint and the
 SHA-256 and size of every file; :func:`load` checks all of it and the shapes
 of everything it reads, so a damaged, stale or swapped folder is a
 :class:`CacheError` (rebuilt by :func:`run_experiments`, or reported with
@@ -45,15 +48,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import config, vit
+from . import config, resultcache, vit
 from .datasets import images as image_data
-from .datasets.download import cache_dir, sha256_file
+from .datasets.download import cache_dir
 
 CACHE_NAME = "vit_sparsity"
 CACHE_VERSION = 2
 
 
-class CacheError(RuntimeError):
+class CacheError(resultcache.CacheError):
     """A cache folder exists but cannot be trusted: damaged, stale, or holding another run."""
 
 
@@ -445,21 +448,8 @@ def train_into(exp: Experiment, raw: RawData, target: Path, fingerprint: dict[st
             "test": test,
         }
         (tmp / "history.json").write_text(json.dumps(history))
-        files = {p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size} for p in sorted(tmp.iterdir())}
-        manifest = {
-            "name": CACHE_NAME,
-            "version": CACHE_VERSION,
-            "key": target.name,
-            "fingerprint": fingerprint,
-            "files": files,
-        }
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
-        shutil.rmtree(target, ignore_errors=True)
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process finished the same run first; keep the one already there
-            if not (target / "manifest.json").is_file():
-                raise
+        resultcache.write_manifest(tmp, CACHE_NAME, CACHE_VERSION, fingerprint)
+        resultcache.commit_folder(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -493,9 +483,8 @@ def fingerprint(exp: Experiment, data_fingerprint: str) -> dict[str, str]:
 
 
 def cache_key(fp: Mapping[str, str]) -> str:
-    """The folder name of a run: 16 hex digits of the digest of its fingerprint."""
-    blob = json.dumps({"name": CACHE_NAME, "version": CACHE_VERSION, **fp}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    """The folder name of a run: 16 hex digits of the digest of its fingerprint (:func:`mmtoken.resultcache.folder_key`)."""
+    return resultcache.folder_key(CACHE_NAME, CACHE_VERSION, dict(fp))
 
 
 # --------------------------------------------------------------------------- reading a cache folder, validated
@@ -511,14 +500,9 @@ def _damaged(path: Path, reason: str) -> CacheError:
 
 def _read_json(path: Path, folder: Path) -> dict:
     try:
-        value = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise _damaged(folder, f"{path.name} is missing") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _damaged(folder, f"{path.name} is not readable JSON ({type(exc).__name__})") from None
-    if not isinstance(value, dict):
-        raise _damaged(folder, f"{path.name} does not hold a JSON object")
-    return value
+        return resultcache.read_json(path)
+    except resultcache.CacheError as exc:
+        raise _damaged(folder, str(exc)) from None
 
 
 def _experiment_from_dict(d: dict) -> Experiment:
@@ -565,26 +549,10 @@ def load(path: os.PathLike, exp: Experiment | None = None, fp: Mapping[str, str]
     path = Path(path)
     if not path.is_dir():
         raise CacheMissing(f"no ViT cache at {path}")
-    manifest = _read_json(path / "manifest.json", path)
-    if manifest.get("name") != CACHE_NAME:
-        raise _damaged(path, f"its manifest names {manifest.get('name')!r}, not {CACHE_NAME!r}")
-    if manifest.get("version") != CACHE_VERSION:
-        raise _damaged(path, f"it is cache version {manifest.get('version')!r}, this code reads {CACHE_VERSION}")
-    if manifest.get("key") != path.name:
-        raise _damaged(path, f"its manifest is for key {manifest.get('key')!r}: the folder was copied or renamed")
-    if fp is not None and manifest.get("fingerprint") != dict(fp):
-        got = manifest.get("fingerprint") if isinstance(manifest.get("fingerprint"), dict) else {}
-        parts = [k for k in ("code", "config", "data") if got.get(k) != fp.get(k)]
-        raise _damaged(path, f"it was made from another {', '.join(parts) or 'fingerprint'}")
-    files = manifest.get("files")
-    if not isinstance(files, dict):
-        raise _damaged(path, "its manifest lists no files")
-    for name, rec in files.items():
-        f = path / name
-        if not f.is_file():
-            raise _damaged(path, f"{name} is missing")
-        if not isinstance(rec, dict) or f.stat().st_size != rec.get("bytes") or sha256_file(f) != rec.get("sha256"):
-            raise _damaged(path, f"{name} does not match its recorded size and SHA-256 (truncated or altered)")
+    try:  # name, version, key, fingerprint, and every file's size and SHA-256
+        files = resultcache.check_folder(path, CACHE_NAME, CACHE_VERSION, None if fp is None else dict(fp))["files"]
+    except resultcache.CacheError as exc:
+        raise _damaged(path, str(exc)) from None
     history = _read_json(path / "history.json", path)
     try:
         stored = _experiment_from_dict(history["experiment"])
@@ -677,9 +645,10 @@ def checkpoint(result: Result, epoch: int) -> vit.ViT:
         raise ValueError(f"no checkpoint for epoch {epoch}; stored: {result.experiment.epochs_mapped}")
     path = result.path
     name = f"ckpt_epoch{epoch:03d}.pt"
-    rec = _read_json(path / "manifest.json", path).get("files", {}).get(name)
-    if not (path / name).is_file() or not isinstance(rec, dict) or sha256_file(path / name) != rec.get("sha256"):
-        raise _damaged(path, f"{name} is missing or does not match its recorded SHA-256")
+    try:
+        resultcache.check_file(path, name)
+    except resultcache.CacheError as exc:
+        raise _damaged(path, str(exc)) from None
     model = vit.ViT(result.experiment.model)
     try:
         state = torch.load(path / name, map_location="cpu", weights_only=True)
