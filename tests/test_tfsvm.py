@@ -29,38 +29,27 @@ def test_w_keys_batched():
         np.testing.assert_array_equal(K[b].numpy(), tfsvm.w_keys(data["X"][b], data["Z"][b]).numpy())
 
 
-def test_kq_gradient_matches_autograd(inst):
-    """Directions of G Q and G^T K (stable G) against autograd of L(K Q^T) at an unsaturated point."""
+def _autograd_kq(inst, K, Q, lam=0.0):
+    """Autograd of L(K Q^T) + lam (||K||^2 + ||Q||^2) through the plain softmax (accurate when unsaturated)."""
+    K, Q = (torch.tensor(A, requires_grad=True) for A in (K, Q))
+    X, Z = torch.tensor(inst["X"]), torch.tensor(inst["Z"])
+    out = tfsvm.output(X, Z, K @ Q.T, torch.tensor(inst["v"]))
+    loss = torch.nn.functional.softplus(-torch.tensor(inst["Y"]) * out).mean()
+    return torch.autograd.grad(loss + lam * (K.norm() ** 2 + Q.norm() ** 2), (K, Q))
+
+
+@pytest.mark.parametrize(("lam", "scale", "m"), [(0.0, 0.3, 4), (1e-3, 0.5, 3), (0.05, 0.5, 3)])
+def test_kq_gradient_matches_autograd(inst, lam, scale, m):
+    """Directions of G Q + 2 lam K and G^T K + 2 lam Q (stable G) against autograd at an unsaturated point."""
     problem = tfsvm.w_problem(inst["X"], inst["Y"], inst["v"], inst["Z"])
     rng = np.random.default_rng(1)
-    K = torch.tensor(rng.normal(size=(5, 4)) * 0.3, requires_grad=True)
-    Q = torch.tensor(rng.normal(size=(5, 4)) * 0.3, requires_grad=True)
-    X, Z = torch.tensor(inst["X"]), torch.tensor(inst["Z"])
-    out = tfsvm.output(X, Z, K @ Q.T, torch.tensor(inst["v"]))
-    loss = torch.nn.functional.softplus(-torch.tensor(inst["Y"]) * out).mean()
-    gK, gQ = torch.autograd.grad(loss, (K, Q))
-    dK, dQ, log_norm = tfsvm.kq_grad(problem, K.detach(), Q.detach())
+    K, Q = rng.normal(size=(2, 5, m)) * scale
+    gK, gQ = _autograd_kq(inst, K, Q, lam)
+    dK, dQ, log_norm = tfsvm.kq_grad(problem, torch.tensor(K), torch.tensor(Q), penalty=lam)
     np.testing.assert_allclose(dK.numpy(), (gK / gK.norm()).numpy(), atol=1e-12)
     np.testing.assert_allclose(dQ.numpy(), (gQ / gQ.norm()).numpy(), atol=1e-12)
-    W = (K @ Q.T).detach().reshape(-1)
+    W = torch.tensor(K @ Q.T).reshape(-1)
     assert abs(float(log_norm) - float(grad.grad_p(problem, W).log_norm)) < 1e-14
-
-
-@pytest.mark.parametrize("lam", [1e-3, 0.05])
-def test_penalised_kq_gradient_matches_autograd(inst, lam):
-    """With the public code's penalty lambda (||K||^2 + ||Q||^2): directions against autograd."""
-    problem = tfsvm.w_problem(inst["X"], inst["Y"], inst["v"], inst["Z"])
-    rng = np.random.default_rng(5)
-    K = torch.tensor(rng.normal(size=(5, 3)) * 0.5, requires_grad=True)
-    Q = torch.tensor(rng.normal(size=(5, 3)) * 0.5, requires_grad=True)
-    X, Z = torch.tensor(inst["X"]), torch.tensor(inst["Z"])
-    out = tfsvm.output(X, Z, K @ Q.T, torch.tensor(inst["v"]))
-    loss = torch.nn.functional.softplus(-torch.tensor(inst["Y"]) * out).mean()
-    loss = loss + lam * (K.norm() ** 2 + Q.norm() ** 2)
-    gK, gQ = torch.autograd.grad(loss, (K, Q))
-    dK, dQ, _ = tfsvm.kq_grad(problem, K.detach(), Q.detach(), penalty=lam)
-    np.testing.assert_allclose(dK.numpy(), (gK / gK.norm()).numpy(), atol=1e-12)
-    np.testing.assert_allclose(dQ.numpy(), (gQ / gQ.norm()).numpy(), atol=1e-12)
 
 
 def test_penalty_alone_where_the_loss_gradient_underflows(inst):
