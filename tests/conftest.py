@@ -13,3 +13,61 @@ def _close_figures():
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+# Fixtures that the tests of more than one module use. They import the package (and torch) only when a test asks
+# for them, so that collecting the other tests stays fast; their toy data live in toy_reviews.py and toy_vit.py.
+
+
+# --------------------------------------------------------------------------- chapter 12: reviews
+@pytest.fixture
+def review_data_dir(tmp_path, monkeypatch):
+    """Each test of chapter 12's modules gets its own empty data/ folder, and torch runs on one thread."""
+    import torch
+
+    monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / "data"))
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """One seed of every run on the toy review data, and the seed-free profile (computed once: review_runs and
+    experiments.real_reviews are both tested on it)."""
+    import torch
+    from toy_reviews import TINY, toy_dataset
+
+    from mmtoken import review_runs
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MMTOKEN_DATA", str(tmp_path_factory.mktemp("data")))
+    torch.set_num_threads(1)
+    try:
+        ds = toy_dataset()
+        data = review_runs.prepare(TINY, ds)
+        arrays, metrics = review_runs.run_seed(TINY, data, 10)
+        yield ds, data, arrays, metrics, review_runs.profile(TINY, ds, data)
+    finally:
+        mp.undo()
+
+
+# --------------------------------------------------------------------------- chapter 9: the ViT
+@pytest.fixture
+def tiny_data(tmp_path, monkeypatch):
+    """An empty data/ folder, and the toy ViT images served in place of Fashion-MNIST."""
+    import numpy as np
+    from toy_vit import tiny_arrays
+
+    from mmtoken import vit_runs as runs
+
+    monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path))
+    data = tiny_arrays()
+    calls = []
+
+    def fake(name, split):
+        assert name == "fashion-mnist"
+        calls.append(split)
+        x, y = data[split]
+        return x.numpy(), y.numpy().astype(np.int64)
+
+    monkeypatch.setattr(runs.image_data, "load_images", fake)
+    return tmp_path

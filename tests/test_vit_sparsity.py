@@ -1,0 +1,68 @@
+"""mmtoken.experiments.vit_sparsity (chapter 9's module): the verdicts, the plots of a tiny study, the held-out
+seeds and the controls."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from toy_vit import TINY
+
+from mmtoken import vit_runs as runs
+from mmtoken.experiments import vit_sparsity as vs
+
+
+def test_verdicts_need_a_learned_model():
+    collapsed = {"learned": False, "qk_growth": 80.0, "v_growth": 2.0, "eff_image": 1.5, "n_patches": 49}
+    assert not vs.norm_verdict(collapsed) and not vs.sparsity_verdict(collapsed)
+    ok = {**collapsed, "learned": True}
+    assert vs.norm_verdict(ok) and vs.sparsity_verdict(ok)
+    assert not vs.norm_verdict({**ok, "qk_growth": 4.9})
+    assert not vs.norm_verdict({**ok, "v_growth": 80 / 2.9})
+    assert not vs.sparsity_verdict({**ok, "eff_image": 24.6})
+    assert vs.sparsity_verdict({**ok, "eff_image": 24.5})
+
+
+def test_plots_draw_from_a_tiny_study(tiny_data):
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    r0, r1, s0, c0 = runs.run_experiments(
+        [
+            TINY,
+            TINY.with_seed(1),
+            replace(TINY, train=replace(TINY.train, lr=5e-4)),
+            replace(TINY, test=False, train=replace(TINY.train, lr=5e-2, epochs=1), map_epochs=None),
+        ],
+        workers=1,
+    )
+    study = vs.Study(seeds={0: r0, 1: r1}, smaller_lr={0: s0}, collapse={0: c0})
+    v = vs.validation_summary(c0)
+    assert v["val_acc"] == c0.val_acc[-1] and v["eff_image"] == c0.log["eff"][-1, -1]
+    table = vs.seed_table(study.seeds)
+    assert list(table.index) == [0, 1] and {"test_acc", "qk_growth", "v_growth", "eff_mean"} <= set(table)
+    for fig in (
+        vs.plot_training(study),
+        vs.plot_attention_maps(r0),
+        vs.plot_norms(study),
+        vs.plot_sparsity(study),
+        vs.plot_where(study),
+    ):
+        drawn = [ax for ax in fig.axes if ax.get_visible()]
+        assert drawn and all(ax.has_data() for ax in drawn), fig  # every visible panel shows something
+        plt.close(fig)
+    assert set(vs.FIGURES) == {"fig-vit-training", "fig-vit-maps", "fig-vit-norms", "fig-vit-sparsity", "fig-vit-where"}
+
+
+def test_the_study_is_judged_on_held_out_seeds_and_the_controls_never_see_test_data():
+    groups = vs.controls("quick")
+    assert [e.train.seed for e in groups["seeds"]] == list(vs.HELD_OUT_SEEDS) == [10, 11, 12]
+    assert all(e.test for e in groups["seeds"]) and groups["seeds"][0] == vs.QUICK
+    (small,) = groups["smaller_lr"]
+    assert small.train.lr == pytest.approx(vs.QUICK.train.lr / vs.SMALLER_LR)
+    assert small == replace(vs.QUICK, train=replace(vs.QUICK.train, lr=small.train.lr))
+    (broken,) = groups["collapse"]
+    assert not broken.test and broken.train.seed in vs.DEV_SEEDS and broken.train.epochs == 1
+    assert not set(vs.DEV_SEEDS) & set(vs.HELD_OUT_SEEDS)
