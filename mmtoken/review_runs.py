@@ -28,6 +28,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -84,6 +85,43 @@ class Setup:
     @property
     def tokenizer(self) -> tokenize.TokenizerConfig:
         return tokenize.TokenizerConfig(min_count=self.min_count, max_len=self.max_len)
+
+
+class RunFields(NamedTuple):
+    """What one attention run trains, and the :class:`Setup` fields that hold its Adam step and its epochs."""
+
+    train: tuple[str, ...]  # names of the trained parameters of :class:`mmtoken.review_model.Params`
+    lr: str  # the Setup field of the Adam step
+    epochs: str  # the Setup field of the number of epochs
+
+
+RUN_FIELDS = {
+    "joint": RunFields(("E", "p"), "lr", "epochs"),
+    "joint_v": RunFields(("E", "p", "v"), "lr_v", "epochs_v"),
+    "uniform": RunFields(("E",), "lr", "epochs"),  # p = 0 fixed, at the joint model's step
+    "uniform_tuned": RunFields(("E",), "lr_uniform", "epochs_uniform"),  # p = 0 fixed, at its own validated step
+}
+"""The attention runs of every seed (:func:`run_seed`), the one place that says what each trains and with which
+setting: joint training of ``E`` and ``p`` with ``v`` fixed (the chapter's model), with ``v`` trained too, and
+uniform attention (``p = 0``: only ``E``) at the joint step and at its own."""
+RUNS = tuple(RUN_FIELDS)
+"""Names of the attention runs, in the order they are trained."""
+
+
+class RunSettings(NamedTuple):
+    """One run's settings under one setup: the trained parameter names, the Adam step and the epochs."""
+
+    train: tuple[str, ...]
+    lr: float
+    epochs: int
+
+
+def run_settings(s: Setup, run: str) -> RunSettings:
+    """The trained parameter names, Adam step and epochs of ``run`` (one of :data:`RUNS`) under ``s``."""
+    if run not in RUN_FIELDS:
+        raise ValueError(f"run must be one of {RUNS}, got {run!r}")
+    f = RUN_FIELDS[run]
+    return RunSettings(f.train, getattr(s, f.lr), getattr(s, f.epochs))
 
 
 def cache_fingerprint(s: Setup, data_fp: str, extra: dict | None = None, modules: tuple = ()) -> str:
@@ -205,14 +243,10 @@ def train_model(
     t: Tensors | None = None,
     record_val: bool = False,
 ) -> tuple[Params, review_model.FitHistory]:
-    """Train one of the runs ``joint`` (E, p), ``joint_v`` (E, p, v), ``uniform`` / ``uniform_tuned`` (E; p = 0)."""
+    """Train one of the runs ``joint`` (E, p), ``joint_v`` (E, p, v), ``uniform`` / ``uniform_tuned`` (E; p = 0),
+    with the step and epochs that :func:`run_settings` reads from ``s``."""
     t = t or tensors(data)
-    train, lr, epochs = {
-        "joint": (("E", "p"), s.lr, s.epochs),
-        "joint_v": (("E", "p", "v"), s.lr_v, s.epochs_v),
-        "uniform": (("E",), s.lr, s.epochs),
-        "uniform_tuned": (("E",), s.lr_uniform, s.epochs_uniform),
-    }[run]
+    train, lr, epochs = run_settings(s, run)
     params = Params(E0.clone(), torch.zeros_like(v, dtype=E0.dtype), v.to(E0.dtype).clone())
     hist = review_model.fit(
         params,
@@ -313,9 +347,6 @@ def two_phase(
 
 
 # ----------------------------------------------------------------------------- one seed
-RUNS = ("joint", "joint_v", "uniform", "uniform_tuned")
-
-
 def examples(data: Data, params: Params, seed: int, per_class: int = 2) -> tuple[list[dict], dict]:
     """A few test reviews (drawn with ``seed`` among those of a fixed length range) with their attention."""
     c = data.corpus

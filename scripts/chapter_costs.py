@@ -184,7 +184,7 @@ def vit_work(scale: str, batch: int = 2) -> Work:
 def reviews_work(scale: str) -> Work:
     """Chapter 12: the four Adam fits of every seed on IMDB and Rotten Tomatoes (two-phase runs left out)."""
     from mmtoken.datasets import text
-    from mmtoken.review_runs import RUNS, SEEDS, prepare, tensors
+    from mmtoken.review_runs import RUNS, SEEDS, prepare, run_settings, tensors
 
     total = Work(0.0, 0.0, "float32")
     for name in ("imdb", "rt"):
@@ -195,12 +195,7 @@ def reviews_work(scale: str) -> Work:
         rows = t.X[: s.batch]
         params = review_model.Params(torch.zeros(data.V, s.d), torch.zeros(s.d), torch.ones(s.d))
         for run in RUNS:
-            names, epochs = {
-                "joint": (("E", "p"), s.epochs),
-                "joint_v": (("E", "p", "v"), s.epochs_v),
-                "uniform": (("E",), s.epochs),
-                "uniform_tuned": (("E",), s.epochs_uniform),
-            }[run]
+            names, _, epochs = run_settings(s, run)
             step = functools.partial(_fit_step, params, rows, t.y[: s.batch], t.counts[: s.batch], names, s.batch)
             total = total + count(step) * (math.ceil(N / s.batch) * epochs * len(SEEDS))
     return total

@@ -8,6 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 from toy_reviews import NEG, NEUTRAL, POS, TINY, toy_dataset
 
 from mmtoken import review_runs
@@ -77,3 +78,23 @@ def test_seed_cache_recomputes_a_copied_result(monkeypatch):
         again, meta = review_runs.cached_seed(s_b, ds_b, 10)
     assert meta["joint"]["accuracy"] == meta_b["joint"]["accuracy"]
     assert np.array_equal(again["logits/joint"], arrays_b["logits/joint"])
+
+
+def test_each_run_trains_what_run_settings_names():
+    """Every run trains exactly the parameters its settings name, for the epochs its Setup field holds."""
+    s = dataclasses.replace(TINY, epochs=1, epochs_v=2, epochs_uniform=3)
+    data = review_runs.prepare(s, toy_dataset())
+    v, _, E0 = review_runs.init(s, data.V, 0)
+    start = {"E": E0, "p": torch.zeros_like(v, dtype=E0.dtype), "v": v.to(E0.dtype)}
+    trained = {}
+    for run in review_runs.RUNS:
+        names, lr, epochs = review_runs.run_settings(s, run)
+        params, hist = review_runs.train_model(s, data, v, E0, run, 0)
+        assert len(hist.loss) == epochs
+        trained[run] = tuple(n for n in ("E", "p", "v") if not torch.equal(getattr(params, n), start[n]))
+        assert trained[run] == names, run
+    assert trained == {"joint": ("E", "p"), "joint_v": ("E", "p", "v"), "uniform": ("E",), "uniform_tuned": ("E",)}
+    assert [review_runs.run_settings(s, r).epochs for r in review_runs.RUNS] == [1, 2, 1, 3]
+    assert review_runs.run_settings(s, "uniform").lr == s.lr and review_runs.run_settings(s, "uniform_tuned").lr == 0.1
+    with pytest.raises(ValueError, match="run must be one of"):
+        review_runs.run_settings(s, "bow")
