@@ -23,6 +23,7 @@ from . import config, resultcache
 from .datasets import text
 from .review_runs import (
     DEV_SEED,
+    RUN_FIELDS,
     VALIDATION,
     Setup,
     cache_fingerprint,
@@ -58,7 +59,7 @@ def _trial(s: Setup, ds: text.TextDataset, run: str, seed: int = DEV_SEED) -> di
     data = prepare(s, ds, part="validation")
     v, _, E_init = init(s, data.V, seed)
     epochs = MAX_EPOCHS.get(s.dataset, 6)
-    s_run = dataclasses.replace(s, epochs=epochs, epochs_v=epochs, epochs_uniform=epochs)
+    s_run = dataclasses.replace(s, **{f.epochs: epochs for f in RUN_FIELDS.values()})
     _, hist = train_model(s_run, data, v, E_init, run, seed, record_val=True)
     acc = hist.val_accuracy
     best = int(np.argmax(acc))  # the first best epoch
@@ -91,7 +92,8 @@ def _search(s0: Setup, ds: text.TextDataset) -> tuple[Setup, list[dict]]:
         value = max(values, key=lambda x: (results[x]["best"], -values.index(x)))
         s, best = dataclasses.replace(s, **{factor: value}), results[value]
     s = dataclasses.replace(s, epochs=best["best_epoch"])
-    for run, factor, epochs in (("joint_v", "lr_v", "epochs_v"), ("uniform_tuned", "lr_uniform", "epochs_uniform")):
+    for run in ("joint_v", "uniform_tuned"):  # the contrasts with a step of their own ("uniform" shares joint's)
+        _, factor, epochs = RUN_FIELDS[run]
         results = {}
         for value in GRID[factor]:
             results[value] = _trial(dataclasses.replace(s, **{factor: value}), ds, run)
