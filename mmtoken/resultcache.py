@@ -66,6 +66,13 @@ class CacheError(RuntimeError):
     """A cache file is damaged or holds something other than what was asked for."""
 
 
+class StaleResult(CacheError):
+    """A well-formed result of the asked name, computed by other code, configuration or data.
+
+    The normal state of a result after its code has been edited: replaced without a warning.
+    """
+
+
 def code_fingerprint(modules: list[ModuleType]) -> str:
     """Digest of the source files of ``modules`` and the versions of NumPy and torch."""
     import torch
@@ -200,7 +207,7 @@ def load(
     if header.get("name") != name:
         raise CacheError(f"{path} holds {header.get('name')!r}, not {name!r}")
     if header.get("fingerprint") != fp:
-        raise CacheError(f"{path} was computed by other code, configuration or data than asked for")
+        raise StaleResult(f"{path} was computed by other code, configuration or data than asked for")
     shapes, dtypes = header.get("shapes", {}), header.get("dtypes", {})
     if set(shapes) != set(arrays):
         raise CacheError(f"{path} lacks arrays {sorted(set(shapes) - set(arrays))} or has unlisted ones")
@@ -364,7 +371,9 @@ def load_or_compute(
     """The cached result ``name`` at ``fp`` from ``path``, or ``compute()`` it and store it there.
 
     A file that is damaged or holds another result is reported (``RuntimeWarning``
-    naming the file and the reason) and replaced by the recomputed result.
+    naming the file and the reason) and replaced by the recomputed result; a
+    stale one (:class:`StaleResult`: the code, configuration or data changed) is
+    replaced silently, since editing the code makes every result it touches stale.
     While it computes, the process holds the lock of ``path`` (:func:`locked`):
     a second process asking for the same result waits and then reads it.
     """
@@ -379,6 +388,8 @@ def load_or_compute(
         if path.is_file():
             try:
                 return load(path, name, fp, expect)
+            except StaleResult:
+                pass
             except CacheError as exc:
                 warnings.warn(
                     f"ignoring the results cache: {exc}; recomputing {name} and replacing the file",

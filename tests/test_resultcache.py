@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -307,7 +308,16 @@ def test_cache_roundtrip_and_each_kind_of_damage(tmp_path):
     other = tmp_path / "rt-seed10-x.npz"
     resultcache.save(other, "real_reviews/rt/seed10", "fp1", *_entry())
     damaged(lambda: shutil.copyfile(other, path))  # another data set's result
-    damaged(lambda: resultcache.save(path, "real_reviews/imdb/seed10", "fp0", *_entry()))  # other code/config/data
+    # other code, configuration or data: stale, replaced without a warning (the normal state after an edit)
+    resultcache.save(path, "real_reviews/imdb/seed10", "fp0", *_entry())
+    with pytest.raises(resultcache.StaleResult):
+        resultcache.load(path, "real_reviews/imdb/seed10", "fp1")
+    n = len(calls)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resultcache.load_or_compute(path, "real_reviews/imdb/seed10", "fp1", compute)
+    assert len(calls) == n + 1
+    resultcache.load(path, "real_reviews/imdb/seed10", "fp1")
     damaged(lambda: path.write_bytes(path.read_bytes()[:200]))  # truncated
     damaged(lambda: path.write_bytes(b"not a zip file at all"))  # garbage
     damaged(lambda: resultcache.save(path, "real_reviews/imdb/seed10", "fp1", {"a": np.zeros((5, 3))}, {}))  # shape
