@@ -704,4 +704,6 @@ __all__ = [
     "NUCLEAR_SOLVER",
     "NUCLEAR_TOL",
     "RANK_TOL",
+    "PENALTY",
+    "PENALTY_NEGLIGIBLE",
 ]
