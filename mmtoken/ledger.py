@@ -66,6 +66,8 @@ class Claim:
     func: Callable[[], Measured] = field(repr=False)
     known_miss: str | None = None
     requires: Callable[[], str | None] | None = field(default=None, repr=False)
+    competitor: str = ""
+    against: Callable[[], Measured] | None = field(default=None, repr=False)
 
     def missing(self) -> str | None:
         """Why the claim's input data are absent (how to get them), or ``None`` when they are here."""
@@ -120,6 +122,8 @@ def claim(
     chapter: str = "",
     known_miss: str | None = None,
     requires: Callable[[], str | None] | None = None,
+    competitor: str = "",
+    against: Callable[[], Measured] | None = None,
 ) -> Callable:
     """Register the decorated zero-argument function as claim ``id``.
 
@@ -128,6 +132,10 @@ def claim(
     ``requires``: a function returning ``None`` when the claim's input data are
     on disk, else a message saying how to get them; the claim is then reported
     as *data missing* instead of being run.
+    ``competitor``: the nearest wrong answer the threshold must reject (another SVM,
+    another selection, a collapsed model), in words; ``against``: a zero-argument
+    function applying the claim's own check to that competitor, which must return a
+    :class:`Measured` that does *not* pass (``tests/test_competitors*.py`` asserts it).
     """
     if kind not in KINDS:
         raise ValueError(f"claim {id}: kind {kind!r} is not one of {KINDS}")
@@ -135,11 +143,15 @@ def claim(
         raise ValueError(f"claim {id}: known_miss must be a non-empty text, and only on an observation claim")
     if requires is not None and not callable(requires):
         raise ValueError(f"claim {id}: requires must be a function returning None or a message")
+    if against is not None and (not callable(against) or not competitor.strip()):
+        raise ValueError(f"claim {id}: against must be a function, given with the competitor it checks")
 
     def register(func: Callable[[], Measured]) -> Callable[[], Measured]:
         if id in REGISTRY and REGISTRY[id].func.__qualname__ != func.__qualname__:
             raise ValueError(f"claim id {id!r} is registered twice")
-        REGISTRY[id] = Claim(id, statement, checks, kind, threshold, chapter, func, known_miss, requires)
+        REGISTRY[id] = Claim(
+            id, statement, checks, kind, threshold, chapter, func, known_miss, requires, competitor, against
+        )
         return func
 
     return register
@@ -230,7 +242,7 @@ def record_key(c: Claim, scale: str | None = None) -> tuple[str, str, str]:
     scale = scale or _scale()
     if scale not in config.SCALES:
         raise ValueError(f"scale must be one of {config.SCALES}, got {scale!r}")
-    text = {k: getattr(c, k) for k in ("id", "statement", "checks", "kind", "threshold", "chapter", "known_miss")}
+    text = {k: getattr(c, k) for k in ("id", "statement", "checks", "kind", "threshold", "chapter", "known_miss", "competitor")}
     fp = resultcache.fingerprint(resultcache.source_fingerprint(c.func.__module__), {"claim": text, "scale": scale}, "")
     return str(records_dir(scale) / f"{c.id}.npz"), f"claims/{scale}/{c.id}", fp
 

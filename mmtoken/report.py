@@ -174,6 +174,30 @@ def summary_line(results: Iterable[Result | dict], scale: str | None = None) -> 
     )
 
 
+def bound(label: str, value: float, below: float) -> str:
+    """An identity's residual stated as a bound, the same text on any machine.
+
+    ``bound("||KQ^T - W||", 5.6e-16, 1e-12)`` gives ``"||KQ^T - W|| < 1e-12: True"``;
+    a stored output never prints the raw residual (its digits move with the BLAS
+    and the CPU). A NaN residual prints ``False``.
+    """
+    return f"{label} < {below:.0e}: {bool(float(value) < below)}"
+
+
+def on_grid(x: float, step: float) -> str:
+    """``x`` rounded to the nearest multiple of ``step``, printed with the decimals ``step`` has.
+
+    For a result whose last digits move across numeric environments (a trained
+    model's accuracy): ``step`` is chosen coarser than the spread measured across
+    environments (CONTRIBUTING, "Stored outputs that hold on any machine").
+    ``on_grid(0.8497, 0.01)`` gives ``"0.85"``.
+    """
+    if not step > 0:
+        raise ValueError(f"step must be positive, got {step!r}")
+    decimals = len(f"{step:.10f}".rstrip("0").split(".")[1])
+    return f"{round(float(x) / step) * step:.{decimals}f}"
+
+
 def _number(v: Any) -> str:
     if isinstance(v, bool) or v is None:
         return str(v)
