@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -261,6 +262,29 @@ def regime(which: str = "reviews", steps: int | None = None, small: bool = False
 
 
 # ----------------------------------------------------------------------------- tables
+STOP_LABELS = {"converged": "stopped (loss flat)", "budget": "budget spent"}
+"""How a phase-two run ended, in words: its rule stops when the loss falls by less than 1e-9 (relative) over
+20 evaluations, which is a stop, not a proof of convergence."""
+
+
+def stop_label(stop: str) -> str:
+    """:data:`STOP_LABELS` of a phase-two ``stop`` code (the code itself when unknown)."""
+    return STOP_LABELS.get(stop, stop)
+
+
+def final_gradient_norm(metrics: dict) -> float:
+    """``||grad_p L||`` at the end of phase two, from a run's ``metrics`` (its history holds the log-norm)."""
+    return float(np.exp(metrics["phase_two"]["grad_log_norm"][-1]))
+
+
+def order_bound(x: float) -> str:
+    """``"< 1e-k"``: the smallest power of ten above ``x > 0`` (an order of magnitude that holds on any machine
+    unless ``x`` sits at a power of ten)."""
+    if not x > 0:
+        raise ValueError(f"x must be positive, got {x!r}")
+    return f"< {10.0 ** math.ceil(math.log10(x)):.0e}"
+
+
 def span(x, digits: int = 3) -> str:
     """``min - max`` of the values ``x`` (one value alone if they agree at ``digits``)."""
     x = np.asarray(x, dtype=float)
@@ -453,7 +477,7 @@ def regime_table(reg: Regime) -> pd.DataFrame:
                 "train acc": m["train_accuracy"],
                 "train loss": m["train_loss"],
                 "evaluations": m["steps"],
-                "stop": m["stop"],
+                "stop": stop_label(m["stop"]),
                 "||p||": m["p_norm"],
                 "1 - max attention": f"{m['unsaturated']:.0e}",  # 0 once it underflows float64
                 "attends optimal token": m["attends_optimal"],
@@ -462,6 +486,21 @@ def regime_table(reg: Regime) -> pd.DataFrame:
                 "arm -": u["negative"],
                 "spearman(pE, Delta)": u["signed"],
             }
+        )
+    return pd.DataFrame(rows).set_index("seed")
+
+
+def random_part_table(reg: Regime) -> pd.DataFrame:
+    """Random against learned part of the values after the one step, per seed: the share of the vocabulary
+    (padding left out) whose ``|E_s^{0T} v|`` exceeds ``|E_s^{1T} v - E_s^{0T} v|``, and the median ratio."""
+    rows = []
+    for seed in sorted(reg.arrays):
+        a = reg.arrays[seed]
+        b0 = np.abs(a["values/E0"][1:])
+        step = np.abs(a["values/one_step"][1:] - a["values/E0"][1:])
+        ratio = b0 / step
+        rows.append(
+            {"seed": seed, "random > learned": float((ratio > 1).mean()), "median ratio": float(np.median(ratio))}
         )
     return pd.DataFrame(rows).set_index("seed")
 
