@@ -1,4 +1,4 @@
-"""Part II's claims reject their competitors: each claim's own check, applied to the nearest wrong answer, fails.
+"""Chapters 9-12's claims reject their competitors: each claim's own check, applied to the nearest wrong answer, fails.
 
 The checks are pure functions of a run's histories; here they are applied to
 histories built from the closed forms they test (so a check that passed
@@ -54,9 +54,27 @@ def test_small_init_check_reads_only_the_named_scales():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cid", ["B.cls.small_init", "B.cls.rate"])
+@pytest.mark.parametrize(
+    "cid",
+    [
+        "B.cls.selection",
+        "B.cls.direction",
+        "B.cls.small_init",
+        "B.cls.rate",
+        "B.synthetic.joint_selects",
+        "B.regime.small_control",
+        "A.vit.learns",
+        "A.vit.norm_grows",
+        "A.vit.sparsifies",
+        "A.vit.averaged_map",
+    ],
+)
 def test_part2_claims_pass_and_their_competitors_fail(cid):
+    import mmtoken.experiments.real_reviews  # noqa: F401  (registers B.regime.*)
+    import mmtoken.experiments.vit_sparsity  # noqa: F401  (registers A.vit.*)
+
     c = next(c for c in ledger.select([cid]) if c.id == cid)
     assert c.competitor and c.against is not None
-    assert c.func().passed
+    if c.known_miss is None:
+        assert c.func().passed
     assert not c.against().passed

@@ -437,11 +437,17 @@ FIGURES = {
     checks="gradient flow on p selects the important tokens (paper B)",
     statement="With E = E^1 fixed, normalized GD on p from 0 puts all attention on the important token of every sequence.",
     threshold="min over sequences of the attention on the important token >= 0.999 at the end",
+    competitor="the start p = 0 (uniform attention over each sequence)",
+    against=lambda: selection_check(run(), 0),
 )
 def _claim_selection() -> Measured:
-    r = run()
-    value = float(r.min_attn[-1])
-    return Measured(value, value >= 0.999, f"{int(r.steps[-1])} steps, ||p|| = {r.norm[-1]:.1f}")
+    return selection_check(run())
+
+
+def selection_check(r: ClsResult, at: int = -1) -> Measured:
+    """B.cls.selection's check at record ``at`` of the main run (default: the end)."""
+    value = float(r.min_attn[at])
+    return Measured(value, value >= 0.999, f"{int(r.steps[at])} steps, ||p|| = {r.norm[at]:.1f}")
 
 
 @claim(
@@ -450,12 +456,18 @@ def _claim_selection() -> Measured:
     checks="p converges in direction to the ATT-SVM with embeddings as keys (paper B)",
     statement="p/||p|| converges to the max-margin direction of the important-token selection (cvxpy ATT-SVM).",
     threshold="correlation of p with p_mm >= 0.9999 at the end",
+    competitor="the main run stopped at a tenth of its steps",
+    against=lambda: direction_check(run(), int(np.flatnonzero(run().steps >= run().steps[-1] // 10)[0])),
 )
 def _claim_direction() -> Measured:
-    r = run()
-    value = float(r.corr[-1])
+    return direction_check(run())
+
+
+def direction_check(r: ClsResult, at: int = -1) -> Measured:
+    """B.cls.direction's check at record ``at`` of the main run (default: the end)."""
+    value = float(r.corr[at])
     return Measured(
-        value, value >= 0.9999, f"{int(r.steps[-1])} steps, ||p|| / ||p_mm|| = {r.norm[-1] * r.svm_margin:.1f}"
+        value, value >= 0.9999, f"{int(r.steps[at])} steps, ||p|| / ||p_mm|| = {r.norm[at] * r.svm_margin:.1f}"
     )
 
 
@@ -541,12 +553,18 @@ def _claim_rate() -> Measured:
     "about the two-phase protocol).",
     threshold="at the end, min over important tokens of p^T E_s > max over neutral tokens, and mean attention on the "
     "important tokens >= 0.9 (worst sigma0)",
+    competitor="the start (E^0, p = 0): uniform attention",
+    against=lambda: joint_check(joint(), 0),
 )
 def _claim_joint_selects() -> Measured:
-    j = joint()
-    gap, attn = float(j.logit_gap[-1].min()), float(j.mean_attn[-1].min())
+    return joint_check(joint())
+
+
+def joint_check(j: JointResult, at: int = -1) -> Measured:
+    """B.synthetic.joint_selects's check at record ``at`` of the joint runs (default: the end)."""
+    gap, attn = float(j.logit_gap[at].min()), float(j.mean_attn[at].min())
     return Measured(
         {"logit_gap": gap, "mean_attention": attn},
         gap > 0 and attn >= 0.9,
-        f"{int(j.steps[-1])} steps of size {j.lr:g}, sigma0 in {list(j.scales)}",
+        f"{int(j.steps[at])} steps of size {j.lr:g}, sigma0 in {list(j.scales)}",
     )
