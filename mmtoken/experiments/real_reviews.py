@@ -490,6 +490,14 @@ def regime_table(reg: Regime) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("seed")
 
 
+def saturated_at(metrics: dict, below: float = 1e-6) -> int | None:
+    """The first recorded evaluation of phase two with ``1 - max attention < below`` in every training
+    review (``None`` if never)."""
+    h = metrics["phase_two"]
+    hit = np.flatnonzero(np.asarray(h["unsaturated"]) < below)
+    return int(np.asarray(h["steps"])[hit[0]]) if hit.size else None
+
+
 def random_part_table(reg: Regime) -> pd.DataFrame:
     """Random against learned part of the values after the one step, per seed: the share of the vocabulary
     (padding left out) whose ``|E_s^{0T} v|`` exceeds ``|E_s^{1T} v - E_s^{0T} v|``, and the median ratio."""
