@@ -86,6 +86,16 @@ def test_plots_draw_from_a_tiny_study(tiny_data):
     assert v["val_acc"] == c0.val_acc[-1] and v["eff_image"] == c0.log["eff"][-1, -1]
     table = vs.seed_table(study.seeds)
     assert list(table.index) == [0, 1] and {"test_acc", "qk_growth", "v_growth", "eff_mean"} <= set(table)
+    # the claims' checks run on real summaries: the gate reads validation accuracy, the growth the ov product
+    rows = {s: vs.seed_summary(r) for s, r in study.seeds.items()}
+    assert all(row["collapsed"] == (r.val_acc[-1] < vs.COLLAPSE_VAL) for row, r in zip(rows.values(), (r0, r1)))
+    assert v["collapsed"] == (c0.val_acc[-1] < vs.COLLAPSE_VAL)
+    for check in (vs.learns_check, vs.norm_check, vs.sparse_check):
+        m = check(rows)
+        assert isinstance(m.passed, bool) and m.value
+    assert vs.norm_check(rows).value["min qk/ov growth"] == pytest.approx(
+        min(row["qk_growth"] / row["ov_growth"] for row in rows.values())
+    )
     for fig in (
         vs.plot_training(study),
         vs.plot_attention_maps(r0),
