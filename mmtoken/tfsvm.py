@@ -246,8 +246,7 @@ def _kq_raw(problem, K, Q, penalty):
 
 
 def _unit(A: torch.Tensor) -> torch.Tensor:
-    n = A.flatten(-2).norm(dim=-1)[..., None, None]
-    return torch.where(n > 0, A / n.clamp_min(torch.finfo(A.dtype).tiny), torch.zeros_like(A))
+    return grad.unit_and_log_norm(A, dims=2)[0]  # scaled before the norm (no overflow)
 
 
 def train_kq(
@@ -323,6 +322,12 @@ def train_kq(
                 dK, dQ, _ = kq_grad(problem, K, Q, penalty)
             else:
                 gK, gQ, _ = _kq_raw(problem, K, Q, penalty)
+                # the pair's unit step, both divided by their largest entry first where the
+                # squares would overflow or underflow (grad.SAFE_RANGE); unchanged otherwise
+                a = torch.maximum(gK.abs().amax((-2, -1)), gQ.abs().amax((-2, -1)))
+                plain = ((a >= grad.SAFE_RANGE[0]) & (a <= grad.SAFE_RANGE[1])) | (a == 0)
+                c = torch.where(plain, torch.ones_like(a), a)[..., None, None]
+                gK, gQ = gK / c, gQ / c
                 both = (gK.flatten(-2).norm(dim=-1) ** 2 + gQ.flatten(-2).norm(dim=-1) ** 2).sqrt()[..., None, None]
                 both = both.clamp_min(torch.finfo(gK.dtype).tiny)
                 dK, dQ = gK / both, gQ / both

@@ -16,7 +16,7 @@ import torch
 
 from . import fastpath, validate
 from .config import progress_bar, progress_enabled
-from .grad import Saturation, grad_p, loss_parts, loss_value, saturation
+from .grad import Saturation, grad_p, loss_parts, loss_value, saturation, unit_and_log_norm
 from .losses import Loss, get_loss
 from .model import AttentionProblem, as_tensor, scores
 
@@ -497,8 +497,7 @@ def grad_v(X: torch.Tensor, Y: torch.Tensor, sat: Saturation, loss: Loss) -> tor
     w = -torch.exp(log_w - M) * Y  # l' < 0
     attended = (sat.probs.unsqueeze(-1) * X).sum(-2)  # (..., n, d)
     G = (w.unsqueeze(-1) * attended).sum(-2)
-    norm = G.norm(dim=-1, keepdim=True)
-    return torch.where(norm > 0, G / norm.clamp_min(1e-300), torch.zeros_like(G))
+    return unit_and_log_norm(G)[0]  # scaled before the norm: tokens of size 1e200 keep their direction
 
 
 __all__ = [
