@@ -301,3 +301,49 @@ def test_analyze_moves_at_key_scale_1e200():
     a = explore.analyze(X * 1e200, Y, v, steps=100, lr=0.1)
     moved = np.linalg.norm(a.history.final_p.numpy() - a.starts, axis=1)
     assert (moved > 1).all()  # before: exactly 0 (zero direction), the start reported as the limit
+
+
+# ----------------------------------------------------------------------------- issue 28.4: ties, and the order of tokens
+@PROPS
+@given(seeds, sizes, st.integers(1, 3))
+def test_every_verdict_is_invariant_under_permuting_tokens(seed, size, levels):
+    """Scores drawn from a few levels (ties are common); each input's tokens permuted on their own.
+
+    Global optimality is membership in the set of maximisers (paper A's argmax), so it cannot
+    depend on which of two tied tokens is listed first; nor can feasibility, local optimality
+    or the ties reported.
+    """
+    rng, K, _ = _instance(seed, *size)
+    n, T, _ = K.shape
+    gamma = rng.integers(0, levels, size=(n, T)).astype(float)
+    a = rng.integers(0, T, size=n)
+    r = geometry.classify(K, gamma, a)
+    perms = np.stack([rng.permutation(T) for _ in range(n)])  # new token t of input i = old perms[i, t]
+    inv = np.argsort(perms, axis=1)
+    rows = np.arange(n)[:, None]
+    rp = geometry.classify(K[rows, perms], gamma[rows, perms], inv[np.arange(n), a])
+    assert (rp.feasible, rp.locally_optimal, rp.globally_optimal) == (r.feasible, r.locally_optimal, r.globally_optimal)
+    assert sorted((i, int(perms[i, t])) for i, t in rp.ties) == sorted(r.ties)
+    best = gamma.max(1)
+    assert r.globally_optimal == bool((gamma[np.arange(n), a] == best).all())
+    if r.feasible and not r.ties:  # without ties the paper's implication holds: global => local
+        assert r.locally_optimal or not r.globally_optimal
+
+
+def test_analyze_equal_scores_mirror_images_get_the_same_verdicts():
+    """T = 2, equal scores: the two selections are mirror images; both globally optimal, and the tie said."""
+    from mmtoken import explore
+
+    X = np.array([[[1.0, 0.0], [-1.0, 0.0]]])
+    v = np.array([0.0, 1.0])  # scores x^T v = 0 for both tokens: a tie
+    starts = np.array([[1.0, 0.0], [-1.0, 0.0]])  # one start towards each token
+    a = explore.analyze(X, np.array([1.0]), v, starts=starts, steps=50)
+    t = a.table
+    assert list(t["selection"]) == [(0,), (1,)]
+    assert list(t["globally optimal"]) == [True, True]
+    assert t["locally optimal"].iloc[0] == t["locally optimal"].iloc[1]
+    assert all("scores of inputs [0]" in s for s in t["ties"])
+    # the same instance with its tokens listed the other way round
+    b = explore.analyze(X[:, ::-1], np.array([1.0]), v, starts=starts, steps=50)
+    assert list(b.table["globally optimal"]) == [True, True]
+    assert list(b.table["selection"]) == [(1,), (0,)]
