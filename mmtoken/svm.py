@@ -548,7 +548,9 @@ def w_svm(X, alpha, p) -> SVMSolution:
     if not np.any(p):
         raise ValueError("p must be a non-zero vector")
     Dx, rows = _difference_rows(X, alpha)
-    sol = outer_svm(Dx, np.broadcast_to(p, (len(rows), p.shape[0])), rows, f"W-SVM for selection alpha={alpha.tolist()}", "X and p")
+    sol = outer_svm(
+        Dx, np.broadcast_to(p, (len(rows), p.shape[0])), rows, f"W-SVM for selection alpha={alpha.tolist()}", "X and p"
+    )
     sol.x = sol.x.reshape(X.shape[2], p.shape[0])
     return sol
 

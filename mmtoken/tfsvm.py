@@ -698,7 +698,8 @@ def random_instances(count: int, n: int, T: int, d: int, seed: int = 0) -> dict[
     ``X (count, n, T, d)``, ``Z (count, n, d)``, ``v (count, d)``, ``Y (count, n)`` (float64).
     """
     count, n, T, d = (
-        validate.count(val, name, minimum=lo) for name, val, lo in (("count", count, 1), ("n", n, 1), ("T", T, 2), ("d", d, 1))
+        validate.count(val, name, minimum=lo)
+        for name, val, lo in (("count", count, 1), ("n", n, 1), ("T", T, 2), ("d", d, 1))
     )
     seed = validate.count(seed, "seed")
     rows = {"X": [], "Z": [], "v": [], "Y": []}
