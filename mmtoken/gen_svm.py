@@ -216,6 +216,7 @@ def sets_from_probs(probs, high: float = 1e-3, low: float = 1e-6) -> list[tuple[
     has not separated selected from non-selected tokens) and no set can be read off.
     """
     P = _real(probs, "probs", 2)
+    low, high = validate.positive(low, "low"), validate.positive(high, "high")
     if not 0 < low < high < 1:
         raise ValueError(f"need 0 < low < high < 1, got low={low}, high={high}")
     grey = (P > low) & (P < high)

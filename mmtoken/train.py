@@ -134,6 +134,7 @@ def train_p(
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     loss = get_loss(loss)
     lr = validate.positive(lr, "lr")
+    record_probs = validate.flag(record_probs, "record_probs")
     progress = _progress_flag(progress)
     p = as_tensor(p0, "p0", device=problem.K.device).clone()
     steps = validate.count(steps, "steps")
@@ -225,6 +226,14 @@ def sphere_step(w: torch.Tensor, direction: torch.Tensor, theta: torch.Tensor) -
     angles. Returns unit vectors ``(..., m)``; where the tangent part vanishes
     ``w`` is returned unchanged.
     """
+    # the loops of the package pass tensors (unchecked, for speed); anything else is checked and converted
+    w = w if isinstance(w, torch.Tensor) else as_tensor(w, "w")
+    direction = direction if isinstance(direction, torch.Tensor) else as_tensor(direction, "direction", device=w.device)
+    theta = theta if isinstance(theta, torch.Tensor) else as_tensor(theta, "theta", dtype=w.dtype, device=w.device)
+    if w.ndim < 1 or direction.shape[-1:] != w.shape[-1:]:
+        raise ValueError(
+            f"w and direction must end in the same dimension m, got {tuple(w.shape)}, {tuple(direction.shape)}"
+        )
     tangent = direction - (direction * w).sum(-1, keepdim=True) * w
     tn = tangent.norm(dim=-1, keepdim=True)
     t = torch.where(tn > 0, tangent / tn.clamp_min(1e-300), torch.zeros_like(tangent))
@@ -241,6 +250,11 @@ def accept(
     and its rotation angle grows by 1.5 (at most 1 radian), elsewhere ``current`` stays and the angle
     ``theta (...)`` halves. Returns the new points and angles; the loss never increases.
     """
+    if not isinstance(ok, torch.Tensor) or ok.dtype != torch.bool:
+        raise ValueError(f"ok must be a boolean tensor (where the candidate lowered the loss), got {type(ok).__name__}")
+    for name, a in (("candidate", candidate), ("current", current), ("theta", theta)):
+        if not isinstance(a, torch.Tensor):
+            raise ValueError(f"{name} must be a tensor, got {type(a).__name__}")
     return (torch.where(ok[..., None], candidate, current), torch.where(ok, (theta * 1.5).clamp_max(1.0), theta * 0.5))
 
 
@@ -492,6 +506,9 @@ def grad_v(X: torch.Tensor, Y: torch.Tensor, sat: Saturation, loss: Loss) -> tor
     The weights ``l'(u_i)`` are rescaled by their largest magnitude in log
     space so the direction survives when they all underflow.
     """
+    loss = get_loss(loss)
+    if not isinstance(sat, Saturation):
+        raise ValueError(f"sat must be a Saturation (mmtoken.grad.saturation), got {type(sat).__name__}")
     log_w = loss.log_neg_deriv(sat.u)  # (..., n)
     M = log_w.max(-1, keepdim=True).values
     w = -torch.exp(log_w - M) * Y  # l' < 0

@@ -986,6 +986,65 @@ add("cli figures --only ''", _cli(["figures", "--only", ""]), Exit(2, "empty nam
 add("cli figures --only ' '", _cli(["figures", "--only", "fig-tour-paths", " "]), Exit(2, "empty name"))
 
 
+# the audit of the public functions (same kinds, other functions)
+from mmtoken.datasets import download as _download  # noqa: E402
+
+_w1, _d1 = torch.tensor([1.0, 0.0], dtype=torch.float64), torch.tensor([0.0, 1.0], dtype=torch.float64)
+for th in (np.nan, "abc", None):
+    add(f"sphere_step theta {th!r}", lambda ctx, th=th: train.sphere_step(_w1, _d1, th), Err("theta"))
+add(
+    "sphere_step theta float ok",
+    lambda ctx: train.sphere_step(_w1, _d1, 0.5),
+    Ok(lambda r: abs(float(r.norm()) - 1) < 1e-12),
+)
+add(
+    "sphere_step lists ok",
+    lambda ctx: train.sphere_step([1.0, 0.0], [0.0, 1.0], torch.tensor(0.5)),
+    Ok(lambda r: r.shape == (2,)),
+)
+add(
+    "sphere_step shapes",
+    lambda ctx: train.sphere_step(_w1, torch.ones(3, dtype=torch.float64), 0.5),
+    Err("same dimension"),
+)
+add(
+    "accept ok not boolean",
+    lambda ctx: train.accept(PROBLEM, _w1, _w1, torch.tensor(0.5)),
+    Err("ok must be a boolean tensor"),
+)
+add("accept theta float", lambda ctx: train.accept(torch.tensor(True), _w1, _w1, 0.5), Err("theta must be a tensor"))
+for rp in ("no", 0, None):
+    add(
+        f"train_p record_probs {rp!r}",
+        lambda ctx, rp=rp: train.train_p(PROBLEM, [0.0, 0.0], steps=2, record_probs=rp, progress=False),
+        Err("record_probs must be True or False"),
+    )
+add(
+    "grad_v loss 3",
+    lambda ctx: train.grad_v(
+        torch.tensor(X), torch.tensor(Y), grad.saturation(PROBLEM, torch.zeros(2, dtype=torch.float64)), 3
+    ),
+    Err("loss must be"),
+)
+add(
+    "grad_v sat",
+    lambda ctx: train.grad_v(torch.tensor(X), torch.tensor(Y), None, "logistic"),
+    Err("sat must be a Saturation"),
+)
+for hv in ("a", None, np.nan, 2.0):
+    add(f"sets_from_probs high {hv!r}", lambda ctx, hv=hv: gen_svm.sets_from_probs(np.eye(2), high=hv), Err("high"))
+for wv in (np.nan, "a", None, 3, 2.5, True):
+    add(f"fit_line width {wv!r}", lambda ctx, wv=wv: _download.fit_line("abcdef", wv), Err("width must be"))
+add("fit_line width np.int64 ok", lambda ctx: _download.fit_line("abcdefgh", np.int64(6)), Ok(lambda r: r == "abc..."))
+add("fit_line line None", lambda ctx: _download.fit_line(None), Err("line must be a string"))
+for ma in (np.nan, "a", None, -1, True):
+    add(
+        f"sweep_partial max_age {ma!r}",
+        lambda ctx, ma=ma: _download.sweep_partial(ctx.tmp_path, ma),
+        Err("max_age must be"),
+    )
+
+
 def _interrupted(ctx):
     from mmtoken import ledger
 

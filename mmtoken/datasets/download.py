@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import numbers
 import os
 import socket
 import tempfile
@@ -73,6 +74,8 @@ def sweep_partial(folder: str | os.PathLike, max_age: float = STALE_SECONDS, rec
     They are what an interrupted download or cache write leaves behind (a
     live one keeps touching its file, so it is not swept). Returns the paths removed.
     """
+    if isinstance(max_age, bool) or not isinstance(max_age, numbers.Real) or not max_age >= 0:
+        raise ValueError(f"max_age must be a number of seconds >= 0, got {max_age!r}")
     folder = Path(folder)
     if not folder.is_dir():
         return []
@@ -249,7 +252,7 @@ def download_file(
     is left as it was in every case.
     """
     for name, value in (("timeout", timeout), ("deadline", deadline)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and value < float("inf")):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 < value < float("inf")):
             raise ValueError(f"{name} must be a positive finite number of seconds, got {value!r}")
     dest = Path(dest)
     fd, tmp = _temp_beside(dest, ".part")
@@ -339,8 +342,10 @@ def fit_line(line: str, width: int = LINE_WIDTH) -> str:
     Source statements are printed in chapters whose output column is
     :data:`LINE_WIDTH` wide; a long host name must not wrap the line.
     """
-    if width < 4:
-        raise ValueError(f"width must be at least 4, got {width}")
+    if isinstance(width, bool) or not isinstance(width, numbers.Integral) or width < 4:
+        raise ValueError(f"width must be an integer of at least 4, got {width!r}")
+    if not isinstance(line, str):
+        raise ValueError(f"line must be a string, got {type(line).__name__}")
     return line if len(line) <= width else line[: width - 3] + "..."
 
 
