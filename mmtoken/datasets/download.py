@@ -214,8 +214,11 @@ def _opener(watch: _Watch) -> urllib.request.OpenerDirector:
 
 def _content_length(resp) -> int | None:
     """The announced body size, or None (absent, malformed, or a chunked body)."""
-    value = resp.headers.get("Content-Length")
-    if value is None or "chunked" in (resp.headers.get("Transfer-Encoding") or "").lower():
+    headers = getattr(resp, "headers", None)
+    if headers is None:  # not an HTTP response (a file: URL, a stand-in)
+        return None
+    value = headers.get("Content-Length")
+    if value is None or "chunked" in (headers.get("Transfer-Encoding") or "").lower():
         return None
     try:
         n = int(value)
