@@ -274,6 +274,7 @@ def test_cifar_download_offline_raises_missing_with_instructions(tmp_path, monke
 
 def test_cifar_download_verifies(tmp_path, monkeypatch):
     payload = (FIX / "cifar-10-python.tar.gz").read_bytes()
+
     class Opener:  # download_file opens through its own opener (its sockets are shut at the deadline)
         def open(self, *a, **k):
             return io.BytesIO(payload)
