@@ -76,6 +76,12 @@ class Analysis:
         return fig
 
 
+def _norm(p: np.ndarray, scaled: float) -> float:
+    """``||p||`` as NumPy gives it, or the scaled norm of the history where the squares overflow."""
+    n = float(np.linalg.norm(p))
+    return n if np.isfinite(n) and (n > 0 or not p.any()) else scaled
+
+
 def analyze(
     X,
     Y,
@@ -158,7 +164,7 @@ def analyze(
                 "globally optimal": r.globally_optimal,
                 "correlation": round(float(geometry.correlation(p, r.p_mm)), 6) if r.feasible else np.nan,
                 "min attention on selection": round(float(s[np.arange(len(alpha)), list(alpha)].min()), 6),
-                "norm": round(float(np.linalg.norm(p)), 2),
+                "norm": round(_norm(p, float(history.norm[-1, j])), 2),
                 "ties": "; ".join(ties),
             }
         )

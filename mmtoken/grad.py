@@ -152,6 +152,18 @@ def unit_and_log_norm(G: torch.Tensor, dims: int = 1) -> tuple[torch.Tensor, tor
     return unit.reshape(G.shape), log_norm
 
 
+def safe_norm(G: torch.Tensor) -> torch.Tensor:
+    """``||G||`` over the last dim: the plain norm where it is representable and exact (the same
+    bits), the scaled one (:func:`unit_and_log_norm`) where the squares overflow or underflow."""
+    norm = G.norm(dim=-1)
+    a = G.abs().amax(-1) if G.shape[-1] else norm
+    bad = (a < SAFE_RANGE[0]) | (a > SAFE_RANGE[1])
+    if bool(bad.any()):
+        _, log_norm = unit_and_log_norm(G)
+        norm = torch.where(bad & torch.isfinite(a), log_norm.exp(), norm)
+    return norm
+
+
 def _combine(
     log_w: torch.Tensor, sign: torch.Tensor, vectors: torch.Tensor, log_scale: float, reduce_dims: int
 ) -> StableGrad:

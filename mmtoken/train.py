@@ -16,7 +16,7 @@ import torch
 
 from . import fastpath, validate
 from .config import progress_bar, progress_enabled
-from .grad import Saturation, grad_p, loss_parts, loss_value, saturation, unit_and_log_norm
+from .grad import Saturation, grad_p, loss_parts, loss_value, safe_norm, saturation, unit_and_log_norm
 from .losses import Loss, get_loss
 from .model import AttentionProblem, as_tensor, scores
 
@@ -176,7 +176,7 @@ def train_p(
         p = p - lr * step
     P = _stack(rows["p"])
     return History(
-        np.array(rows["step"]), P, P.norm(dim=-1), _stack(rows["loss"]), _stack(rows["probs"]) if record_probs else None
+        np.array(rows["step"]), P, safe_norm(P), _stack(rows["loss"]), _stack(rows["probs"]) if record_probs else None
     )
 
 
@@ -214,7 +214,7 @@ def _train_p_compiled(
         )
     P = torch.from_numpy(out).reshape(len(record), *batch, m)
     sat = saturation(problem, P)
-    return History(np.array(record), P, P.norm(dim=-1), loss.value(sat.u).mean(-1), sat.probs if record_probs else None)
+    return History(np.array(record), P, safe_norm(P), loss.value(sat.u).mean(-1), sat.probs if record_probs else None)
 
 
 def sphere_step(w: torch.Tensor, direction: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
@@ -324,13 +324,13 @@ def regularization_path(
     w0 = as_tensor(w0, "w0", device=dev)
     if w0.ndim != 2 or w0.shape[0] == 0 or w0.shape[1] != problem.m:
         raise ValueError(f"w0 must have shape (starts, {problem.m}) with at least one start, got {tuple(w0.shape)}")
-    if not bool((w0.norm(dim=-1) > 0).all()):
+    if not bool((w0 != 0).any(-1).all()):
         raise ValueError(
-            f"w0 rows {torch.nonzero(w0.norm(dim=-1) == 0).flatten().tolist()} are zero: "
+            f"w0 rows {torch.nonzero(~(w0 != 0).any(-1)).flatten().tolist()} are zero: "
             "a start direction must be non-zero"
         )
     batch = problem.K.shape[:-3]
-    w = (w0 / w0.norm(dim=-1, keepdim=True)).reshape(1, w0.shape[0], *([1] * len(batch)), w0.shape[1])
+    w = unit_and_log_norm(w0)[0].reshape(1, w0.shape[0], *([1] * len(batch)), w0.shape[1])
     w = w.expand(len(radii), w0.shape[0], *batch, w0.shape[1]).clone()
     R = radii.reshape(-1, 1, *([1] * len(batch)), 1)
     theta = torch.full(w.shape[:-1], theta0, dtype=w.dtype, device=dev)
@@ -458,7 +458,7 @@ def train_joint(
     return History(
         np.array(rows["step"]),
         P,
-        P.norm(dim=-1),
+        safe_norm(P),
         _stack(rows["loss"]),
         _stack(rows["probs"]),
         _stack(rows["v"]),
@@ -492,7 +492,7 @@ def _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, record, progress
     return History(
         np.array(record),
         P,
-        P.norm(dim=-1),
+        safe_norm(P),
         loss.value(sat.u).mean(-1),
         sat.probs,
         V,

@@ -1045,6 +1045,29 @@ for ma in (np.nan, "a", None, -1, True):
     )
 
 
+# 28.1, the same kind elsewhere: norms of huge or tiny vectors
+add(
+    "train_p history norm at p ~ 1e200",
+    lambda ctx: train.train_p(AttentionProblem(K * 1e-200, GAMMA), [0.0, 0.0], steps=5, lr=1e199, progress=False),
+    Ok(lambda h: bool(torch.isfinite(h.norm).all()) and float(h.norm[-1]) > 1e199),
+)
+add(
+    "regularization_path w0 of size 1e200",
+    lambda ctx: train.regularization_path(PROBLEM, [1.0, 2.0], np.array([[1e200, 3e199]])),
+    Ok(lambda r: bool(torch.isfinite(r).all())),
+)
+add(
+    "regularization_path w0 of size 1e-200",
+    lambda ctx: train.regularization_path(PROBLEM, [1.0, 2.0], np.array([[1e-200, 3e-201]])),
+    Ok(lambda r: bool(torch.isfinite(r).all()) and bool((r != 0).any())),
+)
+add(
+    "grad.safe_norm 1e200 and 1e-200",
+    lambda ctx: grad.safe_norm(torch.tensor([[3e200, 4e200], [3e-200, 4e-200]], dtype=torch.float64)),
+    Ok(lambda r: np.allclose(r.numpy() / [1e200, 1e-200], 5.0, rtol=1e-15)),
+)
+
+
 def _interrupted(ctx):
     from mmtoken import ledger
 
