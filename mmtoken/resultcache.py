@@ -421,8 +421,24 @@ def experiment_result(
     short = module.rpartition(".")[2]
     fp = fingerprint(source_fingerprint(module), config, "")
     path = data_dir() / "results" / short / f"{name}.npz"
+    # Only the cache's own reads and writes are guarded: an error raised inside ``compute``
+    # (a DatasetMissing is a FileNotFoundError) propagates unchanged, and a result that was
+    # computed is handed out even when it cannot be stored (full disk, file-size limit).
+    state: dict = {}
+
+    def tracked():
+        state["started"] = True
+        state["result"] = compute()
+        return state["result"]
+
     try:
-        return load_or_compute(path, f"{short}/{name}", fp, compute, expect)
-    except (OSError, DataFolderError) as exc:  # a data folder that cannot be written: compute, keep nothing
+        return load_or_compute(path, f"{short}/{name}", fp, tracked, expect)
+    except (OSError, DataFolderError) as exc:
+        if "result" in state:  # computed; storing it (or reading it back) failed: keep it in memory
+            warnings.warn(f"results cache not used for {short}/{name} ({exc})", RuntimeWarning, stacklevel=2)
+            arrays, meta = state["result"]
+            return {k: np.asarray(v) for k, v in arrays.items()}, meta
+        if state.get("started"):  # raised by compute itself: not the cache's business
+            raise
         warnings.warn(f"results cache not used for {short}/{name} ({exc})", RuntimeWarning, stacklevel=2)
-        return compute()
+    return compute()  # the cache could not be read or locked: compute, keep nothing
