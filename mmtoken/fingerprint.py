@@ -71,17 +71,21 @@ class Index:
     def __init__(self, root: str | Path = PACKAGE_DIR):
         self.root = Path(root)
         self._modules: dict[str, Module] = {}
+        self._files: dict[str, Path | None] = {}
+        self._digests: dict[tuple[Node, ...], str] = {}
 
     # ------------------------------------------------------------------ files and modules
     def file(self, name: str) -> Path | None:
         """The source file of module ``name`` (``mmtoken.x.y``), or ``None``."""
-        if name != PACKAGE and not name.startswith(PACKAGE + "."):
-            return None
-        base = self.root.joinpath(*name.split(".")[1:])
-        for path in (base.with_suffix(".py"), base / "__init__.py"):
-            if path.is_file():
-                return path
-        return None
+        if name not in self._files:
+            self._files[name] = None
+            if name == PACKAGE or name.startswith(PACKAGE + "."):
+                base = self.root.joinpath(*name.split(".")[1:])
+                for path in (base.with_suffix(".py"), base / "__init__.py"):
+                    if path.is_file():
+                        self._files[name] = path
+                        break
+        return self._files[name]
 
     def module(self, name: str) -> Module:
         if name not in self._modules:
@@ -156,14 +160,18 @@ class Index:
         return sorted(n for n in seen if n[1] == WHOLE or n[1] in self.module(n[0]).defs)
 
     def digest(self, roots: Iterable[Node]) -> str:
-        """SHA-256 of the source of :meth:`closure` of ``roots`` and of the numerical libraries' versions."""
-        h = hashlib.sha256()
-        for module, name in self.closure(roots):
-            if name == WHOLE:
-                continue  # its definitions are in the closure one by one
-            h.update(f"{module}:{name}\0".encode() + self.module(module).defs[name].encode() + b"\0")
-        h.update(versions().encode())
-        return h.hexdigest()
+        """SHA-256 of the source of :meth:`closure` of ``roots`` and of the numerical libraries' versions
+        (the sources are read once per index: edit a copy, then make a new :class:`Index`)."""
+        key = tuple(sorted(set(roots)))
+        if key not in self._digests:
+            h = hashlib.sha256()
+            for module, name in self.closure(key):
+                if name == WHOLE:
+                    continue  # its definitions are in the closure one by one
+                h.update(f"{module}:{name}\0".encode() + self.module(module).defs[name].encode() + b"\0")
+            h.update(versions().encode())
+            self._digests[key] = h.hexdigest()
+        return self._digests[key]
 
 
 def _is_docstring(stmt: ast.stmt) -> bool:
@@ -241,6 +249,7 @@ def _references(index: Index, stmt: ast.stmt, module: str, binds: dict[str, Node
     return {n for n in out if index.file(n[0]) is not None}
 
 
+@functools.lru_cache(maxsize=1)
 def versions() -> str:
     """The versions of the numerical libraries (from the installed metadata: nothing is imported)."""
     from importlib import metadata
