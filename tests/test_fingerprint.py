@@ -88,7 +88,7 @@ def test_a_claim_runs_only_code_inside_its_closure(claims):
         (c,) = [c for c in claims if c.id == cid]
         called: set[tuple[str, str]] = set()
 
-        def profile(frame, event, arg):
+        def profile(frame, event, arg, called=called):
             if event == "call":
                 module = frame.f_globals.get("__name__", "")
                 in_source = frame.f_code.co_filename.startswith(str(PACKAGE))  # not dataclass-made code
