@@ -9,9 +9,9 @@ extras ``make`` installs is locked, at a version its range admits, and the set-u
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
