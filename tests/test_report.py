@@ -279,3 +279,37 @@ def test_real_benchmark_results_are_dated():
     assert set(tables) == {"figures", "random", "book", "whole_process"}
     for name, (caption, _frame) in tables.items():
         assert caption.startswith("measured 20"), f"{name}: {caption}"
+
+
+def test_bound_and_grid_print_the_same_text_for_values_that_differ_in_low_digits():
+    # the residuals of issue 23: the stored value and the one another machine computed
+    for here, there in [(3.60204e-16, 3.20081e-16), (1.22979e-16, 0.0), (5.6e-16, 7.8e-16)]:
+        assert report.bound("r", here, 1e-12) == report.bound("r", there, 1e-12) == "r < 1e-12: True"
+    assert report.bound("r", float("nan"), 1e-12) == "r < 1e-12: False"
+    assert report.bound("r", 2e-12, 1e-12) == "r < 1e-12: False"
+    assert report.on_grid(0.8497, 0.01) == report.on_grid(0.8509, 0.01) == "0.85"
+    assert report.on_grid(0.99346, 0.0001) == "0.9935"
+    with pytest.raises(ValueError, match="step"):
+        report.on_grid(0.5, 0)
+
+
+def test_measured_values_print_to_the_digits_that_hold_on_any_machine():
+    r = result(
+        "x.y", "", measured={"gap": 3.2e-16, "zero": 0.0, "neg": -6.4e-17, "tol": 2.80102e-08, "corr": 0.9999971}
+    )
+    assert report.measured_items(r) == [
+        "gap = < 1e-10",
+        "zero = < 1e-10",
+        "neg = < 1e-10",
+        "tol = 2.8e-08",
+        "corr = 0.999997",
+    ]
+    other = result(
+        "x.y", "", measured={"gap": 7.4e-16, "zero": 1.2e-16, "neg": 0.0, "tol": 2.80407e-08, "corr": 0.9999968}
+    )
+    assert report.measured_items(other) == report.measured_items(r)  # another machine's low digits
+    assert report.measured_items(result("x.y", "", measured=[1, True, None, float("inf")])) == ["[1, True, None, inf]"]
+    # the page reads the payload: it holds the same portable form, so the notebook and the page agree
+    row = report.rows_from_payload(report.ledger_payload([r]))[0]
+    assert row["measured"] == {"gap": "< 1e-10", "zero": "< 1e-10", "neg": "< 1e-10", "tol": 2.8e-08, "corr": 0.999997}
+    assert report.measured_items(row) == report.measured_items(r)
