@@ -185,6 +185,18 @@ def bound(label: str, value: float, below: float) -> str:
     return f"{label} < {below:.0e}: {bool(float(value) < below)}"
 
 
+def above(x: float, floor: float, spec: str = ".1e") -> str:
+    """``x`` formatted with ``spec``, or ``"< floor"`` when its magnitude is below ``floor``: a table cell.
+
+    For a column whose last rows reach machine precision (a loss excess that is
+    ``2.9e-14`` here and ``0.0`` on another machine): ``above(2.9e-14, 1e-12)`` gives
+    ``"< 1e-12"``, ``above(2.1e-05, 1e-12)`` gives ``"2.1e-05"``.
+    """
+    if not floor > 0:
+        raise ValueError(f"floor must be positive, got {floor!r}")
+    return f"< {floor:.0e}" if abs(float(x)) < floor else format(float(x), spec)
+
+
 def on_grid(x: float, step: float) -> str:
     """``x`` rounded to the nearest multiple of ``step``, printed with the decimals ``step`` has.
 

@@ -313,3 +313,11 @@ def test_measured_values_print_to_the_digits_that_hold_on_any_machine():
     row = report.rows_from_payload(report.ledger_payload([r]))[0]
     assert row["measured"] == {"gap": "< 1e-10", "zero": "< 1e-10", "neg": "< 1e-10", "tol": 2.8e-08, "corr": 0.999997}
     assert report.measured_items(row) == report.measured_items(r)
+
+
+def test_above_prints_a_bound_below_the_floor():
+    assert report.above(2.9e-14, 1e-12) == report.above(0.0, 1e-12) == "< 1e-12"
+    assert report.above(2.1e-05, 1e-12) == "2.1e-05"
+    assert report.above(0.25, 1e-12, ".3f") == "0.250"
+    with pytest.raises(ValueError, match="floor"):
+        report.above(1.0, 0.0)
