@@ -182,7 +182,7 @@ def bound(label: str, value: float, below: float) -> str:
     a stored output never prints the raw residual (its digits move with the BLAS
     and the CPU). A NaN residual prints ``False``.
     """
-    return f"{label} < {below:.0e}: {bool(float(value) < below)}"
+    return f"{label} < {below:g}: {bool(float(value) < below)}"  # 1e-12, 0.9
 
 
 def above(x: float, floor: float, spec: str = ".1e") -> str:

@@ -321,3 +321,8 @@ def test_above_prints_a_bound_below_the_floor():
     assert report.above(0.25, 1e-12, ".3f") == "0.250"
     with pytest.raises(ValueError, match="floor"):
         report.above(1.0, 0.0)
+
+
+def test_bound_prints_its_bound_plainly():
+    assert report.bound("max corr", 0.65, 0.9) == "max corr < 0.9: True"
+    assert report.bound("gap", 2e-15, 1e-9) == "gap < 1e-09: True"
