@@ -323,7 +323,16 @@ def summary(r: MultiResult) -> dict:
 def _claim_gen_svm() -> Measured:
     m = summary(run())
     ok = m["sets_match_construction"] and m["min_corr_gen_svm"] >= 0.99 and m["min_log_prob"] > LOG_UNDERFLOW
-    return Measured(m, bool(ok))
+    # recorded to the digits that hold across numeric environments (judged above on the raw values): the
+    # correlations move by up to 6e-5 and the log-probability by 3e-4 with the BLAS; the one-token SVM
+    # takes an argmax among near-ties, so its correlation is recorded as a bound
+    shown = m | {
+        "min_corr_gen_svm": round(m["min_corr_gen_svm"], 3),
+        "max_corr_untied": round(m["max_corr_untied"], 3),
+        "max_corr_single_token": f"< 0.9: {m['max_corr_single_token'] < 0.9}",
+        "min_log_prob": round(m["min_log_prob"], 1),
+    }
+    return Measured(shown, bool(ok))
 
 
 # ---------------------------------------------------------------- figures
