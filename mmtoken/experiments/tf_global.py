@@ -111,8 +111,15 @@ def plain_gd(problem, W0, lr: float, steps: int = PLAIN_STEPS) -> dict:
     """
     d = W0.shape[-1]
     with torch.inference_mode():
-        h = train.train_p(problem, W0.reshape(*W0.shape[:-2], -1), steps=steps, lr=lr, method="gd",
-                          record_every=steps // 10, record_probs=True)
+        h = train.train_p(
+            problem,
+            W0.reshape(*W0.shape[:-2], -1),
+            steps=steps,
+            lr=lr,
+            method="gd",
+            record_every=steps // 10,
+            record_probs=True,
+        )
     i = [int(np.flatnonzero(h.steps == steps // 10)[0]), -1]
     return {"W": h.p.numpy()[i].reshape(2, *W0.shape[:-2], d, d), "selection": h.probs[-1].argmax(-1).numpy()}
 
@@ -133,15 +140,17 @@ class Counterexample:
     def table(self) -> list[dict]:
         rows = []
         for a, t in enumerate(self.angles):
-            rows.append({
-                "t": t,
-                "plain sel": tuple(int(x) for x in self.plain["selection"][a]),
-                "plain gmm": float(geometry.correlation(self.plain["W"][-1, a].ravel(), self.gmm[a].ravel())),
-                "plain lmm": float(geometry.correlation(self.plain["W"][-1, a].ravel(), self.lmm[a].ravel())),
-                "norm. sel": tuple(int(x) for x in self.normalized["selection"][a]),
-                "norm. gmm": float(geometry.correlation(self.normalized["W"][a].ravel(), self.gmm[a].ravel())),
-                "reg gmm": float(geometry.correlation(self.reg[-1, a], self.gmm[a].ravel())),
-            })
+            rows.append(
+                {
+                    "t": t,
+                    "plain sel": tuple(int(x) for x in self.plain["selection"][a]),
+                    "plain gmm": float(geometry.correlation(self.plain["W"][-1, a].ravel(), self.gmm[a].ravel())),
+                    "plain lmm": float(geometry.correlation(self.plain["W"][-1, a].ravel(), self.lmm[a].ravel())),
+                    "norm. sel": tuple(int(x) for x in self.normalized["selection"][a]),
+                    "norm. gmm": float(geometry.correlation(self.normalized["W"][a].ravel(), self.gmm[a].ravel())),
+                    "reg gmm": float(geometry.correlation(self.reg[-1, a], self.gmm[a].ravel())),
+                }
+            )
         return rows
 
 
@@ -163,8 +172,14 @@ def _counterexample(angles: tuple) -> Counterexample:
     W0 = np.broadcast_to(CE_W0, (A, 2, 2)).copy()
     plain = plain_gd(problem, W0, CE_LR)
     with torch.inference_mode():
-        h = train.train_p(problem, W0.reshape(A, 4), steps=NORMALIZED_STEPS, lr=NORMALIZED_LR,
-                          record_every=NORMALIZED_STEPS, record_probs=True)
+        h = train.train_p(
+            problem,
+            W0.reshape(A, 4),
+            steps=NORMALIZED_STEPS,
+            lr=NORMALIZED_LR,
+            record_every=NORMALIZED_STEPS,
+            record_probs=True,
+        )
         g = -grad.grad_p(problem, torch.as_tensor(W0.reshape(A, 4))).value().numpy()
         reg = reg_path_continued(problem, REG_RADII, _reg_starts(4))
     normalized = {"W": h.p.numpy()[-1].reshape(A, 2, 2), "selection": h.probs[-1].argmax(-1).numpy()}
@@ -227,8 +242,10 @@ def orthogonal(seed: int = ORTHO["seed"]) -> Orthogonal:
 def _orthogonal(seed: int) -> Orthogonal:
     data = ortho_instances(ORTHO["count"], ORTHO["n"], ORTHO["T"], ORTHO["d"], seed=seed)
     cases = [(CE_X, np.eye(2), CE_V, CE_Y, "chapter 3 tokens, z = (e1, e2)")]
-    cases += [(data["X"][b], data["Z"][b], data["v"][b], data["Y"][b], f"seed {seed}, instance {b}")
-              for b in range(ORTHO["count"])]
+    cases += [
+        (data["X"][b], data["Z"][b], data["v"][b], data["Y"][b], f"seed {seed}, instance {b}")
+        for b in range(ORTHO["count"])
+    ]
     rng = np.random.default_rng(seed + 1)
     out = {k: [] for k in ("lr", "cg", "cr", "rival", "norm", "glob")}
     for X, Z, v, Y, _ in cases:
@@ -236,8 +253,9 @@ def _orthogonal(seed: int) -> Orthogonal:
         K, gamma = problem.K.numpy(), problem.gamma.numpy()
         lr = 1.0 / smoothness.smoothness_bound(K, gamma)
         d = X.shape[-1]
-        W0 = np.concatenate([CE_W0[None] if d == 2 else np.zeros((1, d, d)),
-                             rng.normal(size=(ORTHO["starts"] - 1, d, d))])
+        W0 = np.concatenate(
+            [CE_W0[None] if d == 2 else np.zeros((1, d, d)), rng.normal(size=(ORTHO["starts"] - 1, d, d))]
+        )
         run = plain_gd(problem, W0, lr)
         opt = gamma.argmax(-1)
         gmm = tfsvm.frobenius_svm(X, Z, opt).x.ravel()
@@ -250,8 +268,9 @@ def _orthogonal(seed: int) -> Orthogonal:
         out["norm"].append(np.linalg.norm(Wf, axis=-1))
         out["glob"].append((run["selection"] == opt).all(-1))
     st = lambda k: np.stack(out[k], 1) if k != "glob" else np.stack(out[k])
-    return Orthogonal([c[-1] for c in cases], np.array(out["lr"]), st("cg"), st("cr"), out["rival"], st("norm"),
-                      st("glob"))
+    return Orthogonal(
+        [c[-1] for c in cases], np.array(out["lr"]), st("cg"), st("cr"), out["rival"], st("norm"), st("glob")
+    )
 
 
 def nearest_selection(K, opt) -> tuple[tuple, np.ndarray]:
@@ -298,8 +317,12 @@ def counterexample_check(ref: str, ce: Counterexample | None = None) -> Measured
         and c_n.min() >= LOCAL_CORR
         and c_o.max() <= GLOBAL_CORR_MAX
     )
-    value = {"hypotheses_hold": hyp, "plain_corr": [round(float(c), 4) for c in c_t],
-             "normalized_corr": [round(float(c), 4) for c in c_n], "other_corr": [round(float(c), 4) for c in c_o]}
+    value = {
+        "hypotheses_hold": hyp,
+        "plain_corr": [round(float(c), 4) for c in c_t],
+        "normalized_corr": [round(float(c), 4) for c in c_n],
+        "other_corr": [round(float(c), 4) for c in c_o],
+    }
     return Measured(value, bool(ok))
 
 
@@ -329,8 +352,9 @@ def reg_check(ref: str, ce: Counterexample | None = None) -> Measured:
     target = (ce.gmm if ref == "global" else ce.lmm).reshape(A, -1)
     c = geometry.correlation(ce.reg, target)  # (R, A)
     ok = bool(c[-1].min() >= REG_CORR and (c[-1] > c[0]).all())
-    return Measured({"corr_at_R100": [round(float(x), 6) for x in c[-1]],
-                     "corr_at_R1": [round(float(x), 4) for x in c[0]]}, ok)
+    return Measured(
+        {"corr_at_R100": [round(float(x), 6) for x in c[-1]], "corr_at_R1": [round(float(x), 4) for x in c[0]]}, ok
+    )
 
 
 @claim(
@@ -362,8 +386,15 @@ def orthogonal_check(rival: bool = False, o: Orthogonal | None = None) -> Measur
         and (o.norm[-1] > o.norm[0]).all()
         and (rival or o.global_selection.all())
     )
-    return Measured({"min_corr": round(float(c[-1].min()), 4), "instances": len(o.names),
-                     "starts": int(c.shape[-1]), "all_global": bool(o.global_selection.all())}, ok)
+    return Measured(
+        {
+            "min_corr": round(float(c[-1].min()), 4),
+            "instances": len(o.names),
+            "starts": int(c.shape[-1]),
+            "all_global": bool(o.global_selection.all()),
+        },
+        ok,
+    )
 
 
 @claim(
@@ -394,8 +425,7 @@ def plot_counterexample(ce: Counterexample | None = None):
     for a, t in enumerate(ce.angles):
         for k, (name, ref) in enumerate((("global", ce.gmm), ("local", ce.lmm))):
             c = geometry.correlation(ce.reg[:, a], ref[a].ravel())
-            axes[0].plot(REG_RADII, c, label=f"{name}, t = {t}",
-                         **style(k, marker=True), alpha=1.0 - 0.25 * a)
+            axes[0].plot(REG_RADII, c, label=f"{name}, t = {t}", **style(k, marker=True), alpha=1.0 - 0.25 * a)
     axes[0].set_xscale("log")
     axes[0].set_xlabel("radius R")
     axes[0].set_ylabel("correlation of the path")

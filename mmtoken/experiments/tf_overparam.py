@@ -271,8 +271,9 @@ def rate_check(rates: dict) -> Measured:
     """Spearman correlation between ``d`` and a per-``d`` global rate ``{d: rate}``, required positive."""
     ds = np.array(sorted(rates), float)
     rho = spearman(ds, np.array([rates[int(d)] for d in ds]))
-    return Measured({"spearman": round(float(rho), 4), "by_d": {int(d): round(rates[int(d)], 4) for d in ds}},
-                    bool(rho > 0))
+    return Measured(
+        {"spearman": round(float(rho), 4), "by_d": {int(d): round(rates[int(d)], 4) for d in ds}}, bool(rho > 0)
+    )
 
 
 @claim(
