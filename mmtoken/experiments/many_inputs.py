@@ -249,8 +249,12 @@ def _reg_check(ref) -> Measured:
     i10 = int(np.argmin(np.abs(REG_RADII - 10.0)))
     ok = c[-1] >= 0.999 and (1 - c[-1]) < (1 - c[i10])
     return Measured(
-        {"R": [float(REG_RADII[0]), float(REG_RADII[-1])], "corr_first": float(c[0]), "corr_R10": float(c[i10]),
-         "corr_last": float(c[-1])},
+        {
+            "R": [float(REG_RADII[0]), float(REG_RADII[-1])],
+            "corr_first": float(c[0]),
+            "corr_R10": float(c[i10]),
+            "corr_last": float(c[-1]),
+        },
         bool(ok),
     )
 

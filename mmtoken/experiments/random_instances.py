@@ -358,8 +358,7 @@ def _corr_check(column: str) -> Measured:
     statement="On random instances, once the softmax saturates and ||p|| diverges (the divergence test), GD's "
     "direction correlates with the ATT-SVM direction of the selection it makes.",
     threshold=">= 1000 instances; mean correlation >= 0.997 over the saturated, diverging ones",
-    competitor="the GMM direction p_mm(opt) whatever the selection (correlation 0 where ATT-SVM(opt) is "
-    "infeasible)",
+    competitor="the GMM direction p_mm(opt) whatever the selection (correlation 0 where ATT-SVM(opt) is infeasible)",
     against=lambda: _corr_check("corr_opt"),
 )
 def _claim_corr() -> Measured:
@@ -390,8 +389,14 @@ def _claim_gmm() -> Measured:
 def _gap_check(column: str) -> Measured:
     m = summary(run(), column)
     near = m["neg_gap_count"] == 0 or m["neg_gap_min_corr"] >= NEAR_TIE_CORR
-    keys = ("saturated", "neg_gap_fraction", "neg_gap_count", "neg_gap_min_corr", "finite_stationary",
-            "finite_stationary_neg_gap")
+    keys = (
+        "saturated",
+        "neg_gap_fraction",
+        "neg_gap_count",
+        "neg_gap_min_corr",
+        "finite_stationary",
+        "finite_stationary_neg_gap",
+    )
     return Measured({k: m[k] for k in keys}, m["neg_gap_fraction"] <= 0.01 and near)
 
 
