@@ -444,7 +444,7 @@ def _plain_gd_check(ref, rival) -> Measured:
             "min_corr": float(d["corr"].min()),
             "min_corr_decade_before": float(d["corr_decade_before"].min()),
             "rising": d["rising"],
-            "max_gap_ratio_vs_competitor": float((gap_ref / gap_rival).max()),
+            "max_gap_ratio_vs_competitor": round(float((gap_ref / gap_rival).max()), 2),
             "closer_than_competitor": apart,
             "inc_last": [float(x) for x in d["inc_last"]],
             "inc_prev": [float(x) for x in d["inc_prev"]],

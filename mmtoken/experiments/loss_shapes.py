@@ -237,7 +237,7 @@ def reg_paths() -> dict[str, np.ndarray]:
 def _reg_check(ref, loss: str) -> Measured:
     i10 = int(np.argmin(np.abs(REG_RADII - 10.0)))
     c = geometry.correlation(reg_paths()[loss], ref)
-    out = {"loss": loss, "corr_R10": float(c[i10]), "corr_R100": float(c[-1])}
+    out = {"loss": loss, "corr_R10": round(float(c[i10]), 4), "corr_R100": round(float(c[-1]), 4)}
     return Measured(out, bool(c[-1] >= 0.999 and (1 - c[-1]) < (1 - c[i10])))
 
 

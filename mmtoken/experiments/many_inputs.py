@@ -251,9 +251,9 @@ def _reg_check(ref) -> Measured:
     return Measured(
         {
             "R": [float(REG_RADII[0]), float(REG_RADII[-1])],
-            "corr_first": float(c[0]),
-            "corr_R10": float(c[i10]),
-            "corr_last": float(c[-1]),
+            "corr_first": round(float(c[0]), 4),
+            "corr_R10": round(float(c[i10]), 4),
+            "corr_last": round(float(c[-1]), 4),
         },
         bool(ok),
     )

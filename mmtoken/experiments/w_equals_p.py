@@ -325,10 +325,10 @@ def _w_plain_check(ref, rival) -> Measured:
     return Measured(
         {
             "steps": k,
-            "L_bound": bound,
-            "corr_end": c_end,
-            "corr_decade_before": c_before,
-            "corr_competitor_end": c_rival,
+            "L_bound": round(bound, 4),
+            "corr_end": round(c_end, 4),
+            "corr_decade_before": round(c_before, 4),
+            "corr_competitor_end": round(c_rival, 4),
         },
         bool(ok),
     )
