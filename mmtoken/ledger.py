@@ -242,7 +242,10 @@ def record_key(c: Claim, scale: str | None = None) -> tuple[str, str, str]:
     scale = scale or _scale()
     if scale not in config.SCALES:
         raise ValueError(f"scale must be one of {config.SCALES}, got {scale!r}")
-    text = {k: getattr(c, k) for k in ("id", "statement", "checks", "kind", "threshold", "chapter", "known_miss", "competitor")}
+    text = {
+        k: getattr(c, k)
+        for k in ("id", "statement", "checks", "kind", "threshold", "chapter", "known_miss", "competitor")
+    }
     fp = resultcache.fingerprint(resultcache.source_fingerprint(c.func.__module__), {"claim": text, "scale": scale}, "")
     return str(records_dir(scale) / f"{c.id}.npz"), f"claims/{scale}/{c.id}", fp
 

@@ -279,3 +279,19 @@ def test_real_benchmark_results_are_dated():
     assert set(tables) == {"figures", "random", "book", "whole_process"}
     for name, (caption, _frame) in tables.items():
         assert caption.startswith("measured 20"), f"{name}: {caption}"
+
+
+def test_bound_states_the_residual_not_its_digits():
+    assert report.bound("||KQ^T - W||", 5.6e-16, 1e-12) == "||KQ^T - W|| < 1e-12: True"
+    assert report.bound("r", 7.8e-16, 1e-12) == report.bound("r", 5.6e-16, 1e-12)  # machine-independent
+    assert report.bound("r", 2e-12, 1e-12).endswith("False")
+    assert report.bound("r", float("nan"), 1e-12).endswith("False")
+
+
+def test_on_grid_rounds_to_multiples_of_the_step():
+    assert report.on_grid(0.8497, 0.01) == report.on_grid(0.8509, 0.01) == "0.85"
+    assert report.on_grid(0.8509, 0.005) == "0.850"
+    assert report.on_grid(0.37, 0.25) == "0.25"
+    assert report.on_grid(1234.0, 100) == "1200"
+    with pytest.raises(ValueError, match="step"):
+        report.on_grid(1.0, 0)
