@@ -166,6 +166,8 @@ def summary_line(results: Iterable[Result | dict], scale: str | None = None) -> 
     kinds = [r["kind"] for r in rows]
     where = f" at {scale} scale" if scale else ""
     absent = f"\n{st.count('data missing')} not run: their data are missing." if "data missing" in st else ""
+    if "not yet computed" in st:
+        absent += f"\n{st.count('not yet computed')} not yet computed: `python -m mmtoken claims` computes them."
     return (
         f"{plural(len(rows), 'claim')}{where}: {st.count('pass')} passed, "
         f"{plural(st.count('known miss'), 'known miss', 'known misses')}, {st.count('FAIL')} failed.{absent}\n"
@@ -218,6 +220,8 @@ def measured_items(r: Result | dict) -> list[str]:
         return [f"error: {d['error']}"]
     if d.get("missing"):
         return [f"not run: {d['missing']}"]
+    if d.get("pending"):
+        return [d["pending"]]
     m = d.get("measured")
     if isinstance(m, dict):
         return [f"{k} = {_number(v)}" for k, v in m.items()]
@@ -244,7 +248,11 @@ def ledger_payload(results: Iterable[Result]) -> str:
         "error",
         "missing",
     )
-    return json.dumps({"rows": [{k: _row(r).get(k) for k in keep} for r in results]})  # keys in their order
+    rows = []
+    for r in results:
+        d = _row(r)
+        rows.append({k: d.get(k) for k in keep} | ({"pending": d["pending"]} if d.get("pending") else {}))
+    return json.dumps({"rows": rows})  # keys in their order
 
 
 def rows_from_payload(text: str) -> list[dict]:
@@ -296,7 +304,7 @@ def _code(text: str) -> str:
 def row_html(d: dict, back: str | None, chapter_url: str | None) -> str:
     """One ledger row: status | claim, kind and link back | what it checks | measured vs threshold."""
     st = status(d)
-    cls = {"pass": "pass", "known miss": "miss", "data missing": "miss", "FAIL": "fail"}[st]
+    cls = {"pass": "pass", "known miss": "miss", "data missing": "miss", "not yet computed": "miss", "FAIL": "fail"}[st]
     if back:
         where = f'<a class="claim-back" href="{html.escape(back)}" title="where the chapter states it">stated here</a>'
     elif chapter_url:
