@@ -2,6 +2,18 @@
 
 from __future__ import annotations
 
+__all__ = [
+    "correlation",
+    "optimal_tokens",
+    "selection",
+    "margins",
+    "svm_neighbours",
+    "SelectionReport",
+    "classify",
+    "enumerate_selections",
+    "in_cone",
+]
+
 import itertools
 from dataclasses import dataclass
 

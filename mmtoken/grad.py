@@ -19,6 +19,8 @@ formed from the *small* probabilities themselves:
 
 from __future__ import annotations
 
+__all__ = ["Saturation", "saturation", "StableGrad", "grad_p", "loss_value", "loss_parts", "autograd_grad"]
+
 import math
 from dataclasses import dataclass
 

@@ -36,6 +36,29 @@ whether it meets the threshold that was written down before measuring.
 
 from __future__ import annotations
 
+__all__ = [
+    "KINDS",
+    "Measured",
+    "Claim",
+    "Result",
+    "STATUSES",
+    "status",
+    "REGISTRY",
+    "claim",
+    "known_misses",
+    "evaluate",
+    "run_one",
+    "record_key",
+    "records_dir",
+    "record",
+    "read_record",
+    "recorded",
+    "select",
+    "run_claims",
+    "acceptable",
+    "format_table",
+]
+
 import time
 import traceback
 from collections.abc import Callable
@@ -242,7 +265,10 @@ def record_key(c: Claim, scale: str | None = None) -> tuple[str, str, str]:
     scale = scale or _scale()
     if scale not in config.SCALES:
         raise ValueError(f"scale must be one of {config.SCALES}, got {scale!r}")
-    text = {k: getattr(c, k) for k in ("id", "statement", "checks", "kind", "threshold", "chapter", "known_miss", "competitor")}
+    text = {
+        k: getattr(c, k)
+        for k in ("id", "statement", "checks", "kind", "threshold", "chapter", "known_miss", "competitor")
+    }
     fp = resultcache.fingerprint(resultcache.source_fingerprint(c.func.__module__), {"claim": text, "scale": scale}, "")
     return str(records_dir(scale) / f"{c.id}.npz"), f"claims/{scale}/{c.id}", fp
 

@@ -14,6 +14,42 @@ to the place its chapter states the claim, which a chapter marks with the role
 
 from __future__ import annotations
 
+__all__ = [
+    "ROOT",
+    "BOOK",
+    "LEDGER_DOC",
+    "CLAIM_ANCHOR",
+    "STATEMENT_ANCHOR",
+    "CLAIM_ROLE",
+    "KIND_LABELS",
+    "Page",
+    "page_title",
+    "alpha_label",
+    "book_order",
+    "statement_places",
+    "relative_url",
+    "status",
+    "plural",
+    "summary_line",
+    "bound",
+    "on_grid",
+    "measured_items",
+    "ledger_payload",
+    "rows_from_payload",
+    "Group",
+    "ledger_groups",
+    "row_html",
+    "TABLE_HEAD",
+    "group_html",
+    "claims_html",
+    "claims_text",
+    "OUTPUT_WIDTH",
+    "claims_block",
+    "chapter_claims",
+    "benchmark_tables",
+    "table_html",
+]
+
 import html
 import json
 import re

@@ -15,7 +15,9 @@ urls          ``pyproject.toml [project.urls]``: Homepage, Documentation (the
 config        ``_config.yml``: ``repository.url``, ``html.baseurl``, the
               Open Graph site URL; launch buttons open the reader notebooks
 citation      ``CITATION.cff``
-readme        the generated block of ``README.md`` (between the markers)
+readme        the generated block of ``README.md`` (between the markers), and every
+              link or image to a repository file as an absolute URL at the release
+              tag (the README is the PyPI page)
 binder        ``binder/requirements.txt`` (the release, pinned)
 chapters      the hidden install cell of every ``book/**/*.md`` notebook
 ============  ==================================================================
@@ -111,6 +113,14 @@ class Meta:
         return f"https://mybinder.org/v2/gh/{org}/{repo}/{READER_BRANCH}?urlpath=tree/{notebook}"
 
 
+def _license(project: dict) -> str:
+    """The SPDX expression of ``[project] license`` (PEP 639: a string, not the deprecated table)."""
+    value = project.get("license", "")
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"[project] license must be an SPDX string such as \"MIT\" (PEP 639), got {value!r}")
+    return value
+
+
 def load(root: Path = ROOT) -> Meta:
     """Read the project's identity from ``root/pyproject.toml``."""
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
@@ -122,7 +132,7 @@ def load(root: Path = ROOT) -> Meta:
         name=project["name"],
         version=version,
         description=project["description"],
-        license=project.get("license", {}).get("text", ""),
+        license=_license(project),
         authors=tuple(a["name"] for a in project.get("authors", [])) or ("The mmtoken authors",),
         repository=repository,
     )
@@ -348,15 +358,62 @@ def readme_block(meta: Meta) -> str:
 | repository | {meta.repository}{placeholder} |
 | release | `{meta.version}` (git tag `{meta.tag}`): `pip install {meta.pip_spec}`, or `pip install "{meta.git_spec}"` |
 | reader notebooks (Colab, Binder, download) | branch [`{READER_BRANCH}`]({meta.urls["Notebooks"]}), and the site's folder `notebooks/` (e.g. {meta.site}notebooks/tour.ipynb) |
-| cite | [CITATION.cff](CITATION.cff); BibTeX on the book's page {meta.site}book/appendix/cite.html |
+| cite | [CITATION.cff](CITATION.cff) (license: [MIT](LICENSE)); BibTeX on the book's page {meta.site}book/appendix/cite.html |
 {README_END}"""
+
+
+# a markdown link or image whose target is a path of this repository (PyPI renders the README
+# without the repository around it, so such a target must be an absolute URL)
+MD_LINK = re.compile(r"(?P<bang>!?)\[(?P<text>[^\]]*)\]\((?P<target>[^)\s]+)\)")
+
+
+def absolute_link(meta: Meta, target: str, image: bool) -> str:
+    """A README link target as an absolute URL at the release's tag (images: the raw file)."""
+    if re.match(r"^[a-z][a-z0-9+.-]*:|^#", target):
+        return target
+    org, repo = meta.org_repo
+    path = target.removeprefix("./")
+    if image:
+        return f"https://raw.githubusercontent.com/{org}/{repo}/{meta.tag}/{path}"
+    return f"{meta.repository}/blob/{meta.tag}/{path}"
+
+
+# a file of a repository at a version tag: what an earlier ``apply`` wrote (under any address)
+_TAGGED_FILE = re.compile(
+    r"^https://(?:raw\.githubusercontent\.com/[^/]+/[^/]+|github\.com/[^/]+/[^/]+/blob)/v\d+\.\d+\.\d+[^/]*/(?P<path>[^#?]+)$"
+)
+
+
+def absolute_links(text: str, meta: Meta) -> str:
+    """Every repository-relative link and image of ``text`` made absolute at the release's tag.
+
+    A GitHub URL of a file at a version tag (what an earlier ``apply`` wrote, under any
+    address) is rewritten too, so the links follow ``Repository`` and the version.
+    """
+
+    def repl(m: re.Match) -> str:
+        target = m.group("target")
+        g = _TAGGED_FILE.match(target)
+        if g:
+            target = g.group("path")
+        return f"{m.group('bang')}[{m.group('text')}]({absolute_link(meta, target, bool(m.group('bang')))})"
+
+    out, fence = [], None
+    for line in text.splitlines(keepends=True):
+        f = re.match(r"^\s*(`{3,}|~{3,})", line)
+        if f:
+            fence = None if fence and f.group(1).startswith(fence) else (fence or f.group(1))
+            out.append(line)
+            continue
+        out.append(line if fence else MD_LINK.sub(repl, line))
+    return "".join(out)
 
 
 def rewrite_readme(text: str, meta: Meta) -> str:
     pattern = re.compile(re.escape(README_BEGIN) + r".*?" + re.escape(README_END), re.S)
     if not pattern.search(text):
         raise ValueError(f"README.md has no generated block (add the lines {README_BEGIN!r} … {README_END!r})")
-    return pattern.sub(lambda _: readme_block(meta), text)
+    return absolute_links(pattern.sub(lambda _: readme_block(meta), text), meta)
 
 
 def binder_requirements(meta: Meta) -> str:

@@ -11,11 +11,13 @@
 from __future__ import annotations
 
 import email
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import time
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -113,7 +115,22 @@ def dist(tmp_path_factory) -> Path:
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     print(f"python -m build: {time.perf_counter() - t0:.1f} s wall")
+    (out / "build.log").write_text(res.stdout + res.stderr)
     return out
+
+
+def test_build_has_no_deprecation_warning(dist):
+    """PEP 639 metadata (an SPDX ``license`` string, ``license-files``): setuptools warns of
+    nothing that will stop working."""
+    log = (dist / "build.log").read_text()
+    bad = [line for line in log.splitlines() if re.search(r"deprecat|no longer supported|will be removed", line, re.I)]
+    assert not bad, "\n".join(bad)
+
+
+def test_build_backend_range_is_bounded():
+    build = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]
+    backend = [r for r in build["requires"] if r.startswith("setuptools")]
+    assert backend and "<" in backend[0] and ">=" in backend[0], build["requires"]
 
 
 def test_build_and_twine_check(dist):
@@ -134,10 +151,21 @@ def test_wheel_metadata_is_the_single_source(dist):
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
         meta = email.message_from_bytes(z.read(f"mmtoken-{META.version}.dist-info/METADATA"))
+        licence = z.read(f"mmtoken-{META.version}.dist-info/licenses/LICENSE").decode()
     assert meta["Version"] == META.version
     urls = dict(v.split(", ", 1) for v in meta.get_all("Project-URL"))
     assert urls == META.urls
     assert any(n.startswith("mmtoken/experiments/") for n in names)
     assert not any(n.startswith(("book/", "tests/", "data/")) for n in names)
+    assert "mmtoken/py.typed" in names
+    assert meta["License-Expression"] == "MIT" and licence.startswith("MIT License")
+    assert meta.get("License") is None, "the deprecated License field (a license table) is back"
+    classifiers = meta.get_all("Classifier")
+    assert "Typing :: Typed" in classifiers and not any(c.startswith("License ::") for c in classifiers)
+    assert "attention" in meta["Keywords"]
     with tarfile.open(next(dist.glob("*.tar.gz"))) as t:
-        assert f"mmtoken-{META.version}/pyproject.toml" in t.getnames()
+        sdist = t.getnames()
+    top = f"mmtoken-{META.version}"
+    assert {f"{top}/pyproject.toml", f"{top}/LICENSE", f"{top}/mmtoken/py.typed"} <= set(sdist)
+    # the sdist ships no tests rather than tests that cannot run (they need the repository)
+    assert not any(n.startswith(f"{top}/tests/") for n in sdist)

