@@ -117,7 +117,7 @@ def _license(project: dict) -> str:
     """The SPDX expression of ``[project] license`` (PEP 639: a string, not the deprecated table)."""
     value = project.get("license", "")
     if not isinstance(value, str) or not value:
-        raise ValueError(f"[project] license must be an SPDX string such as \"MIT\" (PEP 639), got {value!r}")
+        raise ValueError(f'[project] license must be an SPDX string such as "MIT" (PEP 639), got {value!r}')
     return value
 
 

@@ -16,9 +16,7 @@ import pytest
 
 import mmtoken
 
-MODULES = sorted(
-    m.name for m in pkgutil.walk_packages(mmtoken.__path__, "mmtoken.") if not m.name.endswith("__main__")
-)
+MODULES = sorted(m.name for m in pkgutil.walk_packages(mmtoken.__path__, "mmtoken.") if not m.name.endswith("__main__"))
 
 
 def test_every_module_is_listed():

@@ -17,11 +17,11 @@ import subprocess
 import sys
 import tarfile
 import time
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
