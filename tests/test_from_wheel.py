@@ -196,7 +196,7 @@ def reader_notebook(doc: str) -> nbformat.NotebookNode:
     src = ROOT / f"{doc}.md"
     conv = rn.Converter(
         resolve=lambda role, target, text: f"[{text or target}]({META.site})",
-        number=lambda kind, label: None,
+        number=lambda kind, label: label,  # no build, no numbers: the label stands in (markdown only)
         read_include=lambda p: (src.parent / p).read_text(),
         install_source=pm.install_cell(META, pm.chapter_extras(src.read_text(), META)),
     )
