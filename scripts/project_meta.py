@@ -86,6 +86,11 @@ class Meta:
         return f"v{self.version}"
 
     @property
+    def zip_name(self) -> str:
+        """The release's zip of reader notebooks (``scripts/reader_branch.py --zip``)."""
+        return f"{self.name}-notebooks-{self.version}.zip"
+
+    @property
     def pip_spec(self) -> str:
         return f"{self.name}=={self.version}"
 
@@ -550,7 +555,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("targets", nargs="*", metavar="TARGET", help=f"any of {', '.join(TARGETS)} (default: all)")
     g = sub.add_parser("get")
     g.add_argument(
-        "key", choices=["name", "version", "tag", "repository", "site", "pip_spec", "git_spec", "reader_branch"]
+        "key",
+        choices=["name", "version", "tag", "repository", "site", "pip_spec", "git_spec", "reader_branch", "zip_name"],
     )
     args = parser.parse_args(argv)
     root = args.root.resolve()

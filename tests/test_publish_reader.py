@@ -327,7 +327,9 @@ def test_two_reader_notebooks_execute(index, tmp_path):
 
 
 def test_reader_header_has_the_colab_badge_and_the_release():
-    head = rn.reader_header(META, "book/part1/02_global", "2 Global", "The book", META.site + "book/part1/02_global.html")
+    head = rn.reader_header(
+        META, "book/part1/02_global", "2 Global", "The book", META.site + "book/part1/02_global.html"
+    )
     assert f"[![Open In Colab]({rn.COLAB_BADGE})]({META.colab_url('part1/02_global.ipynb')})" in head
     assert f"mmtoken {META.version}" in head
 
@@ -349,3 +351,22 @@ def test_reader_text_makes_sense_in_a_notebook():
             continue
         assert "rocket icon" not in text, p
         assert not re.search(r"`scripts/[\w/]+\.py`", text), f"{p}: a scripts/ path in a reader notebook's text"
+
+
+def test_release_zip_holds_every_reader_notebook_and_binder(tmp_path):
+    import zipfile
+
+    import reader_branch
+
+    html = tmp_path / "html"
+    for rel in ("tour.ipynb", "part1/02_global.ipynb"):
+        (html / rn.OUT / rel).parent.mkdir(parents=True, exist_ok=True)
+        (html / rn.OUT / rel).write_text("{}")
+    out = tmp_path / "reader"
+    reader_branch.assemble(html, out)
+    target = tmp_path / META.zip_name
+    names = reader_branch.write_zip(out, target)
+    with zipfile.ZipFile(target) as z:
+        assert sorted(z.namelist()) == names
+    assert {"tour.ipynb", "part1/02_global.ipynb", "README.md", "binder/postBuild"} <= set(names)
+    assert META.zip_name == f"mmtoken-notebooks-{META.version}.zip"

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import email
+import json
 import re
 import shutil
 import subprocess
@@ -48,7 +49,7 @@ def _workflow(name: str) -> dict:
 
 def test_actionlint_passes():
     files = sorted(WORKFLOWS.glob("*.yml"))
-    assert {f.name for f in files} >= {"book.yml", "release.yml"}
+    assert {f.name for f in files} >= {"book.yml", "release.yml", "wheel.yml"}
     out = subprocess.run(
         [_tool("actionlint"), "-no-color", *map(str, files)], capture_output=True, text=True, timeout=120
     )
@@ -69,7 +70,8 @@ def test_book_workflow_tests_then_deploys_pages_and_notebooks():
     wf = _workflow("book.yml")
     test = wf["jobs"]["test"]
     runs = [s.get("run", "") for s in test["steps"]]
-    assert any(r.strip() == "make test" for r in runs) and any(r.strip() == "make reader" for r in runs)
+    assert any(r.strip() == "make test" for r in runs)
+    assert any(r.strip().startswith("make reader") and "--zip" in r for r in runs)
     cache = next(s for s in test["steps"] if str(s.get("uses", "")).startswith("actions/cache@"))
     assert {"data", "_build/.jupyter_cache"} <= set(cache["with"]["path"].split())
     upload = next(s for s in test["steps"] if str(s.get("uses", "")).startswith("actions/upload-pages-artifact@"))
@@ -80,8 +82,44 @@ def test_book_workflow_tests_then_deploys_pages_and_notebooks():
     notebooks = wf["jobs"]["notebooks"]
     assert notebooks["permissions"] == {"contents": "write"}
     assert pm.READER_BRANCH in notebooks["steps"][-1]["run"]
-    for job in ("pages", "notebooks"):
-        assert "refs/heads/main" in wf["jobs"][job]["if"] and wf["jobs"][job]["needs"] == "test"
+    for job in ("pages", "notebooks"):  # published at a release tag only; main only builds and tests
+        assert wf["jobs"][job]["if"] == "startsWith(github.ref, 'refs/tags/v')" and wf["jobs"][job]["needs"] == "test"
+    assert "gh release upload" in notebooks["steps"][1]["run"] and "notebooks-" in notebooks["steps"][1]["run"]
+
+
+def test_site_notebooks_and_package_come_from_one_release_tag():
+    """The pin, the tag pattern and the reader notebooks' header agree (issue 27, item 4)."""
+    import fnmatch
+
+    book, release = _workflow("book.yml"), _workflow("release.yml")
+    patterns = book["on"]["push"]["tags"]
+    assert patterns == release["on"]["push"]["tags"] == ["v*"]
+    assert book["on"]["push"]["branches"] == ["main"]
+    assert fnmatch.fnmatch(META.tag, patterns[0]) and META.tag == f"v{META.version}"
+    tag_check = next(s for s in book["jobs"]["test"]["steps"] if "project_meta.py get tag" in s.get("run", ""))
+    assert tag_check["if"] == "startsWith(github.ref, 'refs/tags/v')"
+    # the install cell every chapter and reader notebook runs pins this release and this tag
+    cell = pm.install_cell(META)
+    assert f'"{META.name}=={META.version}"' in cell and f"@{META.tag}" in cell
+    # the reader notebooks say which release they were built for, and Binder installs it
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    import reader_notebooks as rn
+
+    head = rn.reader_header(META, "book/tour", "Tour", "Book", META.site)
+    assert f"for mmtoken {META.version}." in head
+    assert META.pip_spec in (ROOT / "binder" / "postBuild").read_text()
+    built = ROOT / "_build" / "html" / rn.OUT / "tour.ipynb"
+    if built.is_file():  # after a build (make test builds first): the notebook's own header
+        assert f"for mmtoken {META.version}." in json.loads(built.read_text())["cells"][0]["source"]
+
+
+def test_wheel_workflow_runs_the_wheel_test_on_a_clean_runner():
+    wf = _workflow("wheel.yml")
+    assert "schedule" in wf["on"]
+    steps = wf["jobs"]["from-wheel"]["steps"]
+    runs = "\n".join(s.get("run", "") for s in steps)
+    assert "dist/mmtoken-*.whl" in runs and "tests/test_from_wheel.py" in runs
+    assert any("MMTOKEN_WHEEL_PYTHON" in (s.get("env") or {}) for s in steps)
 
 
 def test_release_workflow_publishes_the_tagged_version_with_trusted_publishing():
