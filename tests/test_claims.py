@@ -85,3 +85,11 @@ def test_known_miss_only_on_observations():
     with pytest.raises(ValueError, match="known_miss"):
         ledger.claim("test.bad", statement="s", checks="c", threshold="t", known_miss="why")
     assert "test.bad" not in ledger.REGISTRY
+
+
+def test_against_needs_a_named_competitor():
+    with pytest.raises(ValueError, match="against"):
+        ledger.claim("test.bad", statement="s", checks="c", threshold="t", against=lambda: None)
+    with pytest.raises(ValueError, match="against"):
+        ledger.claim("test.bad", statement="s", checks="c", threshold="t", competitor="x", against="no")
+    assert "test.bad" not in ledger.REGISTRY

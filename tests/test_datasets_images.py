@@ -276,7 +276,10 @@ def test_cifar_download_offline_raises_missing_with_instructions(tmp_path, monke
     def offline(*args, **kwargs):
         raise urllib.error.URLError("network is unreachable")
 
-    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    class Opener:  # download_file's own opener, offline
+        open = staticmethod(offline)
+
+    monkeypatch.setattr(urllib.request, "build_opener", lambda *a, **k: Opener())
     dest = tmp_path / "cifar-10-python.tar.gz"
     with pytest.raises(DatasetMissing, match=r"cifar-10-python\.tar\.gz.*c58f30108f718f92721af3b95e74349a"):
         images.download_cifar10(dest)
@@ -285,7 +288,12 @@ def test_cifar_download_offline_raises_missing_with_instructions(tmp_path, monke
 
 def test_cifar_download_verifies(tmp_path, monkeypatch):
     payload = (FIX / "cifar-10-python.tar.gz").read_bytes()
-    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: io.BytesIO(payload))
+
+    class Opener:  # download_file opens through its own opener (its sockets are shut at the deadline)
+        def open(self, *a, **k):
+            return io.BytesIO(payload)
+
+    monkeypatch.setattr(urllib.request, "build_opener", lambda *a, **k: Opener())
     dest = tmp_path / "c.tar.gz"
     with pytest.raises(DatasetError, match="checksum mismatch"):
         images.download_cifar10(dest)
