@@ -407,7 +407,7 @@ def train_into(exp: Experiment, raw: RawData, target: Path, fingerprint: dict[st
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        with vit.pinned_threads(t.threads):
+        with config.deterministic(t.threads):  # pinned threads, deterministic kernels
             cpu0, wall0 = time.process_time(), time.perf_counter()
             config.seed_everything(t.seed)
             model = vit.ViT(m).to(dev)

@@ -63,6 +63,7 @@ __all__ = [
 import gzip
 import hashlib
 import io
+import math
 import os
 import pickle
 import tarfile
@@ -80,6 +81,7 @@ from .download import (
     cache_dir,
     download_file,
     fit_line,
+    read_bounded,
     read_origins,
     record_origin,
     sha256_file,
@@ -219,11 +221,23 @@ def _missing_fashion_message(name: str, searched: list[Path], dest: Path) -> str
     )
 
 
-def _decompressed(path: Path, gz: bool | None = None) -> bytes:
-    """The idx bytes of a source file: gzip if ``gz`` (by default: if its name ends in ``.gz``)."""
+def _idx_size(rec: Mapping) -> int | None:
+    """Bytes of the idx file of ``rec`` (header and values), from its registered shape."""
+    if "shape" not in rec:
+        return None
+    shape = tuple(rec["shape"])
+    return 4 + 4 * len(shape) + math.prod(shape)
+
+
+def _decompressed(path: Path, gz: bool | None = None, rec: Mapping | None = None) -> bytes:
+    """The idx bytes of a source file: gzip if ``gz`` (by default: if its name ends in ``.gz``).
+
+    Streamed, and stopped one byte past the registered size of ``rec``'s idx file: a
+    gzip bomb placed by hand costs that much memory, then fails the checksum.
+    """
     gz = path.suffix == ".gz" if gz is None else gz
     try:
-        return gzip.decompress(path.read_bytes()) if gz else path.read_bytes()
+        return read_bounded(path, _idx_size(rec) if rec is not None else None, gz=gz)
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise DatasetError(
             f"{path} is not a valid gzip file ({exc}); it is corrupt or truncated: reinstall or download it again"
@@ -264,7 +278,7 @@ def _download_fashion_file(
                     "The download is corrupt or not the published Fashion-MNIST; "
                     "nothing was kept."
                 )
-        data = _decompressed(part, gz=True)  # a .part file: the name does not say it is gzip
+        data = _decompressed(part, gz=True, rec=rec)  # a .part file: the name does not say it is gzip
         _check_idx_digest(data, rec, url)
         holder.append(data)
 
@@ -355,7 +369,7 @@ def prepare_fashion_mnist(
                     origin = "the cache folder (source not recorded)"
                     for path in found:
                         try:
-                            _check_idx_digest(_decompressed(path), rec, str(path))
+                            _check_idx_digest(_decompressed(path, rec=rec), rec, str(path))
                         except DatasetError:
                             continue
                         origin = _origin_of(path, dest, searched)
@@ -365,7 +379,7 @@ def prepare_fashion_mnist(
             url = None
             if found:
                 path = found[0]
-                data = _decompressed(path)
+                data = _decompressed(path, rec=rec)
                 _check_idx_digest(data, rec, str(path))
                 origin = _origin_of(path, dest, searched)
             elif download:
