@@ -16,6 +16,28 @@ Select the scale with the environment variable ``MMTOKEN_SCALE`` or with
 
 from __future__ import annotations
 
+__all__ = [
+    "SCALES",
+    "T",
+    "ConfigError",
+    "scale",
+    "set_scale",
+    "use_scale",
+    "pick",
+    "device",
+    "device_report",
+    "single_thread",
+    "seed_everything",
+    "data_dir",
+    "PROGRESS_MODES",
+    "progress_enabled",
+    "on_terminal",
+    "progress_bar",
+    "set_progress",
+    "reset",
+    "deterministic",
+]
+
 import os
 import random
 import sys

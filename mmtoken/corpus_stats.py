@@ -9,6 +9,17 @@ positions count nowhere; labels are ``+1`` / ``-1``.
 
 from __future__ import annotations
 
+__all__ = [
+    "TokenStats",
+    "token_stats",
+    "spearman",
+    "partial_spearman",
+    "UShape",
+    "u_shape",
+    "PolarityMix",
+    "polarity_mix",
+]
+
 from dataclasses import dataclass
 
 import numpy as np

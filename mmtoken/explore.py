@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+__all__ = ["Analysis", "analyze"]
+
 from dataclasses import dataclass
 
 import numpy as np

@@ -6,6 +6,8 @@ checked arrays (see :mod:`mmtoken.fastpath`) and are not meant to be called
 directly.
 """
 
+__all__ = ["log_neg_deriv", "gradient", "run", "head_direction", "run_joint", "run_kq"]
+
 import math
 
 import numpy as np

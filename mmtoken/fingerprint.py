@@ -28,6 +28,8 @@ edit a scratch copy and compare).
 
 from __future__ import annotations
 
+__all__ = ["PACKAGE", "PACKAGE_DIR", "OUTSIDE", "WHOLE", "Module", "Index", "versions", "index", "roots_of", "of"]
+
 import ast
 import functools
 import hashlib

@@ -28,6 +28,18 @@ problem in ``W``.
 
 from __future__ import annotations
 
+__all__ = [
+    "RANK_TOL",
+    "ACTIVE_TOL",
+    "check_sets",
+    "GenSVMSolution",
+    "constraint_rows",
+    "gen_svm",
+    "w_gen_svm",
+    "feasible",
+    "sets_from_probs",
+]
+
 from dataclasses import dataclass
 
 import numpy as np

@@ -2,6 +2,19 @@
 
 from __future__ import annotations
 
+__all__ = [
+    "correlation",
+    "optimal_tokens",
+    "selection",
+    "margins",
+    "svm_neighbours",
+    "SelectionReport",
+    "classify",
+    "enumerate_selections",
+    "in_cone",
+    "optimal_sets",
+]
+
 import itertools
 from dataclasses import dataclass, field
 

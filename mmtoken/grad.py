@@ -19,6 +19,18 @@ formed from the *small* probabilities themselves:
 
 from __future__ import annotations
 
+__all__ = [
+    "Saturation",
+    "saturation",
+    "StableGrad",
+    "grad_p",
+    "loss_value",
+    "loss_parts",
+    "autograd_grad",
+    "unit_and_log_norm",
+    "safe_norm",
+]
+
 import math
 from dataclasses import dataclass
 

@@ -9,6 +9,8 @@ plane.
 
 from __future__ import annotations
 
+__all__ = ["PLANE", "E3", "Instance", "FIG1_STARTS", "fig1", "FIG2_SHIFTS", "fig2", "fig3", "fig4", "random_instances"]
+
 from dataclasses import dataclass, field
 
 import numpy as np

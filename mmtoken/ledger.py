@@ -37,6 +37,33 @@ whether it meets the threshold that was written down before measuring.
 
 from __future__ import annotations
 
+__all__ = [
+    "KINDS",
+    "Measured",
+    "Claim",
+    "Result",
+    "STATUSES",
+    "status",
+    "REGISTRY",
+    "claim",
+    "known_misses",
+    "evaluate",
+    "run_one",
+    "record_key",
+    "records_dir",
+    "record",
+    "read_record",
+    "recorded",
+    "select",
+    "run_claims",
+    "acceptable",
+    "format_table",
+    "data_missing",
+    "code_roots",
+    "compute_command",
+    "pending_result",
+]
+
 import time
 import traceback
 from collections.abc import Callable

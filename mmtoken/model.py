@@ -12,6 +12,8 @@ broadcast against each other.
 
 from __future__ import annotations
 
+__all__ = ["as_tensor", "keys", "scores", "logits", "softmax_probs", "output", "AttentionProblem"]
+
 from dataclasses import dataclass
 
 import torch

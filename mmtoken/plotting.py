@@ -17,6 +17,35 @@ high-density screens.
 
 from __future__ import annotations
 
+__all__ = [
+    "OKABE_ITO",
+    "PALETTE",
+    "LINESTYLES",
+    "MARKERS",
+    "DIRECTION_STYLES",
+    "COLUMN_WIDTH",
+    "FONT_SIZES",
+    "SEABORN_WHITEGRID",
+    "SEABORN_NOTEBOOK",
+    "theme_rc",
+    "set_theme",
+    "colors",
+    "style",
+    "figsize",
+    "subplots",
+    "one_panel",
+    "two_panels",
+    "three_panels",
+    "panel_titles",
+    "plot_paths",
+    "start_label",
+    "plot_curves",
+    "attention_heatmap",
+    "token_scatter",
+    "save",
+    "use_headless",
+]
+
 from collections.abc import Sequence
 
 import matplotlib

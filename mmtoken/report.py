@@ -14,6 +14,48 @@ to the place its chapter states the claim, which a chapter marks with the role
 
 from __future__ import annotations
 
+__all__ = [
+    "BOOK_DATA",
+    "book_index",
+    "benchmark_results",
+    "ROOT",
+    "BOOK",
+    "LEDGER_DOC",
+    "CLAIM_ANCHOR",
+    "STATEMENT_ANCHOR",
+    "CLAIM_ROLE",
+    "KIND_LABELS",
+    "Page",
+    "page_title",
+    "alpha_label",
+    "book_order",
+    "statement_places",
+    "relative_url",
+    "status",
+    "plural",
+    "summary_line",
+    "bound",
+    "on_grid",
+    "measured_items",
+    "ledger_payload",
+    "rows_from_payload",
+    "Group",
+    "ledger_groups",
+    "row_html",
+    "TABLE_HEAD",
+    "group_html",
+    "claims_html",
+    "claims_text",
+    "OUTPUT_WIDTH",
+    "claims_block",
+    "chapter_claims",
+    "benchmark_tables",
+    "table_html",
+    "above",
+    "portable",
+]
+
+import dataclasses
 import html
 import json
 import math
@@ -83,13 +125,42 @@ def alpha_label(n: int) -> str:
     return out
 
 
+BOOK_DATA = Path(__file__).resolve().parent / "book_data"
+"""What reader notebooks need from the repository, shipped with the package (a wheel has no
+``_toc.yml``, chapters or ``benchmarks/``): ``book_index.json`` (:func:`book_index`) and
+``benchmarks/*.json``. Written by ``python scripts/project_meta.py apply``, checked by its ``check``."""
+
+
+def book_index(root: Path = ROOT) -> dict:
+    """The book's pages in order and the claims' places: ``{"pages": [...], "places": {...}}``.
+
+    Read from the checkout's ``_toc.yml`` and chapters when ``root`` is one, else from the copy
+    shipped with the package (``BOOK_DATA / "book_index.json"``).
+    """
+    if (root / "_toc.yml").is_file():
+        return {"pages": [dataclasses.asdict(p) for p in book_order(root)], "places": statement_places(root)}
+    shipped = BOOK_DATA / "book_index.json"
+    if not shipped.is_file():
+        raise FileNotFoundError(f"no _toc.yml in {root} and no {shipped}: this mmtoken install is incomplete")
+    return json.loads(shipped.read_text(encoding="utf-8"))
+
+
+def benchmark_results(root: Path = ROOT) -> Path:
+    """The folder of benchmark results: the checkout's ``benchmarks/results``, else the package's copy."""
+    here = root / "benchmarks" / "results"
+    return here if here.is_dir() else BOOK_DATA / "benchmarks"
+
+
 def book_order(root: Path = ROOT) -> list[Page]:
     """Every page of ``_toc.yml`` in reading order, with its number or letter.
 
     As Jupyter Book numbers them: chapters of ``numbered`` parts are numbered on
     from one part to the next; a numbered part with ``style: alphaupper`` (the
     appendix) is lettered A, B, ... on its own count; other pages get no label.
+    Outside a checkout (an installed wheel), the order shipped with the package.
     """
+    if not (root / "_toc.yml").is_file():
+        return [Page(**p) for p in book_index(root)["pages"]]
     import yaml
 
     toc = yaml.safe_load((root / "_toc.yml").read_text())
@@ -120,7 +191,10 @@ def book_order(root: Path = ROOT) -> list[Page]:
 
 
 def statement_places(root: Path = ROOT) -> dict[str, list[str]]:
-    """``claim id -> [document, ...]`` of the pages that mark it with ``{claim}`id```, in book order."""
+    """``claim id -> [document, ...]`` of the pages that mark it with ``{claim}`id```, in book order
+    (outside a checkout, the places shipped with the package)."""
+    if not (root / "_toc.yml").is_file():
+        return book_index(root)["places"]
     places: dict[str, list[str]] = {}
     for page in book_order(root):
         src = root / f"{page.doc}.md"

@@ -39,6 +39,34 @@ leaves a result valid. :func:`source_fingerprint` (a module and every
 
 from __future__ import annotations
 
+__all__ = [
+    "FORMAT",
+    "HEADER",
+    "STALE_SECONDS",
+    "CacheError",
+    "StaleResult",
+    "code_fingerprint",
+    "PACKAGE",
+    "PACKAGE_DIR",
+    "module_file",
+    "module_closure",
+    "source_fingerprint",
+    "fingerprint",
+    "save",
+    "load",
+    "MANIFEST",
+    "folder_key",
+    "write_manifest",
+    "read_json",
+    "check_folder",
+    "check_file",
+    "commit_folder",
+    "sweep",
+    "locked",
+    "load_or_compute",
+    "experiment_result",
+]
+
 import ast
 import functools
 import hashlib

@@ -25,6 +25,40 @@ the code of this computation, the configuration and the data.
 
 from __future__ import annotations
 
+__all__ = [
+    "DATASETS",
+    "SEEDS",
+    "DEV_SEED",
+    "VALIDATION",
+    "U_COUNT",
+    "TOP_COUNT",
+    "Setup",
+    "RunFields",
+    "RUN_FIELDS",
+    "RUNS",
+    "RunSettings",
+    "run_settings",
+    "cache_fingerprint",
+    "validation_split",
+    "Data",
+    "prepare",
+    "Tensors",
+    "tensors",
+    "verbatim_overlap",
+    "init",
+    "train_model",
+    "describe",
+    "two_phase",
+    "examples",
+    "run_seed",
+    "run_bow",
+    "profile",
+    "result_path",
+    "cached_seed",
+    "cached_profile",
+    "seed_cached",
+]
+
 import sys
 import time
 from dataclasses import asdict, dataclass

@@ -46,6 +46,27 @@ Two errors, never confused:
 
 from __future__ import annotations
 
+__all__ = [
+    "SOLVER",
+    "KKT_TOL",
+    "ACCURACY",
+    "SCALE_RANGE",
+    "CERTIFICATE_TOL",
+    "KKT_MEASURES",
+    "InfeasibleSVM",
+    "SolverFailed",
+    "SVMSolution",
+    "least_distance",
+    "clarabel_qp",
+    "att_svm",
+    "relaxed_att_svm",
+    "head_svm",
+    "head_support",
+    "w_svm",
+    "min_norm_nnls",
+    "outer_svm",
+]
+
 import warnings
 from dataclasses import dataclass, field
 

@@ -190,7 +190,7 @@ def train_w(problem: AttentionProblem, W0, *, steps: int, lr: float = 0.1, recor
         method="normalized",
         record_every=record_every,
         record_probs=True,
-        progress=False,
+        progress=None,  # a bar for long runs in Jupyter or a terminal (config.progress_enabled)
     )
     return Run(h.steps, h.p.unflatten(-1, (d, d)), h.probs)
 

@@ -10,6 +10,8 @@ kernel before it is known to be well formed.
 
 from __future__ import annotations
 
+__all__ = ["numeric", "real_array", "count", "positive", "nonnegative", "selection", "mask", "real_number", "flag"]
+
 import math
 import numbers
 

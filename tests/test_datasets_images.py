@@ -119,6 +119,20 @@ def test_fashion_missing_names_how_to_get_it(tmp_path, monkeypatch):
         )
 
 
+def test_fashion_offline_download_says_it_once_with_the_cache_folder(tmp_path, monkeypatch):
+    """No network (an unreachable mirror): one message naming the cache folder, no urllib chain."""
+    monkeypatch.setattr(images, "DEBIAN_FASHION_MNIST_DIR", tmp_path / "no-debian")
+    monkeypatch.delenv("MMTOKEN_FASHION_MNIST_DIR", raising=False)
+    cache = tmp_path / "cache"
+    with pytest.raises(DatasetMissing) as err:
+        images.load_fashion_mnist(
+            "train", dest=cache, registry=FIXTURE_FASHION, mirror="http://127.0.0.1:9/", timeout=5, deadline=10
+        )
+    message = str(err.value)
+    assert f"searched the cache folder {cache}" in message and "apt-get install" in message
+    assert err.value.__cause__ is None and err.value.__suppress_context__, "the urllib chain is not shown"
+
+
 def test_fashion_corrupt_source_is_rejected(tmp_path):
     src = tmp_path / "src"
     shutil.copytree(FIX / "fashion", src)

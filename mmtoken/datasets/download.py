@@ -20,6 +20,28 @@ Every reader in :mod:`mmtoken.datasets` follows the same rules:
 
 from __future__ import annotations
 
+__all__ = [
+    "DOWNLOAD_DEADLINE",
+    "ORIGIN_FILE",
+    "LINE_WIDTH",
+    "STALE_SECONDS",
+    "DatasetError",
+    "DatasetMissing",
+    "DataFolderError",
+    "cache_dir",
+    "sweep_partial",
+    "sha256_file",
+    "verify_sha256",
+    "atomic_write_bytes",
+    "download_file",
+    "url_host",
+    "fit_line",
+    "read_origins",
+    "record_origin",
+    "download_verified",
+    "read_bounded",
+]
+
 import hashlib
 import http.client
 import json

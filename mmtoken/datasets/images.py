@@ -38,6 +38,28 @@ Images come back as ``uint8`` arrays of shape ``(N, C, H, W)`` and labels as
 
 from __future__ import annotations
 
+__all__ = [
+    "FASHION_MNIST_CLASSES",
+    "DEBIAN_FASHION_MNIST_DIR",
+    "FASHION_MNIST_URL",
+    "FASHION_MNIST_MIRROR",
+    "MIRROR_NAMES",
+    "FASHION_MNIST",
+    "parse_idx",
+    "prepare_fashion_mnist",
+    "load_fashion_mnist",
+    "CIFAR10_CLASSES",
+    "CIFAR10",
+    "cifar10_path",
+    "verify_archive",
+    "download_cifar10",
+    "read_cifar10_archive",
+    "load_cifar10",
+    "IMAGE_DATASETS",
+    "load_images",
+    "data_source",
+]
+
 import gzip
 import hashlib
 import io
@@ -188,13 +210,13 @@ def _fashion_sources(extra: os.PathLike | None = None) -> list[tuple[Path, str]]
     return dirs
 
 
-def _missing_fashion_message(name: str, searched: list[Path]) -> str:
+def _missing_fashion_message(name: str, searched: list[Path], dest: Path) -> str:
     where = ", ".join(str(d) for d in searched)
     return (
-        f"Fashion-MNIST file {name}(.gz) was not found (searched the cache and {where}). "
+        f"Fashion-MNIST file {name}(.gz) was not found (searched the cache folder {dest} and {where}). "
         "Get it with `sudo apt-get install -y dataset-fashion-mnist` (Debian/Ubuntu; files in "
         f"{DEBIAN_FASHION_MNIST_DIR}), download the four *-ubyte.gz files from "
-        f"{FASHION_MNIST_MIRROR} (see {FASHION_MNIST_URL}) into the cache folder or into "
+        f"{FASHION_MNIST_MIRROR} (see {FASHION_MNIST_URL}) into {dest} or into "
         "$MMTOKEN_FASHION_MNIST_DIR, or load with download=True where the network is reachable."
     )
 
@@ -268,8 +290,10 @@ def _download_fashion_file(
             check=check,
             timeout=timeout,
             deadline=deadline,
-            missing_note=_missing_fashion_message(rec["file"], folders),
+            missing_note=_missing_fashion_message(rec["file"], folders, dest),
         )
+    except DatasetMissing as exc:  # the message says it all: not the urllib chain under it
+        raise DatasetMissing(str(exc)) from None
     finally:
         # the verified gzip file is a transit copy; a refused one never got its name
         if holder and gz.is_file():
@@ -365,10 +389,10 @@ def prepare_fashion_mnist(
             elif target.is_file():
                 raise DatasetError(
                     f"cached {target} has the wrong checksum and no source file was "
-                    "found to rebuild it; delete it. " + _missing_fashion_message(rec["file"], folders)
+                    "found to rebuild it; delete it. " + _missing_fashion_message(rec["file"], folders, dest)
                 )
             else:
-                raise DatasetMissing(_missing_fashion_message(rec["file"], folders))
+                raise DatasetMissing(_missing_fashion_message(rec["file"], folders, dest))
             atomic_write_bytes(target, data)
             record_origin(dest, {rec["file"]: origin}, url=url)
     return dest
@@ -527,7 +551,7 @@ def download_cifar10(
             check=lambda part: verify_archive(part, md5=CIFAR10["md5"], sha256=CIFAR10["sha256"]),
         )
     except DatasetMissing as exc:
-        raise DatasetMissing(_missing_cifar_message(dest, f"download from {url} failed: {exc}")) from exc
+        raise DatasetMissing(_missing_cifar_message(dest, f"download from {url} failed: {exc}")) from None
     record_origin(dest.parent, {dest.name: f"downloaded from {url_host(url)}, md5 verified"}, url=url)
     return dest
 

@@ -17,6 +17,43 @@
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "LR",
+    "PUBLISHED_STEPS",
+    "PLAIN_LR",
+    "PLAIN_STEPS",
+    "SC_KEYS",
+    "SC_GAMMA",
+    "SC_GAMMA_EQUAL",
+    "SC_OFFSET",
+    "SC_STEPS",
+    "SELECTED",
+    "PublishedRun",
+    "LongRun",
+    "RegPath",
+    "GlobalResult",
+    "published",
+    "long_run",
+    "reg_path",
+    "PlainRun",
+    "plain_gd",
+    "decade_summary",
+    "Smoothness",
+    "smoothness_of",
+    "plain_run",
+    "StationaryCounterexample",
+    "stationary_counterexample",
+    "run",
+    "plot_paths_published",
+    "starts_legend",
+    "plot_convergence",
+    "plot_norm",
+    "plot_plain",
+    "plot_stationary",
+    "FIGURES",
+]
+
 import functools
 from dataclasses import dataclass
 

@@ -22,6 +22,30 @@ The chapter ``book/part1/05_joint.md`` shows these runs.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "CASES",
+    "JointRun",
+    "PathResult",
+    "SweepResult",
+    "JointResult",
+    "run",
+    "start_pairs",
+    "reg_path",
+    "rho_sweep",
+    "reference",
+    "joint_run",
+    "RHOS",
+    "SWEEP_RADII",
+    "plot_paths_case",
+    "plot_both_paths",
+    "plot_correlations",
+    "plot_probabilities",
+    "plot_reg_path",
+    "plot_sweep",
+    "FIGURES",
+]
+
 import functools
 from dataclasses import dataclass
 

@@ -22,6 +22,41 @@ The chapter ``book/part1/03_local.md`` shows these runs.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "CONE_MU",
+    "CONE_R",
+    "CE_X",
+    "CE_Y",
+    "CE_V",
+    "REG_MU",
+    "COUNTER_STARTS",
+    "counterexample_instance",
+    "PathsResult",
+    "ConeRun",
+    "LocalResult",
+    "run",
+    "cone_starts",
+    "plain_run",
+    "fig1_local_directions",
+    "plain_limits",
+    "ConePaths",
+    "neighbour_cone_width",
+    "cone_paths",
+    "DirectionSweep",
+    "direction_sweep",
+    "selection_table",
+    "counterexample_table",
+    "cone_paths_table",
+    "plot_fig1_local",
+    "plot_plain_local",
+    "plot_cones_pair",
+    "plot_cones",
+    "plot_counterexample",
+    "plot_direction_sweep",
+    "FIGURES",
+]
+
 import functools
 from dataclasses import dataclass
 

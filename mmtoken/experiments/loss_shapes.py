@@ -17,6 +17,21 @@ The chapter ``book/part1/07_losses.md`` shows these runs.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "LOSS_NAMES",
+    "C_VALUES",
+    "EARLY",
+    "stacked_loss",
+    "problem",
+    "predicted_side",
+    "LossResult",
+    "run",
+    "plot_paths_by_loss",
+    "plot_side",
+    "FIGURES",
+]
+
 import functools
 from dataclasses import dataclass
 

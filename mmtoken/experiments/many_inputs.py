@@ -11,6 +11,25 @@ The chapter ``book/part1/04_inputs.md`` shows these runs.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "PROB_LEVEL",
+    "Run",
+    "InputsResult",
+    "run",
+    "train_run",
+    "loglog_slope",
+    "comparison",
+    "public_draw",
+    "STORED_PCOST",
+    "notebook_svm_cost",
+    "draw_check",
+    "plot_keys",
+    "plot_paths_fig2",
+    "plot_sparsity",
+    "FIGURES",
+]
+
 import functools
 from dataclasses import dataclass
 

@@ -30,6 +30,23 @@ The chapter ``book/part1/06_nonlinear.md`` shows these runs.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "HeadInstance",
+    "make_instance",
+    "ExcessRisk",
+    "reg_path",
+    "att_svm_prime",
+    "NonlinearResult",
+    "AssumptionD",
+    "first_order_weights",
+    "check_assumption_d",
+    "run",
+    "plot_path",
+    "plot_corr",
+    "FIGURES",
+]
+
 import functools
 import itertools
 from dataclasses import dataclass

@@ -22,6 +22,30 @@ The chapter ``book/part1/08_random.md`` shows these runs.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "LOG_SATURATED",
+    "NEAR_TIE_CORR",
+    "Grid",
+    "QUICK",
+    "PAPER",
+    "grid_for",
+    "padded_batch",
+    "train_batch",
+    "train_one_by_one",
+    "analyse",
+    "RandomResult",
+    "run",
+    "clear_cache",
+    "summary",
+    "gmm_rate_by_d",
+    "spearman_gmm",
+    "plot_corr_hist",
+    "plot_gmm_rate",
+    "plot_gaps",
+    "FIGURES",
+]
+
 import functools
 import itertools
 import time

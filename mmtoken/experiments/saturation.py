@@ -22,6 +22,21 @@ stable one.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "LR",
+    "PUBLISHED_STEPS",
+    "PUBLIC",
+    "METHODS",
+    "REPLICAS",
+    "SaturationResult",
+    "naive_gap",
+    "run",
+    "plot_corr",
+    "plot_gaps",
+    "FIGURES",
+]
+
 import functools
 from dataclasses import dataclass
 

@@ -26,6 +26,39 @@ The chapter ``book/part3/14_overparam.md`` shows these runs.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "CE_ANGLES",
+    "CE_TRIAL_ANGLE",
+    "CE_W0",
+    "CE_LR",
+    "PLAIN_STEPS",
+    "NORMALIZED_STEPS",
+    "NORMALIZED_LR",
+    "REG_RADII",
+    "REG_ITERS",
+    "REG_ITERS_CONTINUED",
+    "LOCAL_CORR",
+    "GLOBAL_CORR_MAX",
+    "REG_CORR",
+    "ORTHO",
+    "ORTHO_CORR",
+    "ce_queries",
+    "ortho_instances",
+    "plain_gd",
+    "Counterexample",
+    "counterexample",
+    "reg_path_continued",
+    "Orthogonal",
+    "orthogonal",
+    "nearest_selection",
+    "counterexample_check",
+    "reg_check",
+    "orthogonal_check",
+    "plot_counterexample",
+    "FIGURES",
+]
+
 import functools
 import itertools
 from dataclasses import dataclass

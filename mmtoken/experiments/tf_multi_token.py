@@ -23,6 +23,29 @@ The chapter ``book/part3/15_multi_token.md`` shows these runs.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "LOG_UNDERFLOW",
+    "SCORES",
+    "simplex_projection",
+    "simplex_qp",
+    "MultiInstance",
+    "make_instance",
+    "GENERIC",
+    "generic_instance",
+    "Objective",
+    "train_w",
+    "MultiResult",
+    "run",
+    "generic_corr",
+    "summary",
+    "plot_corr",
+    "plot_generic",
+    "FIGURES",
+    "max_nonselected",
+    "gen_svm_check",
+]
+
 import functools
 import itertools
 from dataclasses import dataclass

@@ -24,6 +24,29 @@ The chapter ``book/part3/14_overparam.md`` shows these runs.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "FEAS_TOL",
+    "Grid",
+    "QUICK",
+    "PAPER",
+    "grid_for",
+    "w_instances",
+    "rank_certificate",
+    "selection_feasible",
+    "all_selections_feasible",
+    "OverparamResult",
+    "run",
+    "feasibility_summary",
+    "converged_spearman",
+    "plot_overparam",
+    "plot_corr",
+    "FIGURES",
+    "feasibility_check",
+    "chance_rate",
+    "rate_check",
+]
+
 import functools
 import itertools
 from dataclasses import dataclass

@@ -20,6 +20,39 @@ collapse after saturation.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "SIZES",
+    "LR",
+    "STEPS",
+    "RECORD_EVERY",
+    "NAIVE_STEPS",
+    "NAIVE_DTYPES",
+    "SEED",
+    "CORR_W",
+    "CORR_KQ",
+    "CORR_GAIN",
+    "SizeResult",
+    "NaiveRun",
+    "WvsKQ",
+    "starts",
+    "imbalance",
+    "run",
+    "summary",
+    "plot_correlations",
+    "plot_singular_values",
+    "slow_instances",
+    "plot_naive",
+    "FIGURES",
+    "w_check",
+    "kq_check",
+    "rank_check",
+    "PlainCone",
+    "plain_cone",
+    "plain_check",
+    "plain_cone_run",
+]
+
 import functools
 from dataclasses import dataclass
 
@@ -132,7 +165,10 @@ def _one_size(n: int, T: int, d: int, count: int) -> SizeResult:
     Kx, gamma = problem.K.numpy(), problem.gamma.numpy()
     sel_w, sel_kq = rw.selection, rk.selection
     fro_w, nuc_w, fro_kq, nuc_kq, local, gaps, ranks = [], [], [], [], [], [], []
-    for b in range(count):  # one convex program per instance (cvxpy); the training above is batched
+    # five convex programs per instance (cvxpy; the training above is batched): about a second each,
+    # so a reader in Jupyter sees a bar (never under nbval or a build: see config.progress_enabled)
+    bar = config.progress_bar(range(count), desc=f"SVMs n={n} T={T} d={d}", enabled=config.progress_enabled(count, 2))
+    for b in bar:
         X, Z = data["X"][b], data["Z"][b]
         fro_w.append(tfsvm.frobenius_svm(X, Z, sel_w[b]).x)
         nuc_w.append(tfsvm.nuclear_svm(X, Z, sel_w[b]).W)

@@ -25,6 +25,26 @@ directly on ``W``; plain GD (step 1, 10^6 steps) through the Lemma-1 map.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "LR",
+    "PairRun",
+    "WEqualsPResult",
+    "w_run",
+    "pair_run",
+    "run",
+    "W_PBAR",
+    "W_LR",
+    "WDirectionRun",
+    "frobenius_correlation",
+    "normalized_gd_on_w",
+    "w_direction",
+    "plot_w_direction",
+    "plot_logits",
+    "plot_gap",
+    "FIGURES",
+]
+
 import functools
 from dataclasses import dataclass
 
