@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "planar_reg_path",
     "CHAPTER",
     "LR",
     "PUBLISHED_STEPS",

@@ -23,6 +23,7 @@ The chapter ``book/part1/03_local.md`` shows these runs.
 from __future__ import annotations
 
 __all__ = [
+    "ConePlainRun",
     "CHAPTER",
     "CONE_MU",
     "CONE_R",

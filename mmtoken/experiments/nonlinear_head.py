@@ -31,6 +31,7 @@ The chapter ``book/part1/06_nonlinear.md`` shows these runs.
 from __future__ import annotations
 
 __all__ = [
+    "single_token_svm",
     "CHAPTER",
     "HeadInstance",
     "make_instance",

@@ -23,6 +23,7 @@ The chapter ``book/part1/08_random.md`` shows these runs.
 from __future__ import annotations
 
 __all__ = [
+    "finite_table",
     "CHAPTER",
     "LOG_SATURATED",
     "NEAR_TIE_CORR",
