@@ -19,7 +19,14 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 setup:
 	bash scripts/setup.sh
 
-build: setup  ## the HTML book (executes what its cache lacks); also writes the reader notebooks
+# `make book` renders the stored outputs: the quick-scale build seeds its execution cache with the
+# stored notebooks and executes only chapters whose .md changed since (scripts/stored_outputs.py).
+# EXECUTE=all empties the cache first: every chapter is executed. The paper scale is never seeded.
+EXECUTE ?= stored
+build: setup  ## the HTML book from the stored outputs (EXECUTE=all: execute every chapter); also the reader notebooks
+	@case "$(EXECUTE)" in stored|all) ;; *) echo "EXECUTE must be stored or all, got '$(EXECUTE)'" >&2; exit 2;; esac
+	@if [ "$(EXECUTE)" = all ]; then rm -rf $(OUT)/_build/.jupyter_cache; \
+	elif [ "$(OUT)" = . ]; then $(PY) scripts/stored_outputs.py seed --stale execute; fi
 	$(JB) build . --builder html $(if $(filter paper,$(MMTOKEN_SCALE)),--path-output $(OUT))
 	$(MAKE) --no-print-directory reader
 

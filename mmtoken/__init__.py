@@ -24,3 +24,4 @@ The package, by topic (one idea per module):
 """
 
 __version__ = "0.1.0"
+__all__ = ["__version__"]

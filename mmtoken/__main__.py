@@ -77,9 +77,9 @@ def _figures(args) -> int:
                 continue
             digest = None if args.force else figurecache.key(module, fig_name)
             cached = figurecache.lookup(fig_name, digest)
-            if cached:  # unchanged code and settings: the kept rendering, without importing torch
-                paths = figurecache.copy_out(cached, out / fig_name)
-            else:
+            # unchanged code and settings: the kept rendering (checksum verified), without importing torch
+            paths = figurecache.copy_out(cached, out / fig_name) if cached else None
+            if paths is None:
                 paths = _draw(_import(module).FIGURES[fig_name], out / fig_name)
                 figurecache.store(fig_name, digest or figurecache.key(module, fig_name), paths)
             for path in paths:
@@ -158,14 +158,21 @@ def main(argv: list[str] | None = None) -> int:
     f.set_defaults(func=_figures)
     args = parser.parse_args(argv)
     scale = getattr(args, "sub_scale", None) or args.scale
+    from .datasets.download import DataFolderError
+
     try:
+        if args.only is not None and any(not o.strip() for o in args.only):
+            raise UsageError(f"--only {args.only}: an empty name would match everything; name a prefix")
         if scale:
             config.set_scale(scale)
         _check_environment()
         return args.func(args)
-    except (UsageError, config.ConfigError) as exc:
+    except (UsageError, config.ConfigError, DataFolderError) as exc:
         print(f"mmtoken {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's status for SIGINT, no traceback
+        print(f"mmtoken {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

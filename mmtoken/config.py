@@ -1,4 +1,4 @@
-"""Configuration in one place: the size switch, the device, dtype, seeding, progress bars.
+"""Configuration in one place: the size switch, the device, dtype, seeding, determinism, progress bars.
 
 The book runs at two scales:
 
@@ -15,6 +15,28 @@ Select the scale with the environment variable ``MMTOKEN_SCALE`` or with
 """
 
 from __future__ import annotations
+
+__all__ = [
+    "SCALES",
+    "T",
+    "ConfigError",
+    "scale",
+    "set_scale",
+    "use_scale",
+    "pick",
+    "device",
+    "device_report",
+    "single_thread",
+    "seed_everything",
+    "data_dir",
+    "PROGRESS_MODES",
+    "progress_enabled",
+    "on_terminal",
+    "progress_bar",
+    "set_progress",
+    "reset",
+    "deterministic",
+]
 
 import os
 import random
@@ -169,6 +191,40 @@ def single_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(old)
+
+
+@contextmanager
+def deterministic(threads: int | None = 1) -> Iterator[None]:
+    """Training that gives the same numbers on every run of the same machine and package versions.
+
+    Sets ``threads`` torch intra-op threads (``None``: leave torch's setting), so every CPU
+    reduction runs in the same order whatever the core count, and
+    ``torch.use_deterministic_algorithms`` (on a GPU: no atomics-based kernels; the cuBLAS
+    workspace is fixed through ``CUBLAS_WORKSPACE_CONFIG`` when unset). ``warn_only``: an
+    operation without a deterministic kernel warns rather than stopping a long run. The
+    previous settings are restored afterwards.
+
+    What this cannot buy: the same low digits on another CPU or BLAS (vector width, kernel
+    choice). Those differences grow through training, so chapters print trained results on a
+    grid coarser than their measured spread (``report.on_grid``; CONTRIBUTING, "Stored
+    outputs that hold on any machine").
+    """
+    import torch
+
+    if threads is not None:
+        threads = validate.count(threads, "threads", minimum=1)
+    old_threads = torch.get_num_threads()
+    old_det = torch.are_deterministic_algorithms_enabled()
+    old_warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if threads is not None:
+        torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old_threads)
+        torch.use_deterministic_algorithms(old_det, warn_only=old_warn)
 
 
 def seed_everything(seed: int) -> torch.Generator:

@@ -9,9 +9,22 @@ positions count nowhere; labels are ``+1`` / ``-1``.
 
 from __future__ import annotations
 
+__all__ = [
+    "TokenStats",
+    "token_stats",
+    "spearman",
+    "partial_spearman",
+    "UShape",
+    "u_shape",
+    "PolarityMix",
+    "polarity_mix",
+]
+
 from dataclasses import dataclass
 
 import numpy as np
+
+from . import validate
 
 
 @dataclass
@@ -45,10 +58,20 @@ def token_stats(tokens: np.ndarray, labels: np.ndarray, vocab_size: int, pad_id:
     vocab_size : ``V``; every id must lie in ``[0, V)``.
     pad_id : id of padding, ignored everywhere (``T_i`` counts real tokens).
     """
-    tokens = np.asarray(tokens)
-    labels = np.asarray(labels)
+    tokens = validate.numeric(tokens, "tokens")
+    labels = validate.numeric(labels, "labels")
+    vocab_size = validate.count(vocab_size, "vocab_size", minimum=1)
+    if pad_id is not None:
+        # a negative id would index from the end (Python's a[-1]) and wipe the last token's statistics
+        pad_id = validate.count(pad_id, "pad_id")
     if tokens.ndim != 2:
         raise ValueError(f"tokens must have shape (N, T), got {tokens.shape}")
+    if tokens.shape[0] == 0 or tokens.shape[1] == 0:
+        raise ValueError(f"tokens must hold at least one sequence of at least one token, got shape {tokens.shape}")
+    if tokens.dtype.kind not in "iu":
+        if tokens.dtype.kind == "b" or not (tokens == np.round(tokens)).all() or not np.isfinite(tokens).all():
+            raise ValueError(f"tokens must hold integer token ids, got dtype {tokens.dtype}")
+        tokens = tokens.astype(np.int64)
     if labels.shape != (tokens.shape[0],):
         raise ValueError(f"labels must have shape ({tokens.shape[0]},), got {labels.shape}")
     if not np.all(np.isin(labels, (-1, 1))):
@@ -87,7 +110,9 @@ def _ranks(x: np.ndarray) -> np.ndarray:
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
     """Spearman rank correlation of ``x`` and ``y`` (``(n,)`` each); ``nan`` when one side is constant."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    x, y = validate.numeric(x, "x").astype(float), validate.numeric(y, "y").astype(float)
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError("x and y must be finite (NaN would be ranked as a value)")
     if x.shape != y.shape or x.ndim != 1:
         raise ValueError(f"x and y must be 1-d arrays of one length, got {x.shape} and {y.shape}")
     if x.size < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
@@ -104,7 +129,9 @@ def partial_spearman(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> float:
     does not explain. A monotone transform of ``z`` (e.g. ``log count``)
     leaves it unchanged.
     """
-    x, y, z = (np.asarray(a, dtype=float) for a in (x, y, z))
+    x, y, z = (validate.numeric(a, name).astype(float) for a, name in ((x, "x"), (y, "y"), (z, "z")))
+    if not all(np.isfinite(a).all() for a in (x, y, z)):
+        raise ValueError("x, y and z must be finite (NaN would be ranked as a value)")
     if not (x.shape == y.shape == z.shape) or x.ndim != 1:
         raise ValueError(f"x, y, z must be 1-d arrays of one length, got {x.shape}, {y.shape}, {z.shape}")
     if x.size < 4 or min(np.ptp(x), np.ptp(y), np.ptp(z)) == 0:
@@ -149,11 +176,12 @@ class UShape:
 
 def u_shape(logits: np.ndarray, stats: TokenStats, min_count: int = 100) -> UShape:
     """The U-shape statistics of per-token attention logits ``(V,)`` (see :class:`UShape`)."""
-    logits = np.asarray(logits, dtype=float)
+    if not isinstance(stats, TokenStats):
+        raise ValueError(f"stats must be a TokenStats (token_stats), got {type(stats).__name__}")
+    logits = validate.real_array(logits, "logits")
     if logits.shape != stats.count.shape:
         raise ValueError(f"logits must have shape {stats.count.shape}, got {logits.shape}")
-    if min_count < 1:
-        raise ValueError(f"min_count must be at least 1, got {min_count}")
+    min_count = validate.count(min_count, "min_count", minimum=1)
     keep = (stats.count >= min_count) & np.isfinite(stats.delta)
     a, delta, count = logits[keep], stats.delta[keep], stats.count[keep]
     pos, neg = delta > 0, delta < 0
@@ -207,11 +235,23 @@ def polarity_mix(
     pad_id: int | None = 0,
 ) -> PolarityMix:
     """:class:`PolarityMix` of ``tokens (N, T)`` with labels ``(N,)``, from ``stats`` of the training split."""
-    tokens, labels = np.asarray(tokens), np.asarray(labels)
+    if not isinstance(stats, TokenStats):
+        raise ValueError(f"stats must be a TokenStats (token_stats), got {type(stats).__name__}")
+    tokens, labels = validate.numeric(tokens, "tokens"), validate.numeric(labels, "labels")
     if tokens.ndim != 2 or labels.shape != (tokens.shape[0],):
         raise ValueError(f"tokens must be (N, T) and labels (N,), got {tokens.shape} and {labels.shape}")
-    if not 0 < threshold <= 1:
-        raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
+    if tokens.shape[0] == 0:
+        raise ValueError("tokens must hold at least one sequence")
+    if tokens.dtype.kind not in "iu" or (tokens.size and (tokens.min() < 0 or tokens.max() >= len(stats.count))):
+        raise ValueError(f"tokens must hold integer ids in [0, {len(stats.count)}) (the vocabulary of stats)")
+    if not np.all(np.isin(labels, (-1, 1))):
+        raise ValueError("labels must be +1 or -1")
+    threshold = validate.positive(threshold, "threshold", maximum=1.0)
+    min_count = validate.count(min_count, "min_count")
+    if pad_id is not None:
+        pad_id = validate.count(pad_id, "pad_id")
+        if pad_id >= len(stats.count):
+            raise ValueError(f"pad_id must be an id in [0, {len(stats.count)}), got {pad_id}")
     known = (stats.count >= min_count) & np.isfinite(stats.delta)
     delta = np.where(known, np.nan_to_num(stats.delta), 0.0)
     sign = np.where(np.abs(delta) >= threshold, np.sign(delta), 0.0)

@@ -16,6 +16,23 @@ step budgets), and joint gradient descent on ``(E, p)`` with ``v`` fixed
 
 from __future__ import annotations
 
+__all__ = [
+    "gather_outputs",
+    "attention",
+    "forward",
+    "frequencies",
+    "logistic_loss",
+    "one_step_gradient",
+    "one_step",
+    "one_step_autograd",
+    "cls_problem",
+    "train_cls",
+    "train_cls_batch",
+    "joint_gradient",
+    "JointHistory",
+    "joint_gd",
+]
+
 from dataclasses import dataclass
 
 import numpy as np

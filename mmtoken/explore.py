@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+__all__ = ["Analysis", "analyze"]
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +33,11 @@ class Analysis:
     history : the training run of all starts (one batch).
     reports : per start, the :class:`~mmtoken.geometry.SelectionReport` of the selection GD made.
     table : one row per start: selection, feasibility, local / global optimality,
-        correlation with ``p_mm`` of that selection, smallest attention on the selected tokens.
+        correlation with ``p_mm`` of that selection, smallest attention on the selected tokens,
+        and ``ties``: the inputs whose selected token ties in score with another (then several
+        selections are globally optimal: the maximisers form a set, as in paper A, and a tied
+        SVM-neighbour makes a selection not locally optimal) or in logit at the final point
+        (GD did not choose between them; the first listed is shown).
     """
 
     problem: AttentionProblem
@@ -70,6 +76,12 @@ class Analysis:
             logy=True,
         )
         return fig
+
+
+def _norm(p: np.ndarray, scaled: float) -> float:
+    """``||p||`` as NumPy gives it, or the scaled norm of the history where the squares overflow."""
+    n = float(np.linalg.norm(p))
+    return n if np.isfinite(n) and (n > 0 or not p.any()) else scaled
 
 
 def analyze(
@@ -138,6 +150,13 @@ def analyze(
         r = cache[alpha]
         reports.append(r)
         s = history.probs[-1, j].numpy()
+        z = K @ p
+        tied_logits = [int(i) for i in np.flatnonzero((z == z.max(-1, keepdims=True)).sum(-1) > 1)]
+        ties = []
+        if r.ties:
+            ties.append(f"scores of inputs {sorted({i for i, _ in r.ties})}")
+        if tied_logits:
+            ties.append(f"logits of inputs {tied_logits}")
         rows.append(
             {
                 "start": np.round(starts[j], 3).tolist(),
@@ -147,7 +166,8 @@ def analyze(
                 "globally optimal": r.globally_optimal,
                 "correlation": round(float(geometry.correlation(p, r.p_mm)), 6) if r.feasible else np.nan,
                 "min attention on selection": round(float(s[np.arange(len(alpha)), list(alpha)].min()), 6),
-                "norm": round(float(np.linalg.norm(p)), 2),
+                "norm": round(_norm(p, float(history.norm[-1, j])), 2),
+                "ties": "; ".join(ties),
             }
         )
     return Analysis(problem, starts, history, reports, pd.DataFrame(rows))

@@ -16,6 +16,8 @@ bar advances and Ctrl-C is honoured between chunks. Every array is checked
 
 from __future__ import annotations
 
+__all__ = ["LOSS_IDS", "available", "CHUNK_WORK", "run_joint", "run"]
+
 import importlib.util
 import os
 

@@ -6,6 +6,8 @@ checked arrays (see :mod:`mmtoken.fastpath`) and are not meant to be called
 directly.
 """
 
+__all__ = ["log_neg_deriv", "gradient", "run", "head_direction", "run_joint", "run_kq"]
+
 import math
 
 import numpy as np
@@ -19,6 +21,54 @@ def log_neg_deriv(u, loss_id):
     if loss_id == 1:
         return -u
     return 0.0
+
+
+SAFE_LO, SAFE_HI = 2.0**-500, 2.0**500  # as mmtoken.grad.SAFE_RANGE
+
+
+@njit(cache=True)
+def unit_inplace(G):
+    """Divide ``G`` (any shape) by its 2-norm in place; return ``log ||G||`` (``-inf`` if zero).
+
+    Outside ``[SAFE_LO, SAFE_HI]`` the largest entry divides ``G`` first, so the squares
+    neither overflow (entries from about ``1e154``) nor underflow; inside, the plain
+    formula runs unchanged (same bits as before).
+    """
+    flat = G.reshape(-1)
+    a = 0.0
+    for j in range(flat.shape[0]):
+        a = max(a, abs(flat[j]))
+    if a == 0.0 or not math.isfinite(a):
+        return -np.inf
+    log_a = 0.0
+    if a < SAFE_LO or a > SAFE_HI:
+        for j in range(flat.shape[0]):
+            flat[j] /= a
+        log_a = math.log(a)
+    norm = 0.0
+    for j in range(flat.shape[0]):
+        norm += flat[j] * flat[j]
+    norm = math.sqrt(norm)
+    for j in range(flat.shape[0]):
+        flat[j] /= norm
+    return math.log(norm) + log_a
+
+
+@njit(cache=True)
+def safe_norm(A):
+    """``||A||`` (Frobenius) without overflow or underflow of the squares; ``A`` is not changed."""
+    flat = A.reshape(-1)
+    a = 0.0
+    for j in range(flat.shape[0]):
+        a = max(a, abs(flat[j]))
+    if a == 0.0 or not math.isfinite(a):
+        return a
+    if SAFE_LO <= a <= SAFE_HI:
+        return math.sqrt((flat * flat).sum())
+    s = 0.0
+    for j in range(flat.shape[0]):
+        s += (flat[j] / a) ** 2
+    return a * math.sqrt(s)
 
 
 @njit(cache=True)
@@ -76,15 +126,12 @@ def gradient(K, gamma, mask, q, loss_id, logw, sgn, top, G):
                 w = sgn[i, t] * math.exp(logw[i, t] - M)
                 for j in range(m):
                     G[j] += w * (K[i, t, j] - K[i, b, j])
-    norm = 0.0
-    for j in range(m):
-        norm += G[j] * G[j]
-    norm = math.sqrt(norm)
-    if norm == 0.0:
+    log_norm = unit_inplace(G)
+    if log_norm == -np.inf:
+        for j in range(m):
+            G[j] = 0.0
         return -np.inf
-    for j in range(m):
-        G[j] /= norm
-    return M + math.log(norm) - math.log(n)
+    return M + log_norm - math.log(n)
 
 
 @njit(cache=True)
@@ -149,13 +196,9 @@ def head_direction(X, Y, K, gamma, q, loss_id, Gv):
         w = -math.exp(lnd[i] - M) * Y[i]
         for j in range(d):
             Gv[j] += w * att[i, j]
-    norm = 0.0
-    for j in range(d):
-        norm += Gv[j] * Gv[j]
-    norm = math.sqrt(norm)
-    if norm > 0:
+    if unit_inplace(Gv) == -np.inf:
         for j in range(d):
-            Gv[j] /= norm
+            Gv[j] = 0.0
 
 
 @njit(cache=True)
@@ -234,10 +277,10 @@ def run_kq(Kx, gamma, mask, Kf, Qf, steps, lr, separate, penalty, negligible, re
                     a = math.exp(log_ratio)
                     gK = a * gK + Kf[b]
                     gQ = a * gQ + Qf[b]
-            nK = math.sqrt((gK * gK).sum())
-            nQ = math.sqrt((gQ * gQ).sum())
+            nK = safe_norm(gK)
+            nQ = safe_norm(gQ)
             if not separate:  # one unit step for the pair (K, Q)
-                nK = nQ = math.sqrt(nK * nK + nQ * nQ)
+                nK = nQ = safe_norm(np.array([nK, nQ]))
             if nK > 0:
                 Kf[b] -= (lr / nK) * gK
             if nQ > 0:

@@ -26,7 +26,6 @@ import ast
 import hashlib
 import json
 import os
-import shutil
 import warnings
 from importlib import metadata
 from pathlib import Path
@@ -94,39 +93,85 @@ def _paths(figure: str, digest: str) -> list[Path]:
     return [folder() / f"{figure}.{digest[:20]}.{ext}" for ext in EXTENSIONS]
 
 
+def _record(path: Path) -> Path:
+    """The checksum record of a kept rendering: ``<figure>.<digest>.json`` beside its files."""
+    return path.with_suffix(".json")
+
+
+def _recorded_sums(paths: list[Path]) -> dict | None:
+    try:
+        sums = json.loads(_record(paths[0]).read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(sums, dict) and all(isinstance(sums.get(p.name), str) for p in paths)
+    return sums if ok else None
+
+
+def _verified_bytes(path: Path, sums: dict) -> bytes | None:
+    """The bytes of a kept file if they have the SHA-256 recorded when it was written, else None."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return data if hashlib.sha256(data).hexdigest() == sums.get(path.name) else None
+
+
 def lookup(figure: str, digest: str | None) -> list[Path] | None:
-    """The kept files of ``figure`` rendered under ``digest`` (PNG, PDF), or ``None`` if any is missing."""
+    """The kept files of ``figure`` rendered under ``digest`` (PNG, PDF), or ``None`` if any is
+    missing or does not have the SHA-256 recorded when it was kept (truncated, altered)."""
     if digest is None:
         return None
     paths = _paths(figure, digest)
-    return paths if all(p.is_file() and p.stat().st_size > 0 for p in paths) else None
+    sums = _recorded_sums(paths)
+    if sums is None or any(p.is_symlink() or _verified_bytes(p, sums) is None for p in paths):
+        return None
+    return paths
 
 
 def store(figure: str, digest: str | None, files: list[str | os.PathLike]) -> None:
     """Keep the rendered ``files`` (one per :data:`EXTENSIONS`, in that order) of ``figure`` under ``digest``;
-    older renderings of the same figure are removed."""
+    older renderings of the same figure are removed. The SHA-256 of each file is recorded
+    (written last), and checked before the file is handed out again."""
     if digest is None:
         return
     paths = _paths(figure, digest)
     if len(files) != len(paths):
         raise ValueError(f"expected {len(paths)} files ({', '.join(EXTENSIONS)}), got {len(files)}")
+    keep = set(paths) | {_record(paths[0])}
     try:
         folder().mkdir(parents=True, exist_ok=True)
         for old in folder().glob(f"{figure}.*"):
-            if old not in paths and old.name.count(".") == 2:
+            if old not in keep and old.name.count(".") == 2:
                 old.unlink(missing_ok=True)
+        _record(paths[0]).unlink(missing_ok=True)  # no record while the files change
+        sums = {}
         for src, dst in zip(files, paths):
-            atomic_write_bytes(dst, Path(src).read_bytes())
+            data = Path(src).read_bytes()
+            atomic_write_bytes(dst, data)
+            sums[dst.name] = hashlib.sha256(data).hexdigest()
+        atomic_write_bytes(_record(paths[0]), json.dumps(sums, sort_keys=True).encode())
     except (OSError, DataFolderError) as exc:  # the figure itself was written: keeping a copy is optional
         warnings.warn(f"figure {figure} not kept in {folder()}: {exc}", stacklevel=2)
 
 
-def copy_out(cached: list[Path], stem: str | os.PathLike) -> list[str]:
-    """Copy the kept files to ``<stem>.<ext>``; return the written paths."""
+def copy_out(cached: list[Path], stem: str | os.PathLike) -> list[str] | None:
+    """Copy the kept files to ``<stem>.<ext>``; return the written paths.
+
+    Each file is checked against the SHA-256 recorded when it was kept, from the very
+    bytes that are written out; ``None`` (nothing written) if one does not match, so
+    the caller draws the figure again. A symbolic link at ``<stem>.<ext>`` is replaced,
+    never written through (temporary file and rename, as the results cache does).
+    """
+    sums = _recorded_sums(cached)
+    if sums is None:
+        return None
+    blobs = [_verified_bytes(src, sums) for src in cached]
+    if any(b is None for b in blobs):
+        return None
     out = []
-    for src, ext in zip(cached, EXTENSIONS):
+    for data, ext in zip(blobs, EXTENSIONS):
         dst = f"{stem}.{ext}"
-        shutil.copyfile(src, dst)
+        atomic_write_bytes(dst, data)
         out.append(dst)
     return out
 

@@ -28,11 +28,23 @@ problem in ``W``.
 
 from __future__ import annotations
 
+__all__ = [
+    "RANK_TOL",
+    "ACTIVE_TOL",
+    "check_sets",
+    "GenSVMSolution",
+    "constraint_rows",
+    "gen_svm",
+    "w_gen_svm",
+    "feasible",
+    "sets_from_probs",
+]
+
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import svm
+from . import svm, validate
 from .tfsvm import w_keys
 
 RANK_TOL = 1e-10
@@ -55,10 +67,14 @@ def _real(x, name: str, ndim: int) -> np.ndarray:
 
 def check_sets(sets, n: int, T: int) -> list[tuple[int, ...]]:
     """Validate ``sets``: ``n`` non-empty sets of distinct token indices in ``[0, T)``, each leaving a token out."""
+    if isinstance(sets, (str, bytes)) or not hasattr(sets, "__iter__"):
+        raise ValueError(f"sets must be a list of iterables of token indices, one per input, got {sets!r:.60}")
     try:
-        sets = [tuple(sorted(int(t) for t in o)) for o in sets]
-    except (TypeError, ValueError):
+        raw = [list(o) for o in sets]
+    except TypeError:
         raise ValueError("sets must be a list of iterables of token indices, one per input") from None
+    # each entry a whole number (an integral float accepted; a fraction or a boolean is refused, not truncated)
+    sets = [tuple(sorted(validate.count(t, f"sets[{i}] entries") for t in o)) for i, o in enumerate(raw)]
     if len(sets) != n:
         raise ValueError(f"sets must hold one set per input (n = {n}), got {len(sets)}")
     for i, o in enumerate(sets):
@@ -161,7 +177,7 @@ def gen_svm(K, sets, tied: bool = True) -> GenSVMSolution:
         N = np.eye(m)
     if N.shape[1] == 0:
         raise svm.InfeasibleSVM("the ties leave only w = 0, which meets no margin constraint")
-    y = svm.min_norm_nnls(D @ N, np.ones(len(D)))  # raises InfeasibleSVM with a certificate
+    y = svm.min_norm_nnls(D @ N, np.ones(len(D)), data="K")  # raises InfeasibleSVM with a certificate
     x = N @ y
     if not np.any(x):
         raise svm.InfeasibleSVM("generalised SVM: the least-norm point is 0")
@@ -177,7 +193,23 @@ def gen_svm(K, sets, tied: bool = True) -> GenSVMSolution:
 def w_gen_svm(X, Z, sets, tied: bool = True) -> np.ndarray:
     """The generalised SVM in ``W``: ``(d, d)`` solution for tokens ``X (n, T, d)`` and queries ``Z (n, d)``."""
     X = _real(X, "X", 3)
-    return gen_svm(np.asarray(w_keys(X, Z)), sets, tied).x.reshape(X.shape[2], X.shape[2])
+    Z = _real(Z, "Z", 2)
+    d = X.shape[2]
+    sx, sz = float(np.abs(X).max(initial=0.0)), float(np.abs(Z).max(initial=0.0))
+    with np.errstate(divide="ignore"):
+        log_s = np.log(sx) + np.log(sz)
+    if svm.OUTER_LOG_RANGE[0] < log_s < svm.OUTER_LOG_RANGE[1] or sx == 0 or sz == 0:
+        return gen_svm(np.asarray(w_keys(X, Z)), sets, tied).x.reshape(d, d)
+    # the keys x z^T would underflow (or overflow) and read as zero rows (a false certificate):
+    # solve for unit-scaled factors (the problem is homogeneous: W scales as 1 / (sx sz))
+    x = gen_svm(np.asarray(w_keys(X / sx, Z / sz)), sets, tied).x
+    log_norm = np.log(np.abs(x).max()) - log_s
+    if not svm.SCALE_RANGE[0] < log_norm < svm.SCALE_RANGE[1]:
+        raise ValueError(
+            f"X and Z: the solution would have entries of about 1e{log_norm / np.log(10):.0f}, outside the "
+            "range float64 holds with full precision; rescale X and Z"
+        )
+    return (x / sx / sz).reshape(d, d)
 
 
 def feasible(K, sets, tied: bool = True) -> bool:
@@ -196,6 +228,7 @@ def sets_from_probs(probs, high: float = 1e-3, low: float = 1e-6) -> list[tuple[
     has not separated selected from non-selected tokens) and no set can be read off.
     """
     P = _real(probs, "probs", 2)
+    low, high = validate.positive(low, "low"), validate.positive(high, "high")
     if not 0 < low < high < 1:
         raise ValueError(f"need 0 < low < high < 1, got low={low}, high={high}")
     grey = (P > low) & (P < high)

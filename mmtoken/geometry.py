@@ -2,8 +2,21 @@
 
 from __future__ import annotations
 
+__all__ = [
+    "correlation",
+    "optimal_tokens",
+    "selection",
+    "margins",
+    "svm_neighbours",
+    "SelectionReport",
+    "classify",
+    "enumerate_selections",
+    "in_cone",
+    "optimal_sets",
+]
+
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -51,11 +64,23 @@ def _unit(a: np.ndarray) -> np.ndarray:
 
 
 def optimal_tokens(gamma) -> np.ndarray:
-    """``opt_i = argmax_t gamma_it``, ``(..., n)``."""
+    """``opt_i = argmax_t gamma_it``, ``(..., n)``: the first maximiser where scores tie
+    (the optimal tokens are then a set, :func:`optimal_sets`; :func:`classify` uses the set)."""
     gamma = _np(gamma, "gamma", min_ndim=1)
     if gamma.shape[-1] == 0:
         raise ValueError("gamma has no token (last axis of length 0)")
     return gamma.argmax(-1)
+
+
+def optimal_sets(gamma) -> np.ndarray:
+    """The maximisers of each input's scores, as a boolean mask ``(..., n, T)``: ``gamma_it == max_t gamma_it``.
+
+    Paper A's ``opt_i = argmax_t gamma_it`` is this set; it has one element unless scores tie.
+    """
+    gamma = _np(gamma, "gamma", min_ndim=1)
+    if gamma.shape[-1] == 0:
+        raise ValueError("gamma has no token (last axis of length 0)")
+    return gamma == gamma.max(-1, keepdims=True)
 
 
 def selection(K, p) -> np.ndarray:
@@ -97,27 +122,38 @@ class SelectionReport:
     neighbours: list
     locally_optimal: bool
     globally_optimal: bool
+    ties: list = field(default_factory=list)
+    """``(i, t)``: token ``t != alpha_i`` of input ``i`` scoring exactly as the selected one; with
+    such a tie at the top, several selections are globally optimal, and a tied SVM-neighbour
+    makes ``alpha`` not locally optimal (the paper's inequality is strict)."""
 
 
 def classify(K, gamma, alpha, tol: float = 1e-6) -> SelectionReport:
-    """Feasibility, SVM-neighbours and local optimality of ``alpha``.
+    """Feasibility, SVM-neighbours, local and global optimality of ``alpha``.
 
     ``alpha`` is locally optimal when ATT-SVM(alpha) is feasible and every
-    selected token scores strictly higher than each of its SVM-neighbours.
+    selected token scores strictly higher than each of its SVM-neighbours; it is
+    globally optimal when every selected token is *a* maximiser of its input's
+    scores (paper A's ``opt_i = argmax_t gamma_it``, a set when scores tie, see
+    :func:`optimal_sets`). Every verdict depends on the tokens, not on the order
+    they are listed in; ``ties`` lists the tokens scoring as the selected ones.
     """
     K, gamma = _keys(K), _np(gamma, "gamma", ndim=2)
     if gamma.shape != K.shape[:2]:
         raise ValueError(f"gamma must have shape (n, T) = {K.shape[:2]} like the keys, got {gamma.shape}")
     tol = validate.positive(tol, "tol")
     alpha = tuple(int(a) for a in validate.selection(alpha, K.shape[0], K.shape[1]))
-    glob = alpha == tuple(optimal_tokens(gamma).tolist())
+    rows = np.arange(len(alpha))
+    glob = bool(optimal_sets(gamma)[rows, list(alpha)].all())
+    sel = gamma[rows, list(alpha)]
+    ties = [(int(i), int(t)) for i, t in zip(*np.nonzero(gamma == sel[:, None])) if t != alpha[i]]
     try:
         sol: SVMSolution = att_svm(K, alpha)
     except InfeasibleSVM:  # certified infeasible; a SolverFailed propagates (feasibility unknown)
-        return SelectionReport(alpha, False, None, [], False, glob)
+        return SelectionReport(alpha, False, None, [], False, glob, ties)
     nb = svm_neighbours(K, alpha, sol.x, tol)
     local = all(gamma[i, alpha[i]] > gamma[i, t] for i, t in nb)
-    return SelectionReport(alpha, True, sol.x, nb, local, glob)
+    return SelectionReport(alpha, True, sol.x, nb, local, glob, ties)
 
 
 def enumerate_selections(K, gamma, tol: float = 1e-6) -> list[SelectionReport]:

@@ -19,6 +19,18 @@ formed from the *small* probabilities themselves:
 
 from __future__ import annotations
 
+__all__ = [
+    "Saturation",
+    "saturation",
+    "StableGrad",
+    "grad_p",
+    "loss_value",
+    "loss_parts",
+    "autograd_grad",
+    "unit_and_log_norm",
+    "safe_norm",
+]
+
 import math
 from dataclasses import dataclass
 
@@ -122,6 +134,48 @@ class StableGrad:
         return self.direction * self.log_norm.exp().unsqueeze(-1)
 
 
+SAFE_RANGE = 2.0**-500, 2.0**500
+"""Largest entries whose squares are formed as they are; beyond, a vector is divided by its
+largest entry first (``||x||^2`` overflows from about ``1e154`` and underflows below ``1e-154``)."""
+
+
+def unit_and_log_norm(G: torch.Tensor, dims: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """``G / ||G||`` and ``log ||G||`` over the last ``dims`` dims, without overflow or underflow.
+
+    Where the largest entry lies outside :data:`SAFE_RANGE` the vector is divided
+    by it before the squares are summed, so a gradient of size ``1e200`` (or
+    ``1e-200``) keeps its direction; inside the range nothing is rescaled, so
+    ordinary inputs give the very same bits as a plain norm. Zero (or
+    non-finite) vectors give a zero direction and ``log_norm = -inf``.
+    """
+    flat = G.flatten(-dims) if dims > 1 else G
+    a = flat.abs().amax(-1) if flat.shape[-1] else torch.zeros(flat.shape[:-1], dtype=G.dtype, device=G.device)
+    plain = ((a >= SAFE_RANGE[0]) & (a <= SAFE_RANGE[1])) | ~torch.isfinite(a) | (a == 0)
+    scale = torch.where(plain, torch.ones_like(a), a)
+    Gs = flat / scale[..., None]
+    norm = Gs.norm(dim=-1)
+    ok = (norm > 0) & torch.isfinite(norm)
+    unit = torch.where(ok[..., None], Gs / norm.clamp_min(torch.finfo(G.dtype).tiny)[..., None], torch.zeros_like(Gs))
+    log_norm = torch.where(
+        ok,
+        torch.log(norm.clamp_min(torch.finfo(G.dtype).tiny)) + torch.log(scale),
+        torch.full_like(norm, float("-inf")),
+    )
+    return unit.reshape(G.shape), log_norm
+
+
+def safe_norm(G: torch.Tensor) -> torch.Tensor:
+    """``||G||`` over the last dim: the plain norm where it is representable and exact (the same
+    bits), the scaled one (:func:`unit_and_log_norm`) where the squares overflow or underflow."""
+    norm = G.norm(dim=-1)
+    a = G.abs().amax(-1) if G.shape[-1] else norm
+    bad = (a < SAFE_RANGE[0]) | (a > SAFE_RANGE[1])
+    if bool(bad.any()):
+        _, log_norm = unit_and_log_norm(G)
+        norm = torch.where(bad & torch.isfinite(a), log_norm.exp(), norm)
+    return norm
+
+
 def _combine(
     log_w: torch.Tensor, sign: torch.Tensor, vectors: torch.Tensor, log_scale: float, reduce_dims: int
 ) -> StableGrad:
@@ -132,16 +186,10 @@ def _combine(
     shape = M_safe.shape + (1,) * reduce_dims
     w = sign * torch.exp(log_w - M_safe.reshape(shape))
     G = (w.unsqueeze(-1) * vectors).flatten(-reduce_dims - 1, -2).sum(-2)
-    norm = G.norm(dim=-1)
-    ok = (norm > 0) & torch.isfinite(M)
-    direction = torch.where(
-        ok[..., None], G / norm.clamp_min(torch.finfo(G.dtype).tiny)[..., None], torch.zeros_like(G)
-    )
-    log_norm = torch.where(
-        ok,
-        M_safe + torch.log(norm.clamp_min(torch.finfo(G.dtype).tiny)) + log_scale,
-        torch.full_like(M_safe, float("-inf")),
-    )
+    direction, log_norm_G = unit_and_log_norm(G)
+    ok = torch.isfinite(log_norm_G) & torch.isfinite(M)
+    direction = torch.where(ok[..., None], direction, torch.zeros_like(G))
+    log_norm = torch.where(ok, M_safe + log_norm_G + log_scale, torch.full_like(M_safe, float("-inf")))
     return StableGrad(direction, log_norm)
 
 

@@ -9,11 +9,14 @@ plane.
 
 from __future__ import annotations
 
+__all__ = ["PLANE", "E3", "Instance", "FIG1_STARTS", "fig1", "FIG2_SHIFTS", "fig2", "fig3", "fig4", "random_instances"]
+
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from . import validate
 from .model import AttentionProblem
 
 PLANE = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
@@ -102,6 +105,7 @@ def fig2(seed: int = 0) -> Instance:
     are the first two coordinates of that draw. Starts ``p0 = (x, 0)`` for
     ``x in (1, 0.5, 0, -0.5, -1, -1.5)``.
     """
+    seed = validate.count(seed, "seed")
     g = torch.Generator().manual_seed(seed)
     X = 0.2 * torch.randn((3, 7, 3), generator=g)
     shift = torch.as_tensor(FIG2_SHIFTS, dtype=X.dtype)
@@ -138,6 +142,7 @@ def fig3(case: str = "tight") -> Instance:
 
 def fig4(C: float) -> Instance:
     """Fig. 4: n = 2, T = 2, d = 3: ``X_1 = [(0,0,0), (1,1,C)]``, ``X_2 = [(0,0,0), (1,-1,1)]``, ``Y = (1, 1)``, ``p0 = 0``."""
+    C = validate.real_number(C, "C")
     X = np.array([[[0.0, 0.0, 0.0], [1.0, 1.0, C]], [[0.0, 0.0, 0.0], [1.0, -1.0, 1.0]]])
     return Instance(X, np.ones(2), E3, PLANE, np.zeros((1, 2)), f"fig4-C{C:g}")
 
@@ -146,7 +151,7 @@ def random_instances(count: int, n: int, T: int, d: int, seed: int = 0) -> dict[
     """``count`` random instances, batched: keys ``K (count, n, T, d)`` i.i.d. ``N(0, I/d)`` and
     scores ``gamma (count, n, T)`` i.i.d. ``N(0, 1)``.
     """
-    if min(count, n, T, d) < 1 or T < 2:
-        raise ValueError("count, n, d must be >= 1 and T >= 2")
-    rng = np.random.default_rng(seed)
+    count, n, d = (validate.count(x, name, minimum=1) for x, name in ((count, "count"), (n, "n"), (d, "d")))
+    T = validate.count(T, "T", minimum=2)
+    rng = np.random.default_rng(validate.count(seed, "seed"))
     return {"K": rng.normal(size=(count, n, T, d)) / np.sqrt(d), "gamma": rng.normal(size=(count, n, T))}

@@ -5,8 +5,9 @@ claims with :func:`claim`; :func:`run_claims` runs them and times them.
 
 Every evaluation is **recorded** in the results cache
 (:mod:`mmtoken.resultcache`, ``data/results/claims/<scale>/<id>.npz``) under a
-fingerprint of the code the claim depends on (its module and the ``mmtoken``
-modules that imports, transitively) and of the scale. A chapter evaluates its
+fingerprint of the code the claim's computation depends on (the definitions
+its function references, transitively: :mod:`mmtoken.fingerprint`) and of the
+scale. A chapter evaluates its
 own claims (:func:`mmtoken.report.chapter_claims`); the claims appendix, the
 tests and ``python -m mmtoken claims`` then read them back with
 :func:`recorded`, which evaluates only what is missing or stale.
@@ -35,6 +36,33 @@ whether it meets the threshold that was written down before measuring.
 """
 
 from __future__ import annotations
+
+__all__ = [
+    "KINDS",
+    "Measured",
+    "Claim",
+    "Result",
+    "STATUSES",
+    "status",
+    "REGISTRY",
+    "claim",
+    "known_misses",
+    "evaluate",
+    "run_one",
+    "record_key",
+    "records_dir",
+    "record",
+    "read_record",
+    "recorded",
+    "select",
+    "run_claims",
+    "acceptable",
+    "format_table",
+    "data_missing",
+    "code_roots",
+    "compute_command",
+    "pending_result",
+]
 
 import time
 import traceback
@@ -89,23 +117,26 @@ class Result:
     known_miss: str | None = None
     error: str | None = None
     missing: str | None = None  # the input data are absent: neither passed nor failed
+    pending: str | None = None  # not yet computed (no valid record): the command that computes it
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @property
     def status(self) -> str:
-        """``pass``, ``known miss``, ``data missing`` or ``FAIL``."""
+        """``pass``, ``known miss``, ``data missing``, ``not yet computed`` or ``FAIL``."""
         return status(self.to_dict())
 
 
-STATUSES = ("pass", "known miss", "data missing", "FAIL")
+STATUSES = ("pass", "known miss", "data missing", "not yet computed", "FAIL")
 
 
 def status(row: dict) -> str:
     """The status of a result given as a dict (:meth:`Result.to_dict` or a recorded row)."""
     if row.get("missing"):
         return "data missing"
+    if row.get("pending"):
+        return "not yet computed"
     return "pass" if row["passed"] else ("known miss" if row.get("known_miss") else "FAIL")
 
 
@@ -178,8 +209,33 @@ def _missing_result(c: Claim, why: str) -> Result:
     return Result(c.id, c.statement, c.checks, c.kind, c.chapter, c.threshold, None, False, 0.0, "", None, None, why)
 
 
+def data_missing(exc: BaseException) -> str | None:
+    """The message of the :class:`~mmtoken.datasets.download.DatasetMissing` that ``exc`` is or was
+    raised from (its ``__cause__`` / ``__context__`` chain), else ``None``."""
+    from .datasets.download import DatasetMissing
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, DatasetMissing):
+            return str(exc) or type(exc).__name__
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _data_failure(r: Result) -> bool:
+    """A result recorded (by older code) for a claim whose data could not be had: never final."""
+    return not r.passed and "DatasetMissing" in (r.error or "")
+
+
 def evaluate(c: Claim) -> Result:
-    """Run claim ``c`` now (or report its data missing), without reading or writing the record."""
+    """Run claim ``c`` now, without reading or writing the record.
+
+    A claim whose data are absent (``requires=``), or whose function raises
+    :class:`~mmtoken.datasets.download.DatasetMissing` (directly or as the cause
+    of what it raises: a loader offline, a file not downloaded), is *data
+    missing*: not run or not judged, never a failure or a known miss.
+    """
     why = c.missing()
     if why:
         return _missing_result(c, why)
@@ -188,6 +244,9 @@ def evaluate(c: Claim) -> Result:
         m = c.func()
         measured, passed, details, error = _jsonable(m.value), bool(m.passed), m.details, None
     except Exception as exc:  # a crashing claim is a failing claim, with the reason
+        why = data_missing(exc)
+        if why:  # its data cannot be had here (offline, not downloaded): neither passed nor failed
+            return _missing_result(c, why)
         measured, passed, details = None, False, ""
         error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     seconds = time.perf_counter() - start
@@ -230,14 +289,22 @@ def _recordable(c: Claim) -> bool:
     return module_file(c.func.__module__) is not None
 
 
+def code_roots(c: Claim) -> list[tuple[str, str]]:
+    """Where the code of claim ``c``'s result starts (:mod:`mmtoken.fingerprint` follows the rest):
+    its function, and :func:`evaluate`, which turns what it returns into the recorded result."""
+    from .fingerprint import roots_of
+
+    return roots_of(c.func) + [(__name__, "evaluate")]
+
+
 def record_key(c: Claim, scale: str | None = None) -> tuple[str, str, str]:
     """(path, name, fingerprint) of the record of claim ``c`` at ``scale`` (default: the current one).
 
-    The fingerprint covers the claim's code (:func:`mmtoken.resultcache.source_fingerprint`
-    of its module: the experiment module and every ``mmtoken`` module it imports), its
-    registered text and threshold, and the scale.
+    The fingerprint covers the claim's computation (:func:`mmtoken.fingerprint.of` the claim
+    function: the definitions it references, transitively, not plotting, caching or download
+    code), :func:`evaluate`, its registered text and threshold, and the scale.
     """
-    from . import config, resultcache
+    from . import config, fingerprint, resultcache
 
     scale = scale or _scale()
     if scale not in config.SCALES:
@@ -246,7 +313,7 @@ def record_key(c: Claim, scale: str | None = None) -> tuple[str, str, str]:
         k: getattr(c, k)
         for k in ("id", "statement", "checks", "kind", "threshold", "chapter", "known_miss", "competitor")
     }
-    fp = resultcache.fingerprint(resultcache.source_fingerprint(c.func.__module__), {"claim": text, "scale": scale}, "")
+    fp = resultcache.fingerprint(fingerprint.index().digest(code_roots(c)), {"claim": text, "scale": scale}, "")
     return str(records_dir(scale) / f"{c.id}.npz"), f"claims/{scale}/{c.id}", fp
 
 
@@ -263,7 +330,7 @@ def record(c: Claim, r: Result) -> None:
     Results whose data are missing are not stored (they depend on the disk, not
     on the code), nor those of claims defined outside the package (tests).
     """
-    if r.missing or not _recordable(c):
+    if r.missing or r.pending or not _recordable(c):
         return
     from . import resultcache
     from .datasets.download import DataFolderError
@@ -280,7 +347,8 @@ def record(c: Claim, r: Result) -> None:
 def read_record(c: Claim, scale: str | None = None) -> Result | None:
     """The recorded result of claim ``c`` at ``scale``, or ``None`` if there is none valid for today's code.
 
-    A damaged record, or one of other code or another scale, counts as missing.
+    A damaged record, or one of other code or another scale, counts as missing; so does a
+    failure recorded for want of data (older code recorded those): the claim is evaluated again.
     """
     from . import resultcache
 
@@ -289,18 +357,33 @@ def read_record(c: Claim, scale: str | None = None) -> Result | None:
         return None
     try:
         _, meta = resultcache.load(path, name, fp)
-        return Result(**meta["result"])
+        r = Result(**meta["result"])
     except (resultcache.CacheError, KeyError, TypeError):
         return None
+    return None if _data_failure(r) or r.missing or r.pending else r
 
 
-def recorded(only: list[str] | None = None, compute_missing: bool = True) -> list[Result]:
+def compute_command(c: Claim) -> str:
+    """The command that evaluates and records claim ``c``."""
+    return f"python -m mmtoken claims --only {c.id}"
+
+
+def pending_result(c: Claim) -> Result:
+    """Claim ``c`` without a valid record, shown as *not yet computed* with :func:`compute_command`."""
+    r = _missing_result(c, None)
+    r.pending = f"not yet computed: `{compute_command(c)}`"
+    return r
+
+
+def recorded(only: list[str] | None = None, compute_missing: bool = True, pending: bool = False) -> list[Result]:
     """The selected claims' results, in id order, read from their records.
 
     A claim with no valid record (never evaluated at this scale, or evaluated
-    by other code) is evaluated now and recorded when ``compute_missing``,
-    else left out. A claim whose input data are absent is reported as
-    *data missing* (never read from a record).
+    by other code) is evaluated now and recorded when ``compute_missing``;
+    otherwise it is shown as *not yet computed* (:func:`pending_result`) when
+    ``pending``, else left out. A claim whose input data are absent is
+    reported as *data missing* (never read from a record). The claims appendix
+    reads with ``compute_missing=False, pending=True``: it never computes.
     """
     out = []
     for c in select(only):
@@ -317,6 +400,8 @@ def recorded(only: list[str] | None = None, compute_missing: bool = True) -> lis
                     r = read_record(c) or run_one(c)
             except OSError:  # no lock possible (read-only data folder): evaluate here
                 r = run_one(c)
+        if r is None and pending:
+            r = pending_result(c)
         if r is not None:
             out.append(r)
     return out
@@ -344,7 +429,7 @@ def format_table(results: list[Result]) -> str:
     """A plain-text table of results."""
     rows = [("id", "kind", "measured", "threshold", "status", "s")]
     for r in results:
-        measured = r.error or r.missing or _short(r.measured)
+        measured = r.error or r.missing or r.pending or _short(r.measured)
         rows.append((r.id, r.kind, measured, r.threshold, r.status, f"{r.seconds:.1f}"))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]

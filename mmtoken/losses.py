@@ -7,6 +7,8 @@ stays finite where ``l'(u)`` itself underflows (large margins ``u``).
 
 from __future__ import annotations
 
+__all__ = ["Loss", "LOSSES", "get_loss"]
+
 from collections.abc import Callable
 from dataclasses import dataclass
 

@@ -12,6 +12,8 @@ broadcast against each other.
 
 from __future__ import annotations
 
+__all__ = ["as_tensor", "keys", "scores", "logits", "softmax_probs", "output", "AttentionProblem"]
+
 from dataclasses import dataclass
 
 import torch
@@ -30,22 +32,39 @@ def as_tensor(x, name: str, dtype: torch.dtype = DTYPE, device=None) -> torch.Te
     if isinstance(x, torch.Tensor):
         if x.is_complex():
             raise ValueError(f"{name} must be real, got a complex tensor")
+        if x.device.type == "meta":
+            raise ValueError(f"{name} is a meta-device tensor: it has a shape but no values")
         t = x.to(dtype=dtype, device=device)
     else:
-        t = torch.as_tensor(validate.numeric(x, name), dtype=dtype, device=device)
+        a = validate.numeric(x, name)
+        if any(st < 0 for st in a.strides):  # torch refuses NumPy views with negative strides (a[::-1])
+            a = a.copy()
+        t = torch.as_tensor(a, dtype=dtype, device=device)
     if not torch.isfinite(t).all():
         raise ValueError(f"{name} contains NaN or infinite values")
     return t
 
 
 def _tensor(x, name: str) -> torch.Tensor:
-    """Tensors pass as they are (the building blocks below run inside loops); anything else is converted."""
-    return x if isinstance(x, torch.Tensor) else as_tensor(x, name)
+    """Floating tensors pass as they are (the building blocks below run inside loops, in the
+    dtype given); anything else (NumPy arrays, lists, integer, boolean or meta tensors) is converted
+    or refused naming ``name``."""
+    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.device.type != "meta":
+        return x
+    return as_tensor(x, name)
+
+
+def _common(*ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The tensors in one dtype (the widest; float32 with float64 gives float64) and on the first one's device."""
+    dtype = ts[0].dtype
+    for t in ts[1:]:
+        dtype = torch.promote_types(dtype, t.dtype)
+    return tuple(t.to(dtype=dtype, device=ts[0].device) for t in ts)
 
 
 def keys(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     """Keys ``K = X W``: ``X (..., n, T, d)``, ``W (..., d, m)`` -> ``(..., n, T, m)``."""
-    X, W = _tensor(X, "X"), _tensor(W, "W")
+    X, W = _common(_tensor(X, "X"), _tensor(W, "W"))
     if W.ndim < 2:
         raise ValueError(f"W must have shape (d, m), got {tuple(W.shape)}")
     if X.shape[-1] != W.shape[-2]:
@@ -55,7 +74,7 @@ def keys(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
 
 def scores(X: torch.Tensor, Y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Token scores ``gamma_it = Y_i x_it^T v``: ``X (..., n, T, d)``, ``Y (..., n)``, ``v (..., d)`` -> ``(..., n, T)``."""
-    X, Y, v = _tensor(X, "X"), _tensor(Y, "Y"), _tensor(v, "v")
+    X, Y, v = _common(_tensor(X, "X"), _tensor(Y, "Y"), _tensor(v, "v"))
     if X.ndim < 3 or Y.ndim < 1 or v.ndim < 1:
         raise ValueError(
             f"X must be (..., n, T, d), Y (..., n) and v (..., d); got {tuple(X.shape)}, "
@@ -70,7 +89,7 @@ def scores(X: torch.Tensor, Y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 def logits(K: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """Attention logits ``z_it = <k_it, p>``: ``K (..., n, T, m)``, ``p (..., m)`` -> ``(..., n, T)``."""
-    K, p = _tensor(K, "K"), _tensor(p, "p")
+    K, p = _common(_tensor(K, "K"), _tensor(p, "p"))
     if K.ndim < 3 or p.ndim < 1:
         raise ValueError(f"K must be (..., n, T, m) and p (..., m); got {tuple(K.shape)}, {tuple(p.shape)}")
     if K.shape[-1] != p.shape[-1]:
@@ -85,14 +104,25 @@ def softmax_probs(K: torch.Tensor, p: torch.Tensor, mask: torch.Tensor | None = 
         if not isinstance(mask, torch.Tensor):
             m = validate.numeric(mask, "mask")
             mask = torch.as_tensor(validate.mask(m, m.shape, "mask"), device=z.device)
+        if mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
+            raise ValueError("mask must be boolean (True at real tokens)")
         mask = mask.to(dtype=torch.bool, device=z.device)
+        try:
+            torch.broadcast_shapes(mask.shape, z.shape)
+        except RuntimeError:
+            raise ValueError(f"mask shape {tuple(mask.shape)} does not match the logits {tuple(z.shape)}") from None
+        empty = ~mask.expand(torch.broadcast_shapes(mask.shape, z.shape)).any(-1)
+        if bool(empty.any()):  # softmax over no token: NaN, not an attention
+            raise ValueError(f"mask leaves {int(empty.sum())} input(s) with no real token (all padding)")
         z = z.masked_fill(~mask, float("-inf"))
     return torch.softmax(z, dim=-1)
 
 
 def output(X: torch.Tensor, v: torch.Tensor, K: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """Model output ``f(X_i) = sum_t s_it x_it^T v``, ``(..., n)``."""
-    X, v = _tensor(X, "X"), _tensor(v, "v")
+    X, v = _common(_tensor(X, "X"), _tensor(v, "v"))
+    if v.ndim < 1:
+        raise ValueError("v must have shape (..., d), got a scalar")
     if X.ndim < 3 or X.shape[-1] != v.shape[-1]:
         raise ValueError(f"X must be (..., n, T, d) with d = {v.shape[-1]} like v, got {tuple(X.shape)}")
     s = softmax_probs(K, p)
@@ -153,8 +183,8 @@ class AttentionProblem:
         X = as_tensor(X, "X")
         Y = as_tensor(Y, "Y", device=X.device)
         v = as_tensor(v, "v", device=X.device)
-        if X.ndim < 3:
-            raise ValueError(f"X must have shape (..., n, T, d), got {tuple(X.shape)}")
+        if X.ndim < 3 or 0 in X.shape[-3:]:
+            raise ValueError(f"X must have shape (..., n, T, d) with n, T, d >= 1, got {tuple(X.shape)}")
         if Y.ndim < 1 or v.ndim < 1:
             raise ValueError(f"Y must have shape (..., n) and v (..., d), got {tuple(Y.shape)} and {tuple(v.shape)}")
         if Y.shape[-1] != X.shape[-3]:
@@ -162,7 +192,12 @@ class AttentionProblem:
         if not bool(((Y == 1) | (Y == -1)).all()):
             raise ValueError("labels Y must be +1 or -1")
         K = X if W is None else keys(X, as_tensor(W, "W", device=X.device))
-        return cls(K, scores(X, Y, v), mask)
+        if not bool(torch.isfinite(K).all()):
+            raise ValueError("X and W: the keys X W overflow float64; rescale X or W")
+        gamma = scores(X, Y, v)
+        if not bool(torch.isfinite(gamma).all()):
+            raise ValueError("X and v: the scores Y x^T v overflow float64; rescale X or v")
+        return cls(K, gamma, mask)
 
     @property
     def n(self) -> int:

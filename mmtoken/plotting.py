@@ -17,6 +17,35 @@ high-density screens.
 
 from __future__ import annotations
 
+__all__ = [
+    "OKABE_ITO",
+    "PALETTE",
+    "LINESTYLES",
+    "MARKERS",
+    "DIRECTION_STYLES",
+    "COLUMN_WIDTH",
+    "FONT_SIZES",
+    "SEABORN_WHITEGRID",
+    "SEABORN_NOTEBOOK",
+    "theme_rc",
+    "set_theme",
+    "colors",
+    "style",
+    "figsize",
+    "subplots",
+    "one_panel",
+    "two_panels",
+    "three_panels",
+    "panel_titles",
+    "plot_paths",
+    "start_label",
+    "plot_curves",
+    "attention_heatmap",
+    "token_scatter",
+    "save",
+    "use_headless",
+]
+
 from collections.abc import Sequence
 
 import matplotlib
@@ -364,10 +393,22 @@ def token_scatter(x, y, *, xlabel: str, ylabel: str, hue=None, size=None, ax=Non
 
 
 def save(fig, path_stem: str) -> list[str]:
-    """Write ``fig`` as ``<path_stem>.png`` and ``.pdf``; return the paths."""
+    """Write ``fig`` as ``<path_stem>.png`` and ``.pdf``; return the paths.
+
+    Each file is rendered in memory and written through a temporary file and a
+    rename: a symbolic link at the path is replaced, never written through, and an
+    interrupted write leaves the old file. Raises
+    :class:`mmtoken.datasets.download.DataFolderError` when the folder cannot be written.
+    """
+    import io
+
+    from .datasets.download import atomic_write_bytes
+
     out = []
     for ext in ("png", "pdf"):
-        fig.savefig(f"{path_stem}.{ext}", bbox_inches="tight")
+        buf = io.BytesIO()
+        fig.savefig(buf, format=ext, bbox_inches="tight")
+        atomic_write_bytes(f"{path_stem}.{ext}", buf.getvalue())
         out.append(f"{path_stem}.{ext}")
     return out
 

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import config
 from .instances import Instance
 from .train import History
 
@@ -148,7 +149,9 @@ def _loop(X, Y, v, starts, weight, dtype, steps, lr, eps, record_every) -> Histo
     optimizer = torch.optim.SGD([model.prompt], lr=lr)
     record = set(range(0, steps + 1, record_every)) | {steps}
     rows: dict[str, list] = {"step": [], "p": [], "loss": [], "probs": [], "gnorm": []}
-    for it in range(steps + 1):
+    # one autograd step per iteration (~1 ms): a reader in Jupyter sees a bar on long runs
+    bar = config.progress_enabled(steps, threshold=5_000)
+    for it in config.progress_bar(range(steps + 1), desc="public code", enabled=bar):
         optimizer.zero_grad()
         loss = torch.log(1 + torch.exp(-Y * model(X))).mean(-1)  # (S,): each start's mean loss
         if it in record:

@@ -14,8 +14,51 @@ to the place its chapter states the claim, which a chapter marks with the role
 
 from __future__ import annotations
 
+__all__ = [
+    "BOOK_DATA",
+    "book_index",
+    "benchmark_results",
+    "ROOT",
+    "BOOK",
+    "LEDGER_DOC",
+    "CLAIM_ANCHOR",
+    "STATEMENT_ANCHOR",
+    "CLAIM_ROLE",
+    "KIND_LABELS",
+    "Page",
+    "page_title",
+    "alpha_label",
+    "book_order",
+    "statement_places",
+    "relative_url",
+    "status",
+    "plural",
+    "summary_line",
+    "bound",
+    "on_grid",
+    "measured_items",
+    "ledger_payload",
+    "rows_from_payload",
+    "Group",
+    "ledger_groups",
+    "row_html",
+    "TABLE_HEAD",
+    "group_html",
+    "claims_html",
+    "claims_text",
+    "OUTPUT_WIDTH",
+    "claims_block",
+    "chapter_claims",
+    "benchmark_tables",
+    "table_html",
+    "above",
+    "portable",
+]
+
+import dataclasses
 import html
 import json
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -82,13 +125,42 @@ def alpha_label(n: int) -> str:
     return out
 
 
+BOOK_DATA = Path(__file__).resolve().parent / "book_data"
+"""What reader notebooks need from the repository, shipped with the package (a wheel has no
+``_toc.yml``, chapters or ``benchmarks/``): ``book_index.json`` (:func:`book_index`) and
+``benchmarks/*.json``. Written by ``python scripts/project_meta.py apply``, checked by its ``check``."""
+
+
+def book_index(root: Path = ROOT) -> dict:
+    """The book's pages in order and the claims' places: ``{"pages": [...], "places": {...}}``.
+
+    Read from the checkout's ``_toc.yml`` and chapters when ``root`` is one, else from the copy
+    shipped with the package (``BOOK_DATA / "book_index.json"``).
+    """
+    if (root / "_toc.yml").is_file():
+        return {"pages": [dataclasses.asdict(p) for p in book_order(root)], "places": statement_places(root)}
+    shipped = BOOK_DATA / "book_index.json"
+    if not shipped.is_file():
+        raise FileNotFoundError(f"no _toc.yml in {root} and no {shipped}: this mmtoken install is incomplete")
+    return json.loads(shipped.read_text(encoding="utf-8"))
+
+
+def benchmark_results(root: Path = ROOT) -> Path:
+    """The folder of benchmark results: the checkout's ``benchmarks/results``, else the package's copy."""
+    here = root / "benchmarks" / "results"
+    return here if here.is_dir() else BOOK_DATA / "benchmarks"
+
+
 def book_order(root: Path = ROOT) -> list[Page]:
     """Every page of ``_toc.yml`` in reading order, with its number or letter.
 
     As Jupyter Book numbers them: chapters of ``numbered`` parts are numbered on
     from one part to the next; a numbered part with ``style: alphaupper`` (the
     appendix) is lettered A, B, ... on its own count; other pages get no label.
+    Outside a checkout (an installed wheel), the order shipped with the package.
     """
+    if not (root / "_toc.yml").is_file():
+        return [Page(**p) for p in book_index(root)["pages"]]
     import yaml
 
     toc = yaml.safe_load((root / "_toc.yml").read_text())
@@ -119,7 +191,10 @@ def book_order(root: Path = ROOT) -> list[Page]:
 
 
 def statement_places(root: Path = ROOT) -> dict[str, list[str]]:
-    """``claim id -> [document, ...]`` of the pages that mark it with ``{claim}`id```, in book order."""
+    """``claim id -> [document, ...]`` of the pages that mark it with ``{claim}`id```, in book order
+    (outside a checkout, the places shipped with the package)."""
+    if not (root / "_toc.yml").is_file():
+        return book_index(root)["places"]
     places: dict[str, list[str]] = {}
     for page in book_order(root):
         src = root / f"{page.doc}.md"
@@ -166,6 +241,8 @@ def summary_line(results: Iterable[Result | dict], scale: str | None = None) -> 
     kinds = [r["kind"] for r in rows]
     where = f" at {scale} scale" if scale else ""
     absent = f"\n{st.count('data missing')} not run: their data are missing." if "data missing" in st else ""
+    if "not yet computed" in st:
+        absent += f"\n{st.count('not yet computed')} not yet computed: `python -m mmtoken claims` computes them."
     return (
         f"{plural(len(rows), 'claim')}{where}: {st.count('pass')} passed, "
         f"{plural(st.count('known miss'), 'known miss', 'known misses')}, {st.count('FAIL')} failed.{absent}\n"
@@ -181,7 +258,19 @@ def bound(label: str, value: float, below: float) -> str:
     a stored output never prints the raw residual (its digits move with the BLAS
     and the CPU). A NaN residual prints ``False``.
     """
-    return f"{label} < {below:.0e}: {bool(float(value) < below)}"
+    return f"{label} < {below:g}: {bool(float(value) < below)}"  # 1e-12, 0.9
+
+
+def above(x: float, floor: float, spec: str = ".1e") -> str:
+    """``x`` formatted with ``spec``, or ``"< floor"`` when its magnitude is below ``floor``: a table cell.
+
+    For a column whose last rows reach machine precision (a loss excess that is
+    ``2.9e-14`` here and ``0.0`` on another machine): ``above(2.9e-14, 1e-12)`` gives
+    ``"< 1e-12"``, ``above(2.1e-05, 1e-12)`` gives ``"2.1e-05"``.
+    """
+    if not floor > 0:
+        raise ValueError(f"floor must be positive, got {floor!r}")
+    return f"< {floor:.0e}" if abs(float(x)) < floor else format(float(x), spec)
 
 
 def on_grid(x: float, step: float) -> str:
@@ -198,11 +287,47 @@ def on_grid(x: float, step: float) -> str:
     return f"{round(float(x) / step) * step:.{decimals}f}"
 
 
+# How the ledger prints a measured float, so that the text holds on any machine (CONTRIBUTING,
+# "Stored outputs that hold on any machine"): a magnitude below MACHINE_PRECISION is rounding error of
+# float64 sums (an identity's residual; 0.0 here is 3e-16 elsewhere) and prints as that bound; a small
+# value above it (a solver's tolerance, a first-order remainder) keeps SMALL_DIGITS significant digits,
+# the ones a change of BLAS or CPU kernel leaves; anything larger keeps DIGITS (ledger._jsonable's 6).
+MACHINE_PRECISION = 1e-10
+SMALL = 1e-3
+SMALL_DIGITS = 2
+DIGITS = 6
+
+
+def portable(v: Any) -> Any:
+    """A measured value as the ledger shows it: floats rounded to the digits that hold on any machine.
+
+    Floats of magnitude below ``MACHINE_PRECISION`` (zero included) become the string
+    ``"< 1e-10"`` (a bound on the magnitude); those below ``SMALL`` keep ``SMALL_DIGITS``
+    significant digits, the rest ``DIGITS``. Dicts and lists are converted element by
+    element; other values are returned unchanged. :func:`ledger_payload` stores this form,
+    so the page and the notebook print the same text.
+    """
+    if isinstance(v, bool) or v is None:
+        return v
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return v
+        if abs(v) < MACHINE_PRECISION:
+            return f"< {MACHINE_PRECISION:.0e}"
+        return float(f"{v:.{SMALL_DIGITS if abs(v) < SMALL else DIGITS}g}")
+    if isinstance(v, dict):
+        return {k: portable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [portable(x) for x in v]
+    return v
+
+
 def _number(v: Any) -> str:
+    v = portable(v)
     if isinstance(v, bool) or v is None:
         return str(v)
     if isinstance(v, float):
-        text = f"{v:.6g}"
+        text = f"{v:.{DIGITS}g}"
         return text + ".0" if text.lstrip("-").isdigit() else text  # 1.0, not 1: a float
     if isinstance(v, dict):
         return "{" + ", ".join(f"{k}: {_number(x)}" for k, x in v.items()) + "}"
@@ -218,6 +343,8 @@ def measured_items(r: Result | dict) -> list[str]:
         return [f"error: {d['error']}"]
     if d.get("missing"):
         return [f"not run: {d['missing']}"]
+    if d.get("pending"):
+        return [d["pending"]]
     m = d.get("measured")
     if isinstance(m, dict):
         return [f"{k} = {_number(v)}" for k, v in m.items()]
@@ -244,7 +371,13 @@ def ledger_payload(results: Iterable[Result]) -> str:
         "error",
         "missing",
     )
-    return json.dumps({"rows": [{k: _row(r).get(k) for k in keep} for r in results]})  # keys in their order
+    rows = []
+    for r in results:
+        d = _row(r)
+        row = {k: d.get(k) for k in keep} | ({"pending": d["pending"]} if d.get("pending") else {})
+        row["measured"] = portable(row["measured"])  # the digits that hold on any machine
+        rows.append(row)
+    return json.dumps({"rows": rows})  # keys in their order
 
 
 def rows_from_payload(text: str) -> list[dict]:
@@ -296,7 +429,7 @@ def _code(text: str) -> str:
 def row_html(d: dict, back: str | None, chapter_url: str | None) -> str:
     """One ledger row: status | claim, kind and link back | what it checks | measured vs threshold."""
     st = status(d)
-    cls = {"pass": "pass", "known miss": "miss", "data missing": "miss", "FAIL": "fail"}[st]
+    cls = {"pass": "pass", "known miss": "miss", "data missing": "miss", "not yet computed": "miss", "FAIL": "fail"}[st]
     if back:
         where = f'<a class="claim-back" href="{html.escape(back)}" title="where the chapter states it">stated here</a>'
     elif chapter_url:

@@ -30,13 +30,42 @@ a notebook kernel and a test) do not both compute it: :func:`load_or_compute`
 holds a file lock per result (:func:`locked`) while it computes, and the
 second process reads what the first wrote.
 
-:func:`source_fingerprint` is the code fingerprint of a module: its source and
-that of every ``mmtoken`` module it imports, transitively, found statically
-(from the import statements, lazy imports inside functions included), so a
-change in an unrelated chapter leaves a result valid.
+:func:`experiment_result` and the ledger key a result by the code its computation
+calls (:mod:`mmtoken.fingerprint`: definitions, not modules; never plotting,
+caching or download code), so a change in an unrelated chapter or in a figure
+leaves a result valid. :func:`source_fingerprint` (a module and every
+``mmtoken`` module it imports) remains for the figure cache.
 """
 
 from __future__ import annotations
+
+__all__ = [
+    "FORMAT",
+    "HEADER",
+    "STALE_SECONDS",
+    "CacheError",
+    "StaleResult",
+    "code_fingerprint",
+    "PACKAGE",
+    "PACKAGE_DIR",
+    "module_file",
+    "module_closure",
+    "source_fingerprint",
+    "fingerprint",
+    "save",
+    "load",
+    "MANIFEST",
+    "folder_key",
+    "write_manifest",
+    "read_json",
+    "check_folder",
+    "check_file",
+    "commit_folder",
+    "sweep",
+    "locked",
+    "load_or_compute",
+    "experiment_result",
+]
 
 import ast
 import functools
@@ -411,18 +440,36 @@ def experiment_result(
     """Result ``name`` of the experiment module ``module`` (``"mmtoken.experiments.x"``), from the
     results cache or computed now (:func:`load_or_compute`).
 
-    Stored as ``data/results/<x>/<name>.npz`` under a fingerprint of the module's code and its
-    ``mmtoken`` imports (:func:`source_fingerprint`) and ``config`` (put the scale and every
+    Stored as ``data/results/<x>/<name>.npz`` under a fingerprint of the code ``compute``
+    calls (:func:`mmtoken.fingerprint.of`: the definitions it references, transitively) and ``config`` (put the scale and every
     input there; a result whose inputs differ by scale should carry the scale in ``name`` too,
     so that both scales keep their file).
     """
     from .config import data_dir
 
     short = module.rpartition(".")[2]
-    fp = fingerprint(source_fingerprint(module), config, "")
+    from .fingerprint import of as code_of
+
+    fp = fingerprint(code_of(compute), config, "")  # the computation's code only (not plotting, caching)
     path = data_dir() / "results" / short / f"{name}.npz"
+    # Only the cache's own reads and writes are guarded: an error raised inside ``compute``
+    # (a DatasetMissing is a FileNotFoundError) propagates unchanged, and a result that was
+    # computed is handed out even when it cannot be stored (full disk, file-size limit).
+    state: dict = {}
+
+    def tracked():
+        state["started"] = True
+        state["result"] = compute()
+        return state["result"]
+
     try:
-        return load_or_compute(path, f"{short}/{name}", fp, compute, expect)
-    except (OSError, DataFolderError) as exc:  # a data folder that cannot be written: compute, keep nothing
+        return load_or_compute(path, f"{short}/{name}", fp, tracked, expect)
+    except (OSError, DataFolderError) as exc:
+        if "result" in state:  # computed; storing it (or reading it back) failed: keep it in memory
+            warnings.warn(f"results cache not used for {short}/{name} ({exc})", RuntimeWarning, stacklevel=2)
+            arrays, meta = state["result"]
+            return {k: np.asarray(v) for k, v in arrays.items()}, meta
+        if state.get("started"):  # raised by compute itself: not the cache's business
+            raise
         warnings.warn(f"results cache not used for {short}/{name} ({exc})", RuntimeWarning, stacklevel=2)
-        return compute()
+    return compute()  # the cache could not be read or locked: compute, keep nothing

@@ -16,6 +16,23 @@ skips it, and every accuracy here counts it as an error
 
 from __future__ import annotations
 
+__all__ = [
+    "outputs",
+    "collapse",
+    "length_batches",
+    "Chunks",
+    "Params",
+    "FitHistory",
+    "fit",
+    "one_step_E",
+    "one_step_closed_form",
+    "predict",
+    "evaluate",
+    "presence",
+    "bow_logistic",
+    "top_decile",
+]
+
 import math
 import warnings
 from dataclasses import dataclass, field

@@ -12,6 +12,8 @@ any ``p`` at all.
 
 from __future__ import annotations
 
+__all__ = ["LOGISTIC", "logit_gradient", "PhaseTwo", "phase_two", "top_tokens", "selection_conflicts"]
+
 import math
 from dataclasses import dataclass
 

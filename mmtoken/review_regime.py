@@ -17,6 +17,8 @@ dimension, is what the reviews lack.
 
 from __future__ import annotations
 
+__all__ = ["REGIME", "LONG", "CONTROL", "run", "control_data", "cached"]
+
 import dataclasses
 import math
 import sys

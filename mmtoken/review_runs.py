@@ -25,6 +25,40 @@ the code of this computation, the configuration and the data.
 
 from __future__ import annotations
 
+__all__ = [
+    "DATASETS",
+    "SEEDS",
+    "DEV_SEED",
+    "VALIDATION",
+    "U_COUNT",
+    "TOP_COUNT",
+    "Setup",
+    "RunFields",
+    "RUN_FIELDS",
+    "RUNS",
+    "RunSettings",
+    "run_settings",
+    "cache_fingerprint",
+    "validation_split",
+    "Data",
+    "prepare",
+    "Tensors",
+    "tensors",
+    "verbatim_overlap",
+    "init",
+    "train_model",
+    "describe",
+    "two_phase",
+    "examples",
+    "run_seed",
+    "run_bow",
+    "profile",
+    "result_path",
+    "cached_seed",
+    "cached_profile",
+    "seed_cached",
+]
+
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -366,7 +400,7 @@ def examples(data: Data, params: Params, seed: int, per_class: int = 2) -> tuple
 
 def run_seed(s: Setup, data: Data, seed: int) -> tuple[dict, dict]:
     """Every attention run of one seed: per-token arrays and metrics (see the module docstring)."""
-    with config.single_thread():
+    with config.deterministic():  # one thread, deterministic kernels
         return _run_seed(s, data, seed)
 
 
@@ -415,7 +449,7 @@ def profile(s: Setup, ds: text.TextDataset, data: Data) -> dict:
     the step ``E^1_s v = (eta/2) alpha_s`` up to terms of the size of ``E^0``),
     if the logits were free (:func:`mmtoken.review_phase_two.selection_conflicts`).
     """
-    with config.single_thread():
+    with config.deterministic():  # one thread, deterministic kernels
         return _profile(s, ds, data)
 
 

@@ -13,6 +13,8 @@ here looks at attention.
 
 from __future__ import annotations
 
+__all__ = ["START", "GRID", "MAX_EPOCHS", "search", "cached_search"]
+
 import dataclasses
 import sys
 from dataclasses import asdict

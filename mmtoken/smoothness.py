@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from . import validate
 from .grad import saturation
 from .losses import Loss, get_loss
 from .model import AttentionProblem, as_tensor
@@ -51,6 +52,7 @@ def derivative_bounds(loss: str | Loss, lo: float, hi: float) -> tuple[float, fl
     exact.
     """
     loss = get_loss(loss)
+    lo, hi = validate.real_number(lo, "lo"), validate.real_number(hi, "hi")
     if not lo <= hi:
         raise ValueError(f"need lo <= hi, got lo={lo}, hi={hi}")
     u = torch.tensor([lo, hi, min(max(0.0, lo), hi)], dtype=torch.float64)
@@ -71,9 +73,12 @@ def smoothness_bound(K, gamma, loss: str | Loss = "logistic") -> float:
     ``(1/n) sum_i dgamma_i D_i^2 / 4 * (max|l'| + max|l''| dgamma_i / 4)``; a step
     ``eta <= 1 / bound`` satisfies the step condition of Theorems 2-3.
     """
-    K, gamma = np.asarray(K, float), np.asarray(gamma, float)
-    if K.ndim != 3 or gamma.shape != K.shape[:2]:
-        raise ValueError(f"K must be (n, T, m) and gamma (n, T); got {K.shape} and {gamma.shape}")
+    K, gamma = validate.real_array(K, "K", ndim=3), validate.real_array(gamma, "gamma", ndim=2)
+    if gamma.shape != K.shape[:2]:
+        raise ValueError(f"gamma must have shape (n, T) = {K.shape[:2]} like K, got {gamma.shape}")
+    if 0 in K.shape:
+        raise ValueError(f"K must have shape (n, T, m) with no empty dimension, got {K.shape}")
+    get_loss(loss)
     total = 0.0
     for Ki, gi in zip(K, gamma):
         dg = float(gi.max() - gi.min())
@@ -91,6 +96,8 @@ def hessian(problem: AttentionProblem, p, loss: str | Loss = "logistic") -> torc
     under saturation, where it tends to zero.
     """
     loss = get_loss(loss)
+    if not isinstance(problem, AttentionProblem):
+        raise ValueError(f"problem must be an AttentionProblem, got {type(problem).__name__}")
     p = as_tensor(p, "p", device=problem.K.device)
     sat = saturation(problem, p)
     s = sat.probs  # (..., n, T)
@@ -112,8 +119,12 @@ def hessian_norm_max(
 
     Returns the maximum and the grid point where it is met.
     """
+    if not isinstance(problem, AttentionProblem):
+        raise ValueError(f"problem must be an AttentionProblem, got {type(problem).__name__}")
     if problem.m != 2:
         raise ValueError(f"hessian_norm_max scans a planar grid; the keys have m={problem.m}")
+    box = validate.positive(box, "box")
+    points = validate.count(points, "points", minimum=2)
     xs = np.linspace(-box, box, points)
     P = torch.as_tensor(np.stack(np.meshgrid(xs, xs, indexing="ij"), -1).reshape(-1, 2))
     nrm = torch.linalg.matrix_norm(hessian(problem, P, loss), ord=2)

@@ -46,6 +46,27 @@ Two errors, never confused:
 
 from __future__ import annotations
 
+__all__ = [
+    "SOLVER",
+    "KKT_TOL",
+    "ACCURACY",
+    "SCALE_RANGE",
+    "CERTIFICATE_TOL",
+    "KKT_MEASURES",
+    "InfeasibleSVM",
+    "SolverFailed",
+    "SVMSolution",
+    "least_distance",
+    "clarabel_qp",
+    "att_svm",
+    "relaxed_att_svm",
+    "head_svm",
+    "head_support",
+    "w_svm",
+    "min_norm_nnls",
+    "outer_svm",
+]
+
 import warnings
 from dataclasses import dataclass, field
 
@@ -471,6 +492,67 @@ def head_support(solution: SVMSolution, tol: float = 1e-6) -> list[int]:
     return [solution.rows[j][0] for j in np.flatnonzero(slack <= tol)]
 
 
+OUTER_LOG_RANGE = (np.log(1e-290), np.log(1e290))
+"""Natural-log range of a row's largest entry inside which products of factors are formed as they are."""
+
+
+def outer_svm(A, Q, rows: list, what: str, data: str) -> SVMSolution:
+    """``min ||x|| s.t. vec(a_j q_j^T)^T x >= 1`` for the rows ``a_j (N, d)``, ``q_j (N, m)``.
+
+    The constraint rows of the W-form problems are outer products of two factors;
+    formed naively they underflow (factors of size ``1e-200``) or overflow, and a zero
+    product row would be read as a certificate of infeasibility. Here a row is zero
+    only when a factor is exactly zero (the message says which), and where some row's
+    largest entry ``max|a_j| max|q_j|`` falls outside :data:`OUTER_LOG_RANGE` each row
+    is formed from its factors divided by their largest entries, its right-hand side
+    ``1 / (max|a_j| max|q_j|)`` kept in log space: the answer is then right, or refused
+    with the scale error of :func:`att_svm` when float64 cannot hold it. Inside the
+    range the rows are the plain products (the answers the book has always printed).
+
+    ``rows`` names each row (``(input, token)``); ``data`` the arguments, for the errors.
+    """
+    A = validate.real_array(A, "A", ndim=2)
+    Q = validate.real_array(Q, "Q", ndim=2)
+    if A.shape[0] != Q.shape[0] or A.shape[0] != len(rows):
+        raise ValueError(f"A {A.shape} and Q {Q.shape} must have one row per entry of rows ({len(rows)})")
+    aa, aq = np.abs(A).max(1), np.abs(Q).max(1)
+    za, zq = aa == 0, aq == 0
+    if za.any():
+        bad = sorted({rows[j] for j in np.flatnonzero(za)})
+        raise InfeasibleSVM(
+            f"{what}: no solution. Constraint rows {bad} (input, token) are zero: "
+            "the token equals the selected one, so no direction can separate them."
+        )
+    if zq.any():
+        bad = sorted({rows[j][0] for j in np.flatnonzero(zq)})
+        raise InfeasibleSVM(
+            f"{what}: no solution. The query (or fixed vector) of input(s) {bad} is zero: every "
+            "logit of such an input is 0, so none of its tokens can be separated."
+        )
+    with np.errstate(divide="ignore"):
+        log_max = np.log(aa) + np.log(aq)
+    if ((log_max > OUTER_LOG_RANGE[0]) & (log_max < OUTER_LOG_RANGE[1])).all():
+        D = np.einsum("jd,jm->jdm", A, Q).reshape(len(rows), -1)
+        return _solve_min_norm(D, np.ones(len(rows)), rows, what, data)
+    log_b = -log_max  # each row divided by max|a_j| max|q_j|: unit largest entry
+    if not (SCALE_RANGE[0] < log_b.max() < SCALE_RANGE[1]):
+        raise ValueError(
+            f"{what}: {data}: the solution would have norm about 1e{log_b.max() / np.log(10):.0f}, outside "
+            f"the range float64 holds with full precision; rescale {data}"
+        )
+    # rows whose right-hand side is below 1e-300 of the largest cannot bind before float64 runs out
+    b = np.exp(np.maximum(log_b - log_b.max(), np.log(1e-300)))
+    D = np.einsum("jd,jm->jdm", A / aa[:, None], Q / aq[:, None]).reshape(len(rows), -1)
+    sol = _solve_min_norm(D, b, rows, what, data)
+    scale = np.exp(log_b.max())
+    sol.x = sol.x * scale
+    sol.b = sol.b * scale  # the rows stay the normalised ones; the constraints D x >= b hold as stated
+    with np.errstate(over="ignore", under="ignore"):
+        sol.dual = sol.dual * scale  # x = scale y = D^T (scale mu)
+    sol.check = dict(sol.check, rows="normalised factors (products outside float64's range)")
+    return sol
+
+
 def w_svm(X, alpha, p) -> SVMSolution:
     """W-form SVM ``min ||W||_F s.t. (x_{i alpha_i} - x_it)^T W p >= 1``.
 
@@ -487,13 +569,14 @@ def w_svm(X, alpha, p) -> SVMSolution:
     if not np.any(p):
         raise ValueError("p must be a non-zero vector")
     Dx, rows = _difference_rows(X, alpha)
-    D = np.einsum("jd,m->jdm", Dx, p).reshape(len(rows), -1)
-    sol = _solve_min_norm(D, np.ones(len(rows)), rows, f"W-SVM for selection alpha={alpha.tolist()}", "X and p")
+    sol = outer_svm(
+        Dx, np.broadcast_to(p, (len(rows), p.shape[0])), rows, f"W-SVM for selection alpha={alpha.tolist()}", "X and p"
+    )
     sol.x = sol.x.reshape(X.shape[2], p.shape[0])
     return sol
 
 
-def min_norm_nnls(D, b) -> np.ndarray:
+def min_norm_nnls(D, b, data: str = "D and b") -> np.ndarray:
     """``min ||x|| s.t. D x >= b`` by Lawson and Hanson's least-distance programming via NNLS.
 
     An independent check on the cvxpy solutions (active-set, no interior point):
@@ -504,6 +587,7 @@ def min_norm_nnls(D, b) -> np.ndarray:
     Parameters
     ----------
     D : ``(N, k)`` rows, ``k >= 1``; b : ``(N,)``.
+    data : what the rows were built from, named in the errors (a caller's own argument).
 
     Returns
     -------
@@ -529,7 +613,7 @@ def min_norm_nnls(D, b) -> np.ndarray:
     keep = ~zero
     if not (b[keep] > 0).any():
         return np.zeros(D.shape[1])  # x = 0 meets every constraint (also when there is none)
-    c = _representable(D, b, r, keep, "D and b")
+    c = _representable(D, b, r, keep, data)
     G = D[keep] / r[keep, None]
     kind, y, bound = least_distance(G, _unit_rhs(b[keep], r[keep], c))
     if kind == "infeasible":

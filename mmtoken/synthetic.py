@@ -17,6 +17,8 @@ neutral tokens; ``V = 1 + n_pos + n_neg + n_neutral``.
 
 from __future__ import annotations
 
+__all__ = ["PAD_ID", "SyntheticData", "generate"]
+
 from dataclasses import dataclass
 
 import numpy as np

@@ -190,7 +190,7 @@ def train_w(problem: AttentionProblem, W0, *, steps: int, lr: float = 0.1, recor
         method="normalized",
         record_every=record_every,
         record_probs=True,
-        progress=False,
+        progress=None,  # a bar for long runs in Jupyter or a terminal (config.progress_enabled)
     )
     return Run(h.steps, h.p.unflatten(-1, (d, d)), h.probs)
 
@@ -226,6 +226,14 @@ def kq_grad(
     ``(dK, dQ, log_norm_G)``: unit (Frobenius) directions ``(..., d, m)`` (zero where the
     gradient vanishes) and ``log ||G||_F`` ``(...)``.
     """
+    penalty = validate.nonnegative(penalty, "penalty")
+    d = _dim(problem)
+    K, Q = as_tensor(K, "K", device=problem.K.device), as_tensor(Q, "Q", device=problem.K.device)
+    for name, A in (("K", K), ("Q", Q)):
+        if A.ndim < 2 or A.shape[-2] != d or A.shape[-1] == 0:
+            raise ValueError(f"{name} must have shape (..., {d}, m) with m >= 1, got {tuple(A.shape)}")
+    if K.shape[-1] != Q.shape[-1]:
+        raise ValueError(f"K and Q must share the inner dimension m, got {tuple(K.shape)} and {tuple(Q.shape)}")
     gK, gQ, log_norm = _kq_raw(problem, K, Q, penalty)
     return _unit(gK), _unit(gQ), log_norm
 
@@ -246,8 +254,7 @@ def _kq_raw(problem, K, Q, penalty):
 
 
 def _unit(A: torch.Tensor) -> torch.Tensor:
-    n = A.flatten(-2).norm(dim=-1)[..., None, None]
-    return torch.where(n > 0, A / n.clamp_min(torch.finfo(A.dtype).tiny), torch.zeros_like(A))
+    return grad.unit_and_log_norm(A, dims=2)[0]  # scaled before the norm (no overflow)
 
 
 def train_kq(
@@ -287,9 +294,8 @@ def train_kq(
     steps = validate.count(steps, "steps")
     lr = validate.positive(lr, "lr")
     record_every = validate.count(record_every, "record_every", minimum=1)
-    penalty = float(penalty)
-    if not (math.isfinite(penalty) and penalty >= 0):
-        raise ValueError(f"penalty must be a finite number >= 0, got {penalty!r}")
+    penalty = validate.nonnegative(penalty, "penalty")
+    separate = validate.flag(separate, "separate")
     K, Q = as_tensor(K0, "K0"), as_tensor(Q0, "Q0")
     for name, A in (("K0", K), ("Q0", Q)):
         if A.ndim < 2 or A.shape[-2] != d or A.shape[-1] == 0 or not bool(torch.isfinite(A).all()):
@@ -323,6 +329,12 @@ def train_kq(
                 dK, dQ, _ = kq_grad(problem, K, Q, penalty)
             else:
                 gK, gQ, _ = _kq_raw(problem, K, Q, penalty)
+                # the pair's unit step, both divided by their largest entry first where the
+                # squares would overflow or underflow (grad.SAFE_RANGE); unchanged otherwise
+                a = torch.maximum(gK.abs().amax((-2, -1)), gQ.abs().amax((-2, -1)))
+                plain = ((a >= grad.SAFE_RANGE[0]) & (a <= grad.SAFE_RANGE[1])) | (a == 0)
+                c = torch.where(plain, torch.ones_like(a), a)[..., None, None]
+                gK, gQ = gK / c, gQ / c
                 both = (gK.flatten(-2).norm(dim=-1) ** 2 + gQ.flatten(-2).norm(dim=-1) ** 2).sqrt()[..., None, None]
                 both = both.clamp_min(torch.finfo(gK.dtype).tiny)
                 dK, dQ = gK / both, gQ / both
@@ -477,8 +489,18 @@ def frobenius_svm(X, Z, alpha) -> svm.SVMSolution:
     ValueError naming the argument; :class:`mmtoken.svm.InfeasibleSVM` when no ``W`` separates.
     """
     K, alpha = _keys_selection(X, Z, alpha)
-    sol = svm.att_svm(K, alpha)
-    sol.x = sol.x.reshape(math.isqrt(K.shape[-1]), -1)
+    X, Z = validate.real_array(X, "X"), validate.real_array(Z, "Z")  # checked above
+    n, T, d = X.shape
+    rows = [(i, t) for i in range(n) for t in range(T) if t != alpha[i]]
+    A = np.stack([X[i, alpha[i]] - X[i, t] for i, t in rows])  # the row a_j z_i^T, by its factors
+    Q = np.stack([Z[i] for i, _ in rows])
+    with np.errstate(divide="ignore"):
+        log_max = np.log(np.abs(A).max(1)) + np.log(np.abs(Q).max(1))
+    if ((log_max > svm.OUTER_LOG_RANGE[0]) & (log_max < svm.OUTER_LOG_RANGE[1])).all():
+        sol = svm.att_svm(K, alpha)  # products representable: paper A's ATT-SVM on the keys, as always
+    else:  # a zero factor, or products that underflow / overflow: decided from the factors
+        sol = svm.outer_svm(A, Q, rows, f"ATT-SVM for selection alpha={alpha.tolist()}", "X and Z")
+    sol.x = sol.x.reshape(d, d)
     return sol
 
 
@@ -569,10 +591,12 @@ def nuclear_excess(X, Z, alpha, W, optimum: float) -> np.ndarray | float:
     """
     keys = w_keys(X, Z).numpy()  # (..., n, T, d*d)
     W = validate.real_array(W, "W", min_ndim=2)
-    alpha = np.asarray(alpha)
+    alpha = validate.numeric(alpha, "alpha")
     if alpha.shape != keys.shape[:-2] or alpha.dtype.kind not in "iu":
         raise ValueError(f"alpha must hold one integer token per input, shape {keys.shape[:-2]}, got {alpha.shape}")
-    if alpha.min() < 0 or alpha.max() >= keys.shape[-2]:
+    if W.shape[-2:] != (X_d := math.isqrt(keys.shape[-1]),) * 2:
+        raise ValueError(f"W must have shape (..., {X_d}, {X_d}), got {W.shape}")
+    if alpha.size and (alpha.min() < 0 or alpha.max() >= keys.shape[-2]):
         raise ValueError(f"alpha must hold tokens in 0..{keys.shape[-2] - 1}")
     z = np.einsum("...ntm,...m->...nt", keys, W.reshape(*W.shape[:-2], -1))
     top = np.take_along_axis(z, alpha[..., None], -1)
@@ -580,8 +604,15 @@ def nuclear_excess(X, Z, alpha, W, optimum: float) -> np.ndarray | float:
     np.put_along_axis(gaps, alpha[..., None], np.inf, -1)
     margin = gaps.reshape(*gaps.shape[:-2], -1).min(-1)
     nuc = np.linalg.svd(W, compute_uv=False).sum(-1)
+    optimum = validate.real_array(optimum, "optimum")
+    if not (optimum > 0).all():
+        raise ValueError(f"optimum must hold positive optimal values (||W_*^mm||_*), got {optimum.tolist()!r:.80}")
+    try:
+        np.broadcast_shapes(optimum.shape, margin.shape)
+    except ValueError:
+        raise ValueError(f"optimum {optimum.shape} does not broadcast against the batch {margin.shape}") from None
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(margin > 0, nuc / margin / np.asarray(optimum, float) - 1.0, np.inf)
+        out = np.where(margin > 0, nuc / margin / optimum - 1.0, np.inf)
     return float(out) if np.ndim(out) == 0 else out
 
 
@@ -629,7 +660,7 @@ def nuclear_svm(X, Z, alpha, solver: str = NUCLEAR_SOLVER, tol: float = NUCLEAR_
         raise svm.SolverFailed(f"{what}: solver {solver} failed ({exc})") from None
     if prob.status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE) or W.value is None:
         # the feasible set is the Frobenius problem's: let the certified ATT-SVM decide
-        svm.att_svm(K, alpha)  # raises InfeasibleSVM naming the inputs when infeasible
+        frobenius_svm(X, Z, alpha)  # raises InfeasibleSVM naming the inputs when infeasible
         raise svm.SolverFailed(
             f"{what}: solver {solver} reports {prob.status}, but the Frobenius "
             "Att-SVM of the same constraints is feasible"
@@ -666,9 +697,11 @@ def random_instances(count: int, n: int, T: int, d: int, seed: int = 0) -> dict[
     -------
     ``X (count, n, T, d)``, ``Z (count, n, d)``, ``v (count, d)``, ``Y (count, n)`` (float64).
     """
-    for name, val, lo in (("count", count, 1), ("n", n, 1), ("T", T, 2), ("d", d, 1)):
+    count, n, T, d = (
         validate.count(val, name, minimum=lo)
-    validate.count(seed, "seed")
+        for name, val, lo in (("count", count, 1), ("n", n, 1), ("T", T, 2), ("d", d, 1))
+    )
+    seed = validate.count(seed, "seed")
     rows = {"X": [], "Z": [], "v": [], "Y": []}
     for b in range(count):
         g = torch.Generator().manual_seed(seed + b)

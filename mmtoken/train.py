@@ -16,7 +16,7 @@ import torch
 
 from . import fastpath, validate
 from .config import progress_bar, progress_enabled
-from .grad import Saturation, grad_p, loss_parts, loss_value, saturation
+from .grad import Saturation, grad_p, loss_parts, loss_value, safe_norm, saturation, unit_and_log_norm
 from .losses import Loss, get_loss
 from .model import AttentionProblem, as_tensor, scores
 
@@ -134,6 +134,7 @@ def train_p(
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     loss = get_loss(loss)
     lr = validate.positive(lr, "lr")
+    record_probs = validate.flag(record_probs, "record_probs")
     progress = _progress_flag(progress)
     p = as_tensor(p0, "p0", device=problem.K.device).clone()
     steps = validate.count(steps, "steps")
@@ -175,7 +176,7 @@ def train_p(
         p = p - lr * step
     P = _stack(rows["p"])
     return History(
-        np.array(rows["step"]), P, P.norm(dim=-1), _stack(rows["loss"]), _stack(rows["probs"]) if record_probs else None
+        np.array(rows["step"]), P, safe_norm(P), _stack(rows["loss"]), _stack(rows["probs"]) if record_probs else None
     )
 
 
@@ -213,7 +214,7 @@ def _train_p_compiled(
         )
     P = torch.from_numpy(out).reshape(len(record), *batch, m)
     sat = saturation(problem, P)
-    return History(np.array(record), P, P.norm(dim=-1), loss.value(sat.u).mean(-1), sat.probs if record_probs else None)
+    return History(np.array(record), P, safe_norm(P), loss.value(sat.u).mean(-1), sat.probs if record_probs else None)
 
 
 def sphere_step(w: torch.Tensor, direction: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
@@ -225,6 +226,14 @@ def sphere_step(w: torch.Tensor, direction: torch.Tensor, theta: torch.Tensor) -
     angles. Returns unit vectors ``(..., m)``; where the tangent part vanishes
     ``w`` is returned unchanged.
     """
+    # the loops of the package pass tensors (unchecked, for speed); anything else is checked and converted
+    w = w if isinstance(w, torch.Tensor) else as_tensor(w, "w")
+    direction = direction if isinstance(direction, torch.Tensor) else as_tensor(direction, "direction", device=w.device)
+    theta = theta if isinstance(theta, torch.Tensor) else as_tensor(theta, "theta", dtype=w.dtype, device=w.device)
+    if w.ndim < 1 or direction.shape[-1:] != w.shape[-1:]:
+        raise ValueError(
+            f"w and direction must end in the same dimension m, got {tuple(w.shape)}, {tuple(direction.shape)}"
+        )
     tangent = direction - (direction * w).sum(-1, keepdim=True) * w
     tn = tangent.norm(dim=-1, keepdim=True)
     t = torch.where(tn > 0, tangent / tn.clamp_min(1e-300), torch.zeros_like(tangent))
@@ -241,6 +250,11 @@ def accept(
     and its rotation angle grows by 1.5 (at most 1 radian), elsewhere ``current`` stays and the angle
     ``theta (...)`` halves. Returns the new points and angles; the loss never increases.
     """
+    if not isinstance(ok, torch.Tensor) or ok.dtype != torch.bool:
+        raise ValueError(f"ok must be a boolean tensor (where the candidate lowered the loss), got {type(ok).__name__}")
+    for name, a in (("candidate", candidate), ("current", current), ("theta", theta)):
+        if not isinstance(a, torch.Tensor):
+            raise ValueError(f"{name} must be a tensor, got {type(a).__name__}")
     return (torch.where(ok[..., None], candidate, current), torch.where(ok, (theta * 1.5).clamp_max(1.0), theta * 0.5))
 
 
@@ -310,13 +324,13 @@ def regularization_path(
     w0 = as_tensor(w0, "w0", device=dev)
     if w0.ndim != 2 or w0.shape[0] == 0 or w0.shape[1] != problem.m:
         raise ValueError(f"w0 must have shape (starts, {problem.m}) with at least one start, got {tuple(w0.shape)}")
-    if not bool((w0.norm(dim=-1) > 0).all()):
+    if not bool((w0 != 0).any(-1).all()):
         raise ValueError(
-            f"w0 rows {torch.nonzero(w0.norm(dim=-1) == 0).flatten().tolist()} are zero: "
+            f"w0 rows {torch.nonzero(~(w0 != 0).any(-1)).flatten().tolist()} are zero: "
             "a start direction must be non-zero"
         )
     batch = problem.K.shape[:-3]
-    w = (w0 / w0.norm(dim=-1, keepdim=True)).reshape(1, w0.shape[0], *([1] * len(batch)), w0.shape[1])
+    w = unit_and_log_norm(w0)[0].reshape(1, w0.shape[0], *([1] * len(batch)), w0.shape[1])
     w = w.expand(len(radii), w0.shape[0], *batch, w0.shape[1]).clone()
     R = radii.reshape(-1, 1, *([1] * len(batch)), 1)
     theta = torch.full(w.shape[:-1], theta0, dtype=w.dtype, device=dev)
@@ -444,7 +458,7 @@ def train_joint(
     return History(
         np.array(rows["step"]),
         P,
-        P.norm(dim=-1),
+        safe_norm(P),
         _stack(rows["loss"]),
         _stack(rows["probs"]),
         _stack(rows["v"]),
@@ -478,7 +492,7 @@ def _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, record, progress
     return History(
         np.array(record),
         P,
-        P.norm(dim=-1),
+        safe_norm(P),
         loss.value(sat.u).mean(-1),
         sat.probs,
         V,
@@ -492,13 +506,15 @@ def grad_v(X: torch.Tensor, Y: torch.Tensor, sat: Saturation, loss: Loss) -> tor
     The weights ``l'(u_i)`` are rescaled by their largest magnitude in log
     space so the direction survives when they all underflow.
     """
+    loss = get_loss(loss)
+    if not isinstance(sat, Saturation):
+        raise ValueError(f"sat must be a Saturation (mmtoken.grad.saturation), got {type(sat).__name__}")
     log_w = loss.log_neg_deriv(sat.u)  # (..., n)
     M = log_w.max(-1, keepdim=True).values
     w = -torch.exp(log_w - M) * Y  # l' < 0
     attended = (sat.probs.unsqueeze(-1) * X).sum(-2)  # (..., n, d)
     G = (w.unsqueeze(-1) * attended).sum(-2)
-    norm = G.norm(dim=-1, keepdim=True)
-    return torch.where(norm > 0, G / norm.clamp_min(1e-300), torch.zeros_like(G))
+    return unit_and_log_norm(G)[0]  # scaled before the norm: tokens of size 1e200 keep their direction
 
 
 __all__ = [

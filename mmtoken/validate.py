@@ -10,6 +10,8 @@ kernel before it is known to be well formed.
 
 from __future__ import annotations
 
+__all__ = ["numeric", "real_array", "count", "positive", "nonnegative", "selection", "mask", "real_number", "flag"]
+
 import math
 import numbers
 
@@ -21,7 +23,13 @@ def numeric(x, name: str) -> np.ndarray:
     if hasattr(x, "detach"):  # torch tensor
         if x.is_complex():
             raise ValueError(f"{name} must be real, got a complex tensor")
-        x = x.detach().cpu().numpy()
+        if x.device.type == "meta":
+            raise ValueError(f"{name} is a meta-device tensor: it has a shape but no values")
+        x = x.detach().cpu()
+        try:
+            x = x.numpy()
+        except TypeError:  # bfloat16 and other dtypes NumPy lacks: widen first (exact)
+            x = x.double().numpy()
     if isinstance(x, (str, bytes)) or x is None:
         raise ValueError(f"{name} must be numeric, got {type(x).__name__}")
     try:
@@ -97,6 +105,22 @@ def nonnegative(x, name: str) -> float:
     ):
         raise ValueError(f"{name} must be a finite number >= 0, got {x!r}")
     return float(x)
+
+
+def real_number(x, name: str) -> float:
+    """A finite real number (``True`` / ``False`` and strings are refused)."""
+    x = _scalar(x)
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real) or not math.isfinite(float(x)):
+        raise ValueError(f"{name} must be a finite real number, got {x!r}")
+    return float(x)
+
+
+def flag(x, name: str) -> bool:
+    """A boolean: ``True`` / ``False`` (NumPy booleans too); ``"no"``, ``0``, ``None`` are refused, not read as truth values."""
+    x = _scalar(x)
+    if not isinstance(x, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {x!r}")
+    return bool(x)
 
 
 def selection(alpha, n: int, T: int, name: str = "alpha") -> np.ndarray:

@@ -21,6 +21,28 @@ softmax to select tokens.
 
 from __future__ import annotations
 
+__all__ = [
+    "ViTConfig",
+    "Attention",
+    "Block",
+    "ViT",
+    "patchify",
+    "cls_patch_attention",
+    "entropy",
+    "key_query_norm",
+    "WEIGHT_NORMS",
+    "weight_norms",
+    "TrainConfig",
+    "pinned_threads",
+    "lr_factor",
+    "augment",
+    "Normalizer",
+    "evaluate",
+    "train",
+    "cls_logits",
+    "logit_spread_bound",
+]
+
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager

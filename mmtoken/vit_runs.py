@@ -30,6 +30,38 @@ scale), so the numbers do not depend on the machine's core count.
 
 from __future__ import annotations
 
+__all__ = [
+    "CACHE_NAME",
+    "CACHE_VERSION",
+    "CacheError",
+    "CacheMissing",
+    "Experiment",
+    "Result",
+    "RawData",
+    "RAW_ARRAYS",
+    "data_digest",
+    "load_raw",
+    "split_indices",
+    "foreground_mask",
+    "effective_patches",
+    "attention_statistics",
+    "log_points",
+    "LOG_KEYS",
+    "LAYER_KEYS",
+    "train_into",
+    "TRAINING_CODE",
+    "code_fingerprint",
+    "fingerprint",
+    "cache_key",
+    "load",
+    "checkpoint",
+    "sweep_leftovers",
+    "train_from_spec",
+    "train_in_processes",
+    "run_experiments",
+    "run_experiment",
+]
+
 import functools
 import hashlib
 import inspect
@@ -375,7 +407,7 @@ def train_into(exp: Experiment, raw: RawData, target: Path, fingerprint: dict[st
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        with vit.pinned_threads(t.threads):
+        with config.deterministic(t.threads):  # pinned threads, deterministic kernels
             cpu0, wall0 = time.process_time(), time.perf_counter()
             config.seed_everything(t.seed)
             model = vit.ViT(m).to(dev)

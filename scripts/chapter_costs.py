@@ -243,8 +243,8 @@ def human(seconds: float) -> str:
 NOTE = """:::{{admonition}} Faster on a GPU
 :class: tip
 This chapter runs at quick scale on a laptop CPU. For the paper-scale run,
-open it on Colab with a GPU runtime (rocket icon above, then *Runtime → Change
-runtime type*) and set `mmtoken.config.set_scale("paper")` in the setup cell
+open it on Colab (the page's launch button, or the notebook's *Open in
+Colab* badge; its notebook asks Colab for a GPU runtime) and set `mmtoken.config.set_scale("paper")` in the setup cell
 (or `MMTOKEN_SCALE=paper`); the device is picked automatically and the setup
 cell prints it. How long the heavy chapters take:
 
@@ -259,8 +259,8 @@ paper-scale CPU time scales the measured one by the FLOP ratio; a T4 is
 assumed to sustain half its peak (4 TFLOP/s in float32; 0.125 in float64,
 which chapter 8 uses) plus 10 µs per kernel launch, so small problems are
 bound by launches. Data preparation and the cvxpy checks are left out. No
-GPU was available to measure: read them as orders of magnitude
-(`scripts/chapter_costs.py`).
+GPU was available to measure: read them as orders of magnitude (the
+book's `chapter_costs` script computes them).
 :::
 """
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Set up (or reuse) the project's virtual environment and the offline data sources.
-# Idempotent: a second run with an unchanged pyproject.toml does nothing.
+# Idempotent: a second run with an unchanged pyproject.toml, lock file and TORCH_SPEC does nothing.
+# Every package is installed at the exact version of requirements/lock.txt (the versions the stored
+# notebook outputs were made with; pyproject.toml keeps ranges for pip users).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,16 +11,22 @@ PYTHON=${PYTHON:-python3}
 # torch first: on the project's machines `torch==2.13.0` is a local CPU wheel,
 # while a bare `torch` would pull a multi-GB CUDA build.
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+LOCK=requirements/lock.txt
 stamp="$VENV/.mmtoken-installed"
-want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+want=$({ cat pyproject.toml scripts/setup.sh "$LOCK"; echo "$TORCH_SPEC"; } | sha256sum | cut -d' ' -f1)
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     echo "setup: environment $VENV is up to date"
 else
     [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
     "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q "$TORCH_SPEC"
-    "$VENV/bin/python" -m pip install -q -e '.[book,test]'
+    # the lock as constraints: exact versions for whatever the package and its extras pull in; a
+    # TORCH_SPEC other than the default (a CUDA build, another version) replaces the lock's torch line
+    constraints=$(mktemp)
+    if [ "$TORCH_SPEC" = "torch==2.13.0" ]; then cp "$LOCK" "$constraints"; else grep -v '^torch==' "$LOCK" > "$constraints"; fi
+    "$VENV/bin/python" -m pip install -q "$TORCH_SPEC" -c "$constraints"
+    "$VENV/bin/python" -m pip install -q -c "$constraints" -e '.[book,test]'
+    rm -f "$constraints"
     echo "$want" > "$stamp"
     echo "setup: installed into $VENV"
 fi

@@ -18,12 +18,16 @@ stored in the notebook. Those stored outputs are then what the book shows:
     log ``LOG`` shows (myst-nb's "Executing notebook" lines); exits 1 if any
     chapter was executed more than once.
 
-``make book`` does not seed: a plain build executes what its cache lacks
-(at ``MMTOKEN_SCALE``, in a separate cache for the paper scale).
+``make book`` seeds too, with ``--stale execute``: a chapter whose ``.md``
+no longer holds the code of its stored ``.ipynb`` is left out of the cache (and
+named), so the build executes exactly the chapters whose source changed.
+``make book EXECUTE=all`` empties the cache first and executes every chapter;
+the paper scale (``MMTOKEN_SCALE=paper``) builds into ``_build/paper/`` with a
+cache of its own and is never seeded (the stored outputs are quick-scale ones).
 
 Usage::
 
-    python scripts/stored_outputs.py seed [--cache _build/.jupyter_cache]
+    python scripts/stored_outputs.py seed [--cache _build/.jupyter_cache] [--stale error|execute]
     python scripts/stored_outputs.py count _build/strict.log
 """
 
@@ -52,8 +56,13 @@ def chapters(root: Path = ROOT) -> list[Path]:
     return out
 
 
+class OutOfSync(ValueError):
+    """A chapter's ``.md`` and its stored ``.ipynb`` hold different code."""
+
+
 def merged(md: Path) -> nbformat.NotebookNode:
-    """The notebook myst-nb reads from ``md``, with the outputs stored in its paired ``.ipynb``."""
+    """The notebook myst-nb reads from ``md``, with the outputs stored in its paired ``.ipynb``;
+    :class:`OutOfSync` if the two hold different code."""
     from myst_nb.core.read import read_myst_markdown_notebook
     from myst_parser.config.main import MdParserConfig
 
@@ -64,7 +73,7 @@ def merged(md: Path) -> nbformat.NotebookNode:
     code = [c for c in nb.cells if c.cell_type == "code"]
     ran = [c for c in stored.cells if c.cell_type == "code"]
     if [c.source.strip() for c in code] != [c.source.strip() for c in ran]:
-        raise SystemExit(
+        raise OutOfSync(
             f"{md} and {md.with_suffix('.ipynb').name} hold different code: run `make sync` "
             "(jupytext --update, then execute) before the build"
         )
@@ -76,17 +85,30 @@ def merged(md: Path) -> nbformat.NotebookNode:
     return nb
 
 
-def seed(cache_path: Path) -> int:
+def seed(cache_path: Path, stale: str = "error") -> int:
+    """Cache every chapter's stored outputs; a chapter out of sync is an error (``stale="error"``,
+    ``make test``) or left for the build to execute (``stale="execute"``, ``make book``)."""
     from jupyter_cache import get_cache
     from jupyter_cache.base import CacheBundleIn
 
     cache = get_cache(str(cache_path))
-    mds = chapters()
+    mds, left = chapters(), []
     for md in mds:
+        try:
+            nb = merged(md)
+        except OutOfSync as exc:
+            if stale == "error":
+                raise SystemExit(str(exc)) from None
+            left.append(md)
+            continue
         cache.cache_notebook_bundle(
-            CacheBundleIn(merged(md), str(md.with_suffix(".ipynb"))), check_validity=True, overwrite=True
+            CacheBundleIn(nb, str(md.with_suffix(".ipynb"))), check_validity=True, overwrite=True
         )
-    print(f"stored outputs: {len(mds)} notebooks cached for the build in {cache_path} (the build executes none)")
+    done = len(mds) - len(left)
+    print(f"stored outputs: {done} notebooks cached for the build in {cache_path}", end="")
+    print(" (the build executes none)" if not left else f"; the build executes {len(left)}, changed since stored:")
+    for md in left:
+        print(f"  {md.relative_to(ROOT) if md.is_relative_to(ROOT) else md}")
     return 0
 
 
@@ -113,10 +135,16 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("seed")
     s.add_argument("--cache", type=Path, default=ROOT / "_build" / ".jupyter_cache")
+    s.add_argument(
+        "--stale",
+        choices=("error", "execute"),
+        default="error",
+        help="a chapter whose .md changed since its stored .ipynb: an error (make test) or executed (make book)",
+    )
     c = sub.add_parser("count")
     c.add_argument("log", type=Path)
     args = p.parse_args(argv)
-    return seed(args.cache) if args.cmd == "seed" else count(args.log)
+    return seed(args.cache, args.stale) if args.cmd == "seed" else count(args.log)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,7 @@
-import os
-
 import matplotlib
 import pytest
 
 matplotlib.use("Agg")
-os.environ.setdefault("MMTOKEN_PROGRESS", "off")
 
 
 @pytest.fixture(autouse=True)

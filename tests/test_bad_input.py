@@ -632,6 +632,456 @@ add(
 )
 
 
+# ----------------------------------------------------------------------------- issue 28: trustworthy at the edges
+from mmtoken import corpus_stats, gen_svm, instances, model, smoothness, tfsvm  # noqa: E402
+
+_XZ_rng = np.random.default_rng(5)
+XW = _XZ_rng.normal(size=(3, 3, 2))
+ZW = _XZ_rng.normal(size=(3, 2))
+YW = np.array([1.0, -1.0, 1.0])
+VW = np.array([0.6, -0.8])
+_KW = tfsvm.w_keys(XW, ZW).numpy()
+AW = (_KW @ np.array([1.0, -0.5, 0.3, 0.8])).argmax(-1)  # a direction's selection: feasible
+W_MM = tfsvm.frobenius_svm(XW, ZW, AW).x
+PW = np.array([0.7, -0.4])
+AP = (np.einsum("ntd,d->nt", XW, np.array([1.0, 0.2]))).argmax(-1)
+WSVM = svm.w_svm(XW, AP, PW).x
+WPROB = tfsvm.w_problem(XW, YW, VW, ZW)
+K2 = np.eye(2)[None].repeat(2, 0) * 0.5
+
+# 28.3: an infeasibility certificate only where it holds at the problem's scale
+for c in (1e-200, 1e-160, 1e160, 1e200):  # products x z^T underflow / overflow: refused, never "infeasible"
+    add(f"frobenius_svm X,Z*{c:g}", lambda ctx, c=c: tfsvm.frobenius_svm(XW * c, ZW * c, AW), Err("rescale X and Z"))
+    add(f"w_svm X,p*{c:g}", lambda ctx, c=c: svm.w_svm(XW * c, AP, PW * c), Err("rescale X and p"))
+    add(
+        f"w_gen_svm X,Z*{c:g}",
+        lambda ctx, c=c: gen_svm.w_gen_svm(XW * c, ZW * c, [(int(a),) for a in AW]),
+        Err("rescale X and Z"),
+    )
+for c in (1e-150, 1e150):  # products out of the plain range but representable: the right answer
+    add(
+        f"frobenius_svm X,Z*{c:g}",
+        lambda ctx, c=c: tfsvm.frobenius_svm(XW * c, ZW * c, AW),
+        Ok(lambda r, c=c: _close(r.x * c * c, W_MM, 1e-6)),
+    )
+    add(
+        f"w_svm X,p*{c:g}",
+        lambda ctx, c=c: svm.w_svm(XW * c, AP, PW * c),
+        Ok(lambda r, c=c: _close(r.x * c * c, WSVM, 1e-6)),
+    )
+add(
+    "frobenius_svm X*1e-200 Z*1e200",
+    lambda ctx: tfsvm.frobenius_svm(XW * 1e-200, ZW * 1e200, AW),
+    Ok(lambda r: _close(r.x, W_MM, 1e-6)),
+)
+_Z0 = ZW.copy()
+_Z0[1] = 0.0
+add(
+    "frobenius_svm zero query row",
+    lambda ctx: tfsvm.frobenius_svm(XW, _Z0, AW),
+    Err("query (or fixed vector) of input(s) [1] is zero", svm.InfeasibleSVM),
+)
+add(
+    "nuclear_svm zero query row",
+    lambda ctx: tfsvm.nuclear_svm(XW, _Z0, AW),
+    Err("input(s) [1] is zero", svm.InfeasibleSVM),
+)
+add("w_svm p zero", lambda ctx: svm.w_svm(XW, AP, [0.0, 0.0]), Err("p must be a non-zero"))
+add(
+    "outer_svm rows mismatch",
+    lambda ctx: svm.outer_svm(np.ones((2, 2)), np.ones((3, 2)), [(0, 1)] * 2, "x", "A"),
+    Err("one row per entry"),
+)
+add(
+    "min_norm_nnls names its caller's data",
+    lambda ctx: gen_svm.gen_svm(K2 * 1e-300 * 1e-10, [(0,), (0,)]),
+    Err("rescale K"),
+)
+
+# 28.7: unchecked arguments that gave silent wrong answers
+_toks = np.array([[1, 2, 3], [3, 2, 0]])
+_labs = np.array([1, -1])
+add("token_stats pad_id -1", lambda ctx: corpus_stats.token_stats(_toks, _labs, 4, pad_id=-1), Err("pad_id must be"))
+add("token_stats pad_id 1.5", lambda ctx: corpus_stats.token_stats(_toks, _labs, 4, pad_id=1.5), Err("pad_id must be"))
+add(
+    "token_stats pad_id True", lambda ctx: corpus_stats.token_stats(_toks, _labs, 4, pad_id=True), Err("pad_id must be")
+)
+add("token_stats vocab_size 0", lambda ctx: corpus_stats.token_stats(_toks, _labs, 0), Err("vocab_size must be"))
+add("token_stats vocab_size 4.5", lambda ctx: corpus_stats.token_stats(_toks, _labs, 4.5), Err("vocab_size must be"))
+add(
+    "token_stats N = 0",
+    lambda ctx: corpus_stats.token_stats(np.zeros((0, 3), int), np.zeros(0), 4),
+    Err("at least one sequence"),
+)
+add("token_stats fractional ids", lambda ctx: corpus_stats.token_stats(_toks + 0.5, _labs, 5), Err("integer token ids"))
+add("token_stats string tokens", lambda ctx: corpus_stats.token_stats("abc", _labs, 4), Err("tokens must be numeric"))
+add(
+    "token_stats pad 0 ok",
+    lambda ctx: corpus_stats.token_stats(_toks, _labs, 4, pad_id=0),
+    Ok(lambda r: r.count[0] == 0 and r.count[3] == 2),
+)
+add("spearman nan", lambda ctx: corpus_stats.spearman([1.0, np.nan, 3.0], [1.0, 2.0, 3.0]), Err("finite"))
+add(
+    "partial_spearman nan",
+    lambda ctx: corpus_stats.partial_spearman([1.0, 2, 3, 4], [1.0, 2, 3, np.nan], [1.0, 2, 3, 4]),
+    Err("finite"),
+)
+_stats = corpus_stats.token_stats(_toks, _labs, 4)
+add(
+    "u_shape min_count 0.5",
+    lambda ctx: corpus_stats.u_shape(np.zeros(4), _stats, min_count=0.5),
+    Err("min_count must be"),
+)
+add("u_shape logits nan", lambda ctx: corpus_stats.u_shape(np.full(4, np.nan), _stats), Err("logits contains NaN"))
+add(
+    "u_shape stats wrong type",
+    lambda ctx: corpus_stats.u_shape(np.zeros(4), {"count": 1}),
+    Err("stats must be a TokenStats"),
+)
+add(
+    "polarity_mix pad_id -1",
+    lambda ctx: corpus_stats.polarity_mix(_toks, _labs, _stats, pad_id=-1),
+    Err("pad_id must be"),
+)
+add(
+    "polarity_mix threshold nan",
+    lambda ctx: corpus_stats.polarity_mix(_toks, _labs, _stats, threshold=np.nan),
+    Err("threshold must be"),
+)
+add(
+    "polarity_mix labels 0/1",
+    lambda ctx: corpus_stats.polarity_mix(_toks, np.array([1, 0]), _stats),
+    Err("labels must be"),
+)
+add(
+    "polarity_mix ids out of vocab",
+    lambda ctx: corpus_stats.polarity_mix(_toks + 5, _labs, _stats),
+    Err("tokens must hold integer ids"),
+)
+add(
+    "gen_svm fractional set entry",
+    lambda ctx: gen_svm.gen_svm(K2, [(0.5,), (1,)]),
+    Err("sets[0] entries must be an integer"),
+)
+add(
+    "gen_svm boolean set entry",
+    lambda ctx: gen_svm.gen_svm(K2, [(True,), (0,)]),
+    Err("sets[0] entries must be an integer"),
+)
+add(
+    "gen_svm nan set entry",
+    lambda ctx: gen_svm.gen_svm(K2, [(np.nan,), (0,)]),
+    Err("sets[0] entries must be an integer"),
+)
+add("gen_svm string sets", lambda ctx: gen_svm.gen_svm(K2, "01"), Err("sets must be a list"))
+add(
+    "gen_svm integral float entry",
+    lambda ctx: gen_svm.gen_svm(K2, [(0.0,), (0.0,)]),
+    Ok(lambda r: np.isfinite(r.x).all()),
+)
+add(
+    "check_sets negative entry",
+    lambda ctx: gen_svm.check_sets([(-1,), (0,)], 2, 2),
+    Err("sets[0] entries must be an integer >= 0"),
+)
+_W1 = np.eye(2)
+for opt in (0.0, -1.0, np.nan, np.inf):
+    add(f"nuclear_excess optimum {opt}", lambda ctx, o=opt: tfsvm.nuclear_excess(XW, ZW, AW, _W1, o), Err("optimum"))
+add(
+    "nuclear_excess optimum string",
+    lambda ctx: tfsvm.nuclear_excess(XW, ZW, AW, _W1, "1"),
+    Err("optimum must be numeric"),
+)
+add("nuclear_excess W shape", lambda ctx: tfsvm.nuclear_excess(XW, ZW, AW, np.eye(3), 1.0), Err("W must have shape"))
+_K0 = np.eye(2) * 0.1
+for pen in (-1.0, np.nan, np.inf, "abc", True):
+    add(f"kq_grad penalty {pen!r}", lambda ctx, pen=pen: tfsvm.kq_grad(WPROB, _K0, _K0, pen), Err("penalty must be"))
+    add(
+        f"train_kq penalty {pen!r}",
+        lambda ctx, pen=pen: tfsvm.train_kq(WPROB, _K0, _K0, steps=1, penalty=pen),
+        Err("penalty must be"),
+    )
+for sep in ("no", "yes", 0, 1, None):
+    add(
+        f"train_kq separate {sep!r}",
+        lambda ctx, sep=sep: tfsvm.train_kq(WPROB, _K0, _K0, steps=1, separate=sep),
+        Err("separate must be True or False"),
+    )
+add(
+    "train_kq separate np.bool_",
+    lambda ctx: tfsvm.train_kq(WPROB, _K0, _K0, steps=1, separate=np.bool_(False)),
+    Ok(lambda r: r.K.shape[0] == 2),
+)
+add("kq_grad K shape", lambda ctx: tfsvm.kq_grad(WPROB, np.ones((3, 2)), _K0), Err("K must have shape"))
+add(
+    "kq_grad K numpy ok",
+    lambda ctx: tfsvm.kq_grad(WPROB, _K0, _K0),
+    Ok(lambda r: abs(float(torch.linalg.norm(r[0])) - 1) < 1e-12),
+)
+add(
+    "smoothness_bound K nan",
+    lambda ctx: smoothness.smoothness_bound(np.where(K > 1, np.nan, K), GAMMA),
+    Err("K contains NaN"),
+)
+add(
+    "smoothness_bound gamma inf",
+    lambda ctx: smoothness.smoothness_bound(K, np.where(GAMMA > 0, np.inf, GAMMA)),
+    Err("gamma contains NaN"),
+)
+add(
+    "smoothness_bound n = 0",
+    lambda ctx: smoothness.smoothness_bound(np.zeros((0, 2, 2)), np.zeros((0, 2))),
+    Err("no empty dimension"),
+)
+add("smoothness_bound loss", lambda ctx: smoothness.smoothness_bound(K, GAMMA, "hinge"), Err("unknown loss"))
+add("derivative_bounds lo nan", lambda ctx: smoothness.derivative_bounds("logistic", np.nan, 1.0), Err("lo must be"))
+add("hessian_norm_max points 0", lambda ctx: smoothness.hessian_norm_max(PROBLEM, 1.0, points=0), Err("points must be"))
+add(
+    "hessian_norm_max points 2.5",
+    lambda ctx: smoothness.hessian_norm_max(PROBLEM, 1.0, points=2.5),
+    Err("points must be"),
+)
+add("hessian_norm_max box nan", lambda ctx: smoothness.hessian_norm_max(PROBLEM, np.nan), Err("box must be"))
+add("hessian_norm_max box -1", lambda ctx: smoothness.hessian_norm_max(PROBLEM, -1.0), Err("box must be"))
+add("hessian problem", lambda ctx: smoothness.hessian("K", [0.0, 0.0]), Err("problem must be"))
+_Kt, _pt = torch.tensor(K), torch.tensor([1.0, 0.3], dtype=torch.float64)
+add(
+    "softmax_probs all-padding mask",
+    lambda ctx: model.softmax_probs(_Kt, _pt, torch.zeros(3, 4, dtype=torch.bool)),
+    Err("no real token"),
+)
+_one_pad = np.ones((3, 4), bool)
+_one_pad[1] = False
+add(
+    "softmax_probs one input all padding",
+    lambda ctx: model.softmax_probs(_Kt, _pt, _one_pad),
+    Err("1 input(s) with no real token"),
+)
+add(
+    "softmax_probs mask 2",
+    lambda ctx: model.softmax_probs(_Kt, _pt, torch.full((3, 4), 2)),
+    Err("mask must be boolean"),
+)
+add(
+    "softmax_probs mask shape",
+    lambda ctx: model.softmax_probs(_Kt, _pt, torch.ones(2, 4, dtype=torch.bool)),
+    Err("mask shape"),
+)
+add(
+    "softmax_probs partial mask ok",
+    lambda ctx: model.softmax_probs(_Kt, _pt, _hide),
+    Ok(lambda r: bool(torch.isfinite(r).all()) and float(r[0, ALPHA[0]]) == 0.0),
+)
+for C in (np.nan, np.inf, "1", None, True):
+    add(f"fig4 C={C!r}", lambda ctx, C=C: instances.fig4(C), Err("C must be a finite real number"))
+add("fig4 C=2 ok", lambda ctx: instances.fig4(2), Ok(lambda r: r.X[0, 1, 2] == 2.0))
+for seed in (-1, 2.5, "0"):
+    add(f"fig2 seed {seed!r}", lambda ctx, s=seed: instances.fig2(s), Err("seed must be"))
+    add(
+        f"instances.random_instances seed {seed!r}",
+        lambda ctx, s=seed: instances.random_instances(2, 2, 2, 2, s),
+        Err("seed must be"),
+    )
+add("instances.random_instances n = 0", lambda ctx: instances.random_instances(2, 0, 2, 2), Err("n must be"))
+add("instances.random_instances T = 1", lambda ctx: instances.random_instances(2, 2, 1, 2), Err("T must be"))
+add(
+    "instances.random_instances count 2.0 ok",
+    lambda ctx: instances.random_instances(2.0, 2, 2, 2),
+    Ok(lambda r: r["K"].shape == (2, 2, 2, 2)),
+)
+add(
+    "tfsvm.random_instances count 2.0 ok",
+    lambda ctx: tfsvm.random_instances(2.0, 2, 2, 2),
+    Ok(lambda r: r["X"].shape == (2, 2, 2, 2)),
+)
+add("tfsvm.random_instances n = 0", lambda ctx: tfsvm.random_instances(1, 0, 2, 2), Err("n must be"))
+
+# 28.8: raw tracebacks and wrong names
+_bf = torch.tensor(K, dtype=torch.bfloat16)
+add("AttentionProblem K bfloat16", lambda ctx: AttentionProblem(_bf, GAMMA), Ok(lambda r: r.K.dtype == torch.float64))
+add(
+    "att_svm K bfloat16",
+    lambda ctx: svm.att_svm(torch.tensor(K, dtype=torch.bfloat16), ALPHA),
+    Ok(lambda r: np.isfinite(r.x).all()),
+)
+add("geometry.selection K bfloat16", lambda ctx: geometry.selection(_bf, [1.0, 0.3]), Ok(lambda r: r.shape == (3,)))
+add(
+    "att_svm K meta",
+    lambda ctx: svm.att_svm(torch.empty(3, 4, 2, device="meta"), ALPHA),
+    Err("K is a meta-device tensor"),
+)
+add(
+    "AttentionProblem K meta",
+    lambda ctx: AttentionProblem(torch.empty(3, 4, 2, device="meta"), GAMMA),
+    Err("K is a meta-device tensor"),
+)
+add(
+    "model.logits K meta",
+    lambda ctx: model.logits(torch.empty(3, 4, 2, device="meta"), _pt),
+    Err("K is a meta-device tensor"),
+)
+add(
+    "model.logits numpy",
+    lambda ctx: model.logits(K, [1.0, 0.3]),
+    Ok(lambda r: torch.allclose(r, torch.tensor(K @ [1.0, 0.3]))),
+)
+add("model.logits mixed dtypes", lambda ctx: model.logits(_Kt.float(), _pt), Ok(lambda r: r.dtype == torch.float64))
+add(
+    "model.logits int tensor",
+    lambda ctx: model.logits(torch.ones(3, 4, 2, dtype=torch.int64), _pt),
+    Ok(lambda r: r.dtype == torch.float64),
+)
+add(
+    "model.scores numpy and bf16",
+    lambda ctx: model.scores(X, torch.tensor(Y, dtype=torch.bfloat16), V),
+    Ok(lambda r: r.shape == (3, 4)),
+)
+add("model.output v scalar", lambda ctx: model.output(X, 1.0, K, [1.0, 0.3]), Err("v must have shape"))
+add(
+    "model.keys mixed dtypes",
+    lambda ctx: model.keys(torch.tensor(X, dtype=torch.float32), torch.eye(2, dtype=torch.float64)),
+    Ok(lambda r: r.dtype == torch.float64),
+)
+add(
+    "grad_p bfloat16 p",
+    lambda ctx: grad.grad_p(PROBLEM, torch.tensor([1.0, 0.3], dtype=torch.bfloat16)),
+    Ok(lambda r: r.direction.dtype == torch.float64),
+)
+add("grad_p meta p", lambda ctx: grad.grad_p(PROBLEM, torch.empty(2, device="meta")), Err("p is a meta-device tensor"))
+add(
+    "train_p numpy start",
+    lambda ctx: train.train_p(PROBLEM, np.array([0.0, 0.0]), steps=3, progress=False),
+    Ok(lambda r: r.p.shape[0] >= 2),
+)
+_Xneg = np.ascontiguousarray(X[:, ::-1])[:, ::-1]  # a view with negative strides, same values as X
+add(
+    "analyze negative strides",
+    lambda ctx: explore.analyze(_Xneg, Y[::-1][::-1], V[::-1][::-1], starts=STARTS[:, ::-1], steps=5),
+    Ok(lambda r: len(r.table) == 2),
+)
+add(
+    "AttentionProblem negative strides",
+    lambda ctx: AttentionProblem(K[::-1], GAMMA[::-1]),
+    Ok(lambda r: torch.equal(r.K, torch.tensor(K[::-1].copy()))),
+)
+add(
+    "from_data scores overflow names X and v",
+    lambda ctx: AttentionProblem.from_data(X * 1e300, Y, V * 1e300),
+    Err("X and v"),
+)
+add(
+    "from_data keys overflow names X and W",
+    lambda ctx: AttentionProblem.from_data(X * 1e300, Y, V, W=np.eye(2) * 1e300),
+    Err("X and W"),
+)
+add(
+    "analyze points: starts 0 rows",
+    lambda ctx: explore.analyze(X, Y, V, starts=np.zeros((0, 2)), steps=1),
+    Err("starts must have shape"),
+)
+add("analyze n = 0", lambda ctx: explore.analyze(np.zeros((0, 4, 2)), np.zeros(0), V, steps=1), Err("X"))
+add("train_kq steps 2.5", lambda ctx: tfsvm.train_kq(WPROB, _K0, _K0, steps=2.5), Err("steps must be"))
+add("cli claims --only ''", _cli(["claims", "--only", ""]), Exit(2, "empty name"))
+add("cli figures --only ''", _cli(["figures", "--only", ""]), Exit(2, "empty name"))
+add("cli figures --only ' '", _cli(["figures", "--only", "fig-tour-paths", " "]), Exit(2, "empty name"))
+
+
+# the audit of the public functions (same kinds, other functions)
+from mmtoken.datasets import download as _download  # noqa: E402
+
+_w1, _d1 = torch.tensor([1.0, 0.0], dtype=torch.float64), torch.tensor([0.0, 1.0], dtype=torch.float64)
+for th in (np.nan, "abc", None):
+    add(f"sphere_step theta {th!r}", lambda ctx, th=th: train.sphere_step(_w1, _d1, th), Err("theta"))
+add(
+    "sphere_step theta float ok",
+    lambda ctx: train.sphere_step(_w1, _d1, 0.5),
+    Ok(lambda r: abs(float(r.norm()) - 1) < 1e-12),
+)
+add(
+    "sphere_step lists ok",
+    lambda ctx: train.sphere_step([1.0, 0.0], [0.0, 1.0], torch.tensor(0.5)),
+    Ok(lambda r: r.shape == (2,)),
+)
+add(
+    "sphere_step shapes",
+    lambda ctx: train.sphere_step(_w1, torch.ones(3, dtype=torch.float64), 0.5),
+    Err("same dimension"),
+)
+add(
+    "accept ok not boolean",
+    lambda ctx: train.accept(PROBLEM, _w1, _w1, torch.tensor(0.5)),
+    Err("ok must be a boolean tensor"),
+)
+add("accept theta float", lambda ctx: train.accept(torch.tensor(True), _w1, _w1, 0.5), Err("theta must be a tensor"))
+for rp in ("no", 0, None):
+    add(
+        f"train_p record_probs {rp!r}",
+        lambda ctx, rp=rp: train.train_p(PROBLEM, [0.0, 0.0], steps=2, record_probs=rp, progress=False),
+        Err("record_probs must be True or False"),
+    )
+add(
+    "grad_v loss 3",
+    lambda ctx: train.grad_v(
+        torch.tensor(X), torch.tensor(Y), grad.saturation(PROBLEM, torch.zeros(2, dtype=torch.float64)), 3
+    ),
+    Err("loss must be"),
+)
+add(
+    "grad_v sat",
+    lambda ctx: train.grad_v(torch.tensor(X), torch.tensor(Y), None, "logistic"),
+    Err("sat must be a Saturation"),
+)
+for hv in ("a", None, np.nan, 2.0):
+    add(f"sets_from_probs high {hv!r}", lambda ctx, hv=hv: gen_svm.sets_from_probs(np.eye(2), high=hv), Err("high"))
+for wv in (np.nan, "a", None, 3, 2.5, True):
+    add(f"fit_line width {wv!r}", lambda ctx, wv=wv: _download.fit_line("abcdef", wv), Err("width must be"))
+add("fit_line width np.int64 ok", lambda ctx: _download.fit_line("abcdefgh", np.int64(6)), Ok(lambda r: r == "abc..."))
+add("fit_line line None", lambda ctx: _download.fit_line(None), Err("line must be a string"))
+for ma in (np.nan, "a", None, -1, True):
+    add(
+        f"sweep_partial max_age {ma!r}",
+        lambda ctx, ma=ma: _download.sweep_partial(ctx.tmp_path, ma),
+        Err("max_age must be"),
+    )
+
+
+# 28.1, the same kind elsewhere: norms of huge or tiny vectors
+add(
+    "train_p history norm at p ~ 1e200",
+    lambda ctx: train.train_p(AttentionProblem(K * 1e-200, GAMMA), [0.0, 0.0], steps=5, lr=1e199, progress=False),
+    Ok(lambda h: bool(torch.isfinite(h.norm).all()) and float(h.norm[-1]) > 1e199),
+)
+add(
+    "regularization_path w0 of size 1e200",
+    lambda ctx: train.regularization_path(PROBLEM, [1.0, 2.0], np.array([[1e200, 3e199]])),
+    Ok(lambda r: bool(torch.isfinite(r).all())),
+)
+add(
+    "regularization_path w0 of size 1e-200",
+    lambda ctx: train.regularization_path(PROBLEM, [1.0, 2.0], np.array([[1e-200, 3e-201]])),
+    Ok(lambda r: bool(torch.isfinite(r).all()) and bool((r != 0).any())),
+)
+add(
+    "grad.safe_norm 1e200 and 1e-200",
+    lambda ctx: grad.safe_norm(torch.tensor([[3e200, 4e200], [3e-200, 4e-200]], dtype=torch.float64)),
+    Ok(lambda r: np.allclose(r.numpy() / [1e200, 1e-200], 5.0, rtol=1e-15)),
+)
+
+
+def _interrupted(ctx):
+    from mmtoken import ledger
+
+    def stop(*a, **k):
+        raise KeyboardInterrupt
+
+    ctx.monkeypatch.setattr(ledger, "recorded", stop)
+    ctx.monkeypatch.setattr(ledger, "run_claims", stop)
+    return _cli(["claims", "--only", "core"])(ctx)
+
+
+add("cli claims Ctrl-C", _interrupted, Exit(130, "interrupted"))
+
+
 # ----------------------------------------------------------------------------- the runner
 @dataclass
 class Ctx:

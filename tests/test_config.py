@@ -49,3 +49,22 @@ def test_bad_scales_are_named(monkeypatch):
     monkeypatch.setenv("MMTOKEN_SCALE", "Paper")
     with pytest.raises(config.ConfigError, match="MMTOKEN_SCALE='Paper'"):
         config.scale()
+
+
+def test_deterministic_pins_threads_and_kernels_then_restores_them():
+    import torch
+
+    before = (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled())
+    with config.deterministic(1):
+        assert torch.get_num_threads() == 1
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
+        x = torch.randn(64, 64, dtype=torch.float32, generator=torch.Generator().manual_seed(0))
+        first = (x @ x).sum()
+        assert torch.equal(first, (x @ x).sum())
+    assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == before
+    with config.deterministic(None):
+        assert torch.get_num_threads() == before[0]
+    with pytest.raises(ValueError, match="threads"):
+        with config.deterministic(0):
+            pass

@@ -26,7 +26,14 @@ import numpy as np
 import pytest
 
 from mmtoken.datasets import corpus, images, packages, sources, text
-from mmtoken.datasets.download import LINE_WIDTH, DatasetError, DatasetMissing, read_origins
+from mmtoken.datasets.download import (
+    LINE_WIDTH,
+    DatasetError,
+    DatasetMissing,
+    download_file,
+    read_bounded,
+    read_origins,
+)
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 CIFAR_FIXTURE = FIX / "images" / "cifar-10-python.tar.gz"
@@ -377,3 +384,120 @@ def test_source_lines_fit_the_column():
     assert longest.source_line == "yelp: yelp_review_polarity_csv.tgz, downloaded from s3.amazonaws.com"
     huge = corpus.make_dataset("imdb", ["a"], [1], [0], {"source": "x" * 100})
     assert len(huge.source_line) == LINE_WIDTH and huge.source_line.endswith("...")
+
+
+# ----------------------------------------------------------------------------- issue 28.5: bounded in time and size
+def _raw_server(reply):
+    """A one-connection-at-a-time TCP server running ``reply(conn)`` per connection; returns (url, stop)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    stop = threading.Event()
+
+    def serve():
+        sock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                continue
+            with conn:
+                try:
+                    reply(conn, stop)
+                except OSError:
+                    pass
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    def close():
+        stop.set()
+        sock.close()
+
+    return f"http://127.0.0.1:{sock.getsockname()[1]}/x", close
+
+
+def _trickle_headers(conn, stop):
+    conn.recv(4096)
+    conn.sendall(b"HTTP/1.1 200 OK\r\n")
+    while not stop.is_set():  # one header byte every 0.1 s, forever: each read waits far less than timeout
+        conn.sendall(b"X")
+        time.sleep(0.1)
+
+
+def _trickle_body(conn, stop):
+    conn.recv(4096)
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
+    while not stop.is_set():
+        conn.sendall(b"y")
+        time.sleep(0.1)
+
+
+def _short_body(conn, stop):
+    conn.recv(4096)
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nConnection: close\r\n\r\n" + b"z" * 10)
+
+
+@pytest.mark.parametrize("reply", [_trickle_headers, _trickle_body], ids=["headers", "body"])
+def test_the_deadline_holds_while_the_server_trickles(tmp_path, reply):
+    url, close = _raw_server(reply)
+    try:
+        start = time.monotonic()
+        with pytest.raises(DatasetMissing, match="deadline of 1 s"):
+            download_file(url, tmp_path / "f", timeout=2, deadline=1)
+        assert time.monotonic() - start < 3  # the deadline plus at most one timeout
+        assert leftovers(tmp_path) == []
+    finally:
+        close()
+
+
+def test_a_body_shorter_than_its_content_length_is_refused_without_a_check(tmp_path):
+    url, close = _raw_server(_short_body)
+    try:
+        with pytest.raises(DatasetMissing, match="cut short .10 of the 100 bytes"):
+            download_file(url, tmp_path / "f", check=None, timeout=5, deadline=10)
+        assert leftovers(tmp_path) == []
+    finally:
+        close()
+
+
+def test_a_complete_body_is_kept(tmp_path, server):
+    (server.root / "ok.bin").write_bytes(b"abc" * 1000)
+    download_file(server.url + "ok.bin", tmp_path / "ok.bin", timeout=5, deadline=10)
+    assert (tmp_path / "ok.bin").read_bytes() == b"abc" * 1000
+
+
+@pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf"), "5", True])
+def test_download_timeouts_are_checked(tmp_path, value):
+    with pytest.raises(ValueError, match="timeout must be"):
+        download_file("http://127.0.0.1:9/x", tmp_path / "f", timeout=value)
+    with pytest.raises(ValueError, match="deadline must be"):
+        download_file("http://127.0.0.1:9/x", tmp_path / "f", deadline=value)
+
+
+def test_a_hand_placed_gzip_bomb_is_read_no_further_than_the_known_size(fashion, fresh_runtime, monkeypatch):
+    """A .gz in the cache folder decompressing to 64 MB is streamed and stops at the idx size + 1 byte."""
+    rec = images.FASHION_MNIST["train"]["images"]
+    cache = fresh_runtime / "fashion-mnist"
+    cache.mkdir(parents=True)
+    (cache / (rec["file"] + ".gz")).write_bytes(gzip.compress(b"\0" * (64 << 20), compresslevel=9))
+    sizes = []
+    real = images.read_bounded
+
+    def spy(path, limit, gz=False, chunk=1 << 20):
+        out = real(path, limit, gz, chunk)
+        sizes.append((limit, len(out)))
+        return out
+
+    monkeypatch.setattr(images, "read_bounded", spy)
+    with pytest.raises(DatasetError, match="checksum mismatch"):
+        images.load_images("fashion-mnist", "train")
+    size = 4 + 4 * 3 + 5 * 28 * 28
+    assert sizes[0] == (size, size + 1)
+
+
+def test_read_bounded_reads_whole_files_under_the_limit(tmp_path):
+    f = tmp_path / "a.gz"
+    f.write_bytes(gzip.compress(b"q" * 5000))
+    assert read_bounded(f, 5000, gz=True) == b"q" * 5000
+    assert read_bounded(f, 10, gz=True) == b"q" * 11
+    assert read_bounded(f, None, gz=True) == b"q" * 5000

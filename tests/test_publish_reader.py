@@ -324,3 +324,49 @@ def test_two_reader_notebooks_execute(index, tmp_path):
     assert not errors
     assert sum(1 for c in nb.cells if c.cell_type == "code" and c.get("outputs")) > 1
     print(f"{doc}: executed in {time.process_time() - t:.1f} s CPU (client side)")
+
+
+def test_reader_header_has_the_colab_badge_and_the_release():
+    head = rn.reader_header(
+        META, "book/part1/02_global", "2 Global", "The book", META.site + "book/part1/02_global.html"
+    )
+    assert f"[![Open In Colab]({rn.COLAB_BADGE})]({META.colab_url('part1/02_global.ipynb')})" in head
+    assert f"mmtoken {META.version}" in head
+
+
+def test_gpu_chapters_are_those_with_the_gpu_note():
+    gpu = sorted(p.stem for p in (ROOT / "book").rglob("*.md") if rn.needs_gpu(p.read_text()))
+    assert {"08_random", "09_vit_sparsity", "12_real_reviews"} <= set(gpu), gpu
+    assert not rn.needs_gpu((ROOT / "book" / "part1" / "02_global.md").read_text())
+    assert rn.GPU_METADATA["accelerator"] == "GPU"
+
+
+def test_reader_text_makes_sense_in_a_notebook():
+    """No "rocket icon" (a notebook has none), no repository paths a notebook cannot open."""
+    for p in sorted((ROOT / "book").rglob("*.md")):
+        if "_build" in p.parts:
+            continue
+        text = p.read_text()
+        if not (text.startswith("---\njupytext:") or p.parent.name == "_snippets"):
+            continue
+        assert "rocket icon" not in text, p
+        assert not re.search(r"`scripts/[\w/]+\.py`", text), f"{p}: a scripts/ path in a reader notebook's text"
+
+
+def test_release_zip_holds_every_reader_notebook_and_binder(tmp_path):
+    import zipfile
+
+    import reader_branch
+
+    html = tmp_path / "html"
+    for rel in ("tour.ipynb", "part1/02_global.ipynb"):
+        (html / rn.OUT / rel).parent.mkdir(parents=True, exist_ok=True)
+        (html / rn.OUT / rel).write_text("{}")
+    out = tmp_path / "reader"
+    reader_branch.assemble(html, out)
+    target = tmp_path / META.zip_name
+    names = reader_branch.write_zip(out, target)
+    with zipfile.ZipFile(target) as z:
+        assert sorted(z.namelist()) == names
+    assert {"tour.ipynb", "part1/02_global.ipynb", "README.md", "binder/postBuild"} <= set(names)
+    assert META.zip_name == f"mmtoken-notebooks-{META.version}.zip"

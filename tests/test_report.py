@@ -281,6 +281,41 @@ def test_real_benchmark_results_are_dated():
         assert caption.startswith("measured 20"), f"{name}: {caption}"
 
 
+def test_measured_values_print_to_the_digits_that_hold_on_any_machine():
+    r = result(
+        "x.y", "", measured={"gap": 3.2e-16, "zero": 0.0, "neg": -6.4e-17, "tol": 2.80102e-08, "corr": 0.9999971}
+    )
+    assert report.measured_items(r) == [
+        "gap = < 1e-10",
+        "zero = < 1e-10",
+        "neg = < 1e-10",
+        "tol = 2.8e-08",
+        "corr = 0.999997",
+    ]
+    other = result(
+        "x.y", "", measured={"gap": 7.4e-16, "zero": 1.2e-16, "neg": 0.0, "tol": 2.80407e-08, "corr": 0.9999968}
+    )
+    assert report.measured_items(other) == report.measured_items(r)  # another machine's low digits
+    assert report.measured_items(result("x.y", "", measured=[1, True, None, float("inf")])) == ["[1, True, None, inf]"]
+    # the page reads the payload: it holds the same portable form, so the notebook and the page agree
+    row = report.rows_from_payload(report.ledger_payload([r]))[0]
+    assert row["measured"] == {"gap": "< 1e-10", "zero": "< 1e-10", "neg": "< 1e-10", "tol": 2.8e-08, "corr": 0.999997}
+    assert report.measured_items(row) == report.measured_items(r)
+
+
+def test_above_prints_a_bound_below_the_floor():
+    assert report.above(2.9e-14, 1e-12) == report.above(0.0, 1e-12) == "< 1e-12"
+    assert report.above(2.1e-05, 1e-12) == "2.1e-05"
+    assert report.above(0.25, 1e-12, ".3f") == "0.250"
+    with pytest.raises(ValueError, match="floor"):
+        report.above(1.0, 0.0)
+
+
+def test_bound_prints_its_bound_plainly():
+    assert report.bound("max corr", 0.65, 0.9) == "max corr < 0.9: True"
+    assert report.bound("gap", 2e-15, 1e-9) == "gap < 1e-09: True"
+
+
 def test_bound_states_the_residual_not_its_digits():
     assert report.bound("||KQ^T - W||", 5.6e-16, 1e-12) == "||KQ^T - W|| < 1e-12: True"
     assert report.bound("r", 7.8e-16, 1e-12) == report.bound("r", 5.6e-16, 1e-12)  # machine-independent

@@ -2,6 +2,8 @@
 no folders created by importing or by asking for a path, and every kind of damage to a stored result.
 """
 
+import errno
+import io
 import json
 import multiprocessing as mp
 import os
@@ -374,3 +376,65 @@ def test_cache_sweeps_leftover_temporary_files(tmp_path):
     os.utime(fresh, (stale, stale))
     resultcache.load_or_compute(tmp_path / "r.npz", "n", "f", _entry)
     assert not old.exists() and not fresh.exists() and young.exists()  # a write in progress is left alone
+
+
+# ----------------------------------------------------------------------------- issue 28.2: guard the cache, not the computation
+def test_an_error_inside_compute_propagates_unchanged_and_computes_once(tmp_path, monkeypatch):
+    from mmtoken.datasets.download import DatasetMissing
+
+    monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / "data"))
+    calls = []
+
+    def compute():
+        calls.append(1)
+        raise DatasetMissing("the dataset is not here")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no misleading "cache not used" warning either
+        with pytest.raises(DatasetMissing, match="not here"):
+            resultcache.experiment_result("mmtoken.experiments.global_convergence", "t", {}, compute)
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EFBIG])
+def test_a_full_disk_keeps_the_finished_result(tmp_path, monkeypatch, err):
+    from mmtoken.datasets import download
+
+    monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / "data"))
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"a": np.arange(3.0)}, {"note": 1}
+
+    class Full(io.RawIOBase):
+        def writable(self):
+            return True
+
+        def write(self, b):
+            raise OSError(err, os.strerror(err))
+
+    real = os.fdopen
+    monkeypatch.setattr(download.os, "fdopen", lambda fd, mode="r", *a, **k: (os.close(fd), Full())[1])
+    with pytest.warns(RuntimeWarning, match="results cache not used"):
+        arrays, meta = resultcache.experiment_result("mmtoken.experiments.global_convergence", "t", {}, compute)
+    monkeypatch.setattr(download.os, "fdopen", real)
+    assert calls == [1] and arrays["a"].tolist() == [0.0, 1.0, 2.0] and meta == {"note": 1}
+    assert not list((tmp_path / "data").rglob("*.npz")) and not list((tmp_path / "data").rglob("*.tmp"))
+
+
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EFBIG])
+def test_atomic_write_bytes_raises_the_documented_error(tmp_path, monkeypatch, err):
+    from mmtoken.datasets import download
+
+    class Full(io.RawIOBase):
+        def writable(self):
+            return True
+
+        def write(self, b):
+            raise OSError(err, os.strerror(err))
+
+    monkeypatch.setattr(download.os, "fdopen", lambda fd, mode="r", *a, **k: (os.close(fd), Full())[1])
+    with pytest.raises(download.DataFolderError, match=f"cannot write .*x.bin .{os.strerror(err)}"):
+        download.atomic_write_bytes(tmp_path / "x.bin", b"data")
+    assert list(tmp_path.iterdir()) == []

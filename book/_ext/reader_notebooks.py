@@ -387,7 +387,16 @@ class SphinxResolver:
             ledger = self.app.config.claims_ledger_doc
             url = self.site + ledger + ".html" + (f"#claim-{target}" if target else "")
             return f"[{text}]({url})" if text else f"[`{target}`]({url})"
-        return _node_markdown(self._resolve(role, target, text), self.absolute)
+        node = self._resolve(role, target, text)
+        exercises = getattr(self.app.env, "sphinx_exercise_registry", {})
+        if role == "ref" and text is None and exercises.get(target.lower(), {}).get("type") == "exercise":
+            # {ref} to an exercise: the HTML shows "Exercise N" (sphinx-exercise's own transform,
+            # which the std domain's resolution does not run), so the notebook says the same
+            num = self.number("exercise", target)
+            url = node.get("refuri") or ("#" + node["refid"] if node.get("refid") else "")
+            if num:
+                return f"[Exercise {num}]({self.absolute(url)})" if url else f"Exercise {num}"
+        return _node_markdown(node, self.absolute)
 
     def number(self, kind: str, label: str) -> str | None:
         role = {"eq": "eq", "fig": "numref", "prf": "prf:ref", "exercise": "numref"}[kind]
@@ -397,6 +406,27 @@ class SphinxResolver:
             return None
         m = re.search(r"(\d+(?:\.\d+)*)", shown)
         return m.group(1) if m else None
+
+
+COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
+GPU_SNIPPET = "_snippets/gpu.md"  # the "Faster on a GPU" note a chapter includes when it recommends one
+# what Colab reads to open a notebook on a GPU runtime (Runtime -> Change runtime type)
+GPU_METADATA = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []}}
+
+
+def reader_header(meta, docname: str, title: str, book_title: str, page_url: str) -> str:
+    """The first cell of a reader notebook: an *Open in Colab* badge (a downloaded notebook's
+    way back), where it comes from, the release it installs."""
+    colab = meta.colab_url(reader_path(docname))
+    return (f"[![Open In Colab]({COLAB_BADGE})]({colab})\n\n"
+            f"*{title}*: a notebook of the book [{book_title}]({meta.site}), "
+            f"generated from [its page]({page_url}) for mmtoken {meta.version}. "
+            f"Run the first code cell to install the package.")
+
+
+def needs_gpu(source: str) -> bool:
+    """Whether a chapter (its MyST source) recommends a GPU: it includes the GPU note."""
+    return re.search(r"^```\{include\}\s*\S*" + re.escape(GPU_SNIPPET) + r"\s*$", source, re.M) is not None
 
 
 def _scripts_dir(app) -> Path:
@@ -436,9 +466,7 @@ def write_reader_notebooks(app, exception) -> None:
         src = Path(app.env.doc2path(docname))
         resolver = SphinxResolver(app, docname, meta.site)
         title = titles[docname].astext() if docname in titles else docname
-        header = (f"*{title}*: a notebook of the book [{app.config.html_title}]({meta.site}), "
-                  f"generated from [its page]({resolver.absolute('')}) for mmtoken {meta.version}. "
-                  f"Run the first code cell to install the package.")
+        header = reader_header(meta, docname, title, app.config.html_title, resolver.absolute(""))
         conv = Converter(
             resolve=resolver, number=resolver.number,
             read_include=lambda p, s=src: (s.parent / p).read_text(),
@@ -449,6 +477,8 @@ def write_reader_notebooks(app, exception) -> None:
             reader = conv.convert(nb, is_install_cell=lambda s: pm.is_install_cell(s, meta))
         except ReaderError as err:
             raise ReaderError(f"{docname}: {err}") from None
+        if needs_gpu(src.read_text()):
+            reader.metadata.update(GPU_METADATA)
         target = outdir / reader_path(docname)
         target.parent.mkdir(parents=True, exist_ok=True)
         nbformat.validate(reader)

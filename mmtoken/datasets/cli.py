@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["main"]
+
 import sys
 
 from ..config import ConfigError

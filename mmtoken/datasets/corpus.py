@@ -9,6 +9,20 @@ promises (the registered sources and counts of :mod:`.sources`).
 
 from __future__ import annotations
 
+__all__ = [
+    "CACHE_FORMAT",
+    "TextDataset",
+    "texts_digest",
+    "train_digest",
+    "make_dataset",
+    "cache_path",
+    "save_cache",
+    "read_cache",
+    "cached_name",
+    "cache_status",
+    "check_counts",
+]
+
 import hashlib
 import io
 import json

@@ -20,11 +20,36 @@ Every reader in :mod:`mmtoken.datasets` follows the same rules:
 
 from __future__ import annotations
 
+__all__ = [
+    "DOWNLOAD_DEADLINE",
+    "ORIGIN_FILE",
+    "LINE_WIDTH",
+    "STALE_SECONDS",
+    "DatasetError",
+    "DatasetMissing",
+    "DataFolderError",
+    "cache_dir",
+    "sweep_partial",
+    "sha256_file",
+    "verify_sha256",
+    "atomic_write_bytes",
+    "download_file",
+    "url_host",
+    "fit_line",
+    "read_origins",
+    "record_origin",
+    "download_verified",
+    "read_bounded",
+]
+
 import hashlib
 import http.client
 import json
+import numbers
 import os
+import socket
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -71,6 +96,8 @@ def sweep_partial(folder: str | os.PathLike, max_age: float = STALE_SECONDS, rec
     They are what an interrupted download or cache write leaves behind (a
     live one keeps touching its file, so it is not swept). Returns the paths removed.
     """
+    if isinstance(max_age, bool) or not isinstance(max_age, numbers.Real) or not max_age >= 0:
+        raise ValueError(f"max_age must be a number of seconds >= 0, got {max_age!r}")
     folder = Path(folder)
     if not folder.is_dir():
         return []
@@ -135,14 +162,91 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             fh.write(data)
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; caches are ordinary readable files
         os.replace(tmp, path)
-    except BaseException:
+    except OSError as exc:  # full disk (ENOSPC), file-size limit (EFBIG), quota, a folder in the way
+        raise DataFolderError(
+            f"cannot write {path} ({exc.strerror or exc}); free space in {path.parent} or "
+            "point MMTOKEN_DATA at another folder"
+        ) from exc
+    finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise
 
 
 class _Deadline(Exception):
     pass
+
+
+class _Watch:
+    """The sockets of one download; :meth:`expire` shuts them down (from a timer thread).
+
+    A per-read socket timeout does not bound a server that trickles one byte at a
+    time, headers included; shutting the socket down at the deadline does: the
+    read in progress returns or fails at once, wherever it is.
+    """
+
+    def __init__(self):
+        self.socks: list = []
+        self.expired = False
+        self.lock = threading.Lock()
+
+    def add(self, sock) -> None:
+        with self.lock:
+            self.socks.append(sock)
+            if self.expired:
+                self._shut(sock)
+
+    def expire(self) -> None:
+        with self.lock:
+            self.expired = True
+            for sock in self.socks:
+                self._shut(sock)
+
+    @staticmethod
+    def _shut(sock) -> None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:  # already closed
+            pass
+
+
+def _opener(watch: _Watch) -> urllib.request.OpenerDirector:
+    """An opener whose connections register their sockets with ``watch`` (http and https)."""
+
+    def watched(base):
+        class Connection(base):
+            def connect(self):
+                super().connect()
+                watch.add(self.sock)
+
+        return Connection
+
+    class HTTP(urllib.request.HTTPHandler):
+        def http_open(self, req):
+            return self.do_open(watched(http.client.HTTPConnection), req)
+
+    class HTTPS(urllib.request.HTTPSHandler):
+        def https_open(self, req):
+            kw = {"context": self._context}
+            if hasattr(self, "_check_hostname"):  # Python < 3.12
+                kw["check_hostname"] = self._check_hostname
+            return self.do_open(watched(http.client.HTTPSConnection), req, **kw)
+
+    return urllib.request.build_opener(HTTP, HTTPS)
+
+
+def _content_length(resp) -> int | None:
+    """The announced body size, or None (absent, malformed, or a chunked body)."""
+    headers = getattr(resp, "headers", None)
+    if headers is None:  # not an HTTP response (a file: URL, a stand-in)
+        return None
+    value = headers.get("Content-Length")
+    if value is None or "chunked" in (headers.get("Transfer-Encoding") or "").lower():
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        return None
+    return n if n >= 0 else None
 
 
 def download_file(
@@ -159,50 +263,97 @@ def download_file(
     Parameters
     ----------
     timeout : seconds any single wait for the server may take (connection, each read).
-    deadline : seconds the whole download may take; a server that keeps sending a few
-        bytes a second is cut off after about ``deadline`` (plus at most one ``timeout``).
+    deadline : seconds the whole download may take, headers included: at the deadline
+        the connection is shut down wherever the transfer is, so a server that trickles
+        a few bytes a second (of headers or body) is cut off after about ``deadline``.
     check : raises (e.g. :class:`DatasetError` on a checksum mismatch) to refuse the bytes.
+        Whatever ``check`` is, a body shorter than its ``Content-Length`` is refused.
     missing_note : appended to the :class:`DatasetMissing` message.
 
     Raises
     ------
-    DatasetMissing when the address cannot be reached, a wait times out or the
-    deadline passes; whatever ``check`` raises. ``dest`` is left as it was in every case.
+    DatasetMissing when the address cannot be reached, a wait times out, the
+    deadline passes or the body is cut short; whatever ``check`` raises. ``dest``
+    is left as it was in every case.
     """
-    if not (timeout > 0 and deadline > 0):
-        raise ValueError(f"timeout and deadline must be positive, got {timeout}, {deadline}")
+    for name, value in (("timeout", timeout), ("deadline", deadline)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 < value < float("inf")):
+            raise ValueError(f"{name} must be a positive finite number of seconds, got {value!r}")
     dest = Path(dest)
     fd, tmp = _temp_beside(dest, ".part")
     start = time.monotonic()
     received = 0
+    watch = _Watch()
+    timer = threading.Timer(deadline, watch.expire)
+    timer.daemon = True
+    timer.start()
     try:
         with os.fdopen(fd, "wb") as fh:
             try:
-                with urllib.request.urlopen(url, timeout=min(timeout, deadline)) as resp:
+                with _opener(watch).open(url, timeout=min(timeout, deadline)) as resp:
+                    expected = _content_length(resp)
                     read = getattr(resp, "read1", resp.read)
                     while True:
-                        if time.monotonic() - start > deadline:
+                        if watch.expired or time.monotonic() - start > deadline:
                             raise _Deadline()
                         block = read(1 << 16)
                         if not block:
                             break
                         fh.write(block)
                         received += len(block)
+                if watch.expired:  # the shutdown ended the body early: not a complete file
+                    raise _Deadline()
+                if expected is not None and received != expected:
+                    raise DatasetMissing(
+                        f"cannot download {url}: the body was cut short ({received:,} of the "
+                        f"{expected:,} bytes announced); try again later. {missing_note}".rstrip()
+                    )
             except _Deadline:
                 raise DatasetMissing(
                     f"cannot download {url}: it did not finish within the deadline of "
                     f"{deadline:.0f} s ({received:,} bytes received); try again later or "
                     f"download it by hand. {missing_note}".rstrip()
                 ) from None
+            except DatasetMissing:
+                raise
             except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
+                if watch.expired:
+                    raise DatasetMissing(
+                        f"cannot download {url}: it did not finish within the deadline of "
+                        f"{deadline:.0f} s ({received:,} bytes received); try again later or "
+                        f"download it by hand. {missing_note}".rstrip()
+                    ) from None
                 raise DatasetMissing(f"cannot download {url}: {exc}. {missing_note}".rstrip()) from exc
         if check is not None:
             check(Path(tmp))
         os.replace(tmp, dest)
     finally:
+        timer.cancel()
         if os.path.exists(tmp):
             os.unlink(tmp)
     return dest
+
+
+def read_bounded(path: str | os.PathLike, limit: int | None, gz: bool = False, chunk: int = 1 << 20) -> bytes:
+    """The bytes of ``path`` (decompressed, streamed, if ``gz``), at most ``limit + 1`` of them.
+
+    A file known to hold ``limit`` bytes is read no further than one byte past that,
+    so a gzip bomb (or any oversized file) costs ``limit + 1`` bytes of memory and
+    then fails its checksum. ``limit=None`` reads everything. Raises :class:`OSError`,
+    :class:`EOFError` or :class:`gzip.BadGzipFile` as :mod:`gzip` does.
+    """
+    import gzip
+
+    cap = None if limit is None else int(limit) + 1
+    parts, size = [], 0
+    with gzip.open(path, "rb") if gz else open(path, "rb") as fh:
+        while cap is None or size < cap:
+            block = fh.read(chunk if cap is None else min(chunk, cap - size))
+            if not block:
+                break
+            parts.append(block)
+            size += len(block)
+    return b"".join(parts)
 
 
 def url_host(url: str) -> str:
@@ -216,8 +367,10 @@ def fit_line(line: str, width: int = LINE_WIDTH) -> str:
     Source statements are printed in chapters whose output column is
     :data:`LINE_WIDTH` wide; a long host name must not wrap the line.
     """
-    if width < 4:
-        raise ValueError(f"width must be at least 4, got {width}")
+    if isinstance(width, bool) or not isinstance(width, numbers.Integral) or width < 4:
+        raise ValueError(f"width must be an integer of at least 4, got {width!r}")
+    if not isinstance(line, str):
+        raise ValueError(f"line must be a string, got {type(line).__name__}")
     return line if len(line) <= width else line[: width - 3] + "..."
 
 

@@ -38,9 +38,32 @@ Images come back as ``uint8`` arrays of shape ``(N, C, H, W)`` and labels as
 
 from __future__ import annotations
 
+__all__ = [
+    "FASHION_MNIST_CLASSES",
+    "DEBIAN_FASHION_MNIST_DIR",
+    "FASHION_MNIST_URL",
+    "FASHION_MNIST_MIRROR",
+    "MIRROR_NAMES",
+    "FASHION_MNIST",
+    "parse_idx",
+    "prepare_fashion_mnist",
+    "load_fashion_mnist",
+    "CIFAR10_CLASSES",
+    "CIFAR10",
+    "cifar10_path",
+    "verify_archive",
+    "download_cifar10",
+    "read_cifar10_archive",
+    "load_cifar10",
+    "IMAGE_DATASETS",
+    "load_images",
+    "data_source",
+]
+
 import gzip
 import hashlib
 import io
+import math
 import os
 import pickle
 import tarfile
@@ -58,6 +81,7 @@ from .download import (
     cache_dir,
     download_file,
     fit_line,
+    read_bounded,
     read_origins,
     record_origin,
     sha256_file,
@@ -186,22 +210,34 @@ def _fashion_sources(extra: os.PathLike | None = None) -> list[tuple[Path, str]]
     return dirs
 
 
-def _missing_fashion_message(name: str, searched: list[Path]) -> str:
+def _missing_fashion_message(name: str, searched: list[Path], dest: Path) -> str:
     where = ", ".join(str(d) for d in searched)
     return (
-        f"Fashion-MNIST file {name}(.gz) was not found (searched the cache and {where}). "
+        f"Fashion-MNIST file {name}(.gz) was not found (searched the cache folder {dest} and {where}). "
         "Get it with `sudo apt-get install -y dataset-fashion-mnist` (Debian/Ubuntu; files in "
         f"{DEBIAN_FASHION_MNIST_DIR}), download the four *-ubyte.gz files from "
-        f"{FASHION_MNIST_MIRROR} (see {FASHION_MNIST_URL}) into the cache folder or into "
+        f"{FASHION_MNIST_MIRROR} (see {FASHION_MNIST_URL}) into {dest} or into "
         "$MMTOKEN_FASHION_MNIST_DIR, or load with download=True where the network is reachable."
     )
 
 
-def _decompressed(path: Path, gz: bool | None = None) -> bytes:
-    """The idx bytes of a source file: gzip if ``gz`` (by default: if its name ends in ``.gz``)."""
+def _idx_size(rec: Mapping) -> int | None:
+    """Bytes of the idx file of ``rec`` (header and values), from its registered shape."""
+    if "shape" not in rec:
+        return None
+    shape = tuple(rec["shape"])
+    return 4 + 4 * len(shape) + math.prod(shape)
+
+
+def _decompressed(path: Path, gz: bool | None = None, rec: Mapping | None = None) -> bytes:
+    """The idx bytes of a source file: gzip if ``gz`` (by default: if its name ends in ``.gz``).
+
+    Streamed, and stopped one byte past the registered size of ``rec``'s idx file: a
+    gzip bomb placed by hand costs that much memory, then fails the checksum.
+    """
     gz = path.suffix == ".gz" if gz is None else gz
     try:
-        return gzip.decompress(path.read_bytes()) if gz else path.read_bytes()
+        return read_bounded(path, _idx_size(rec) if rec is not None else None, gz=gz)
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise DatasetError(
             f"{path} is not a valid gzip file ({exc}); it is corrupt or truncated: reinstall or download it again"
@@ -242,7 +278,7 @@ def _download_fashion_file(
                     "The download is corrupt or not the published Fashion-MNIST; "
                     "nothing was kept."
                 )
-        data = _decompressed(part, gz=True)  # a .part file: the name does not say it is gzip
+        data = _decompressed(part, gz=True, rec=rec)  # a .part file: the name does not say it is gzip
         _check_idx_digest(data, rec, url)
         holder.append(data)
 
@@ -254,8 +290,10 @@ def _download_fashion_file(
             check=check,
             timeout=timeout,
             deadline=deadline,
-            missing_note=_missing_fashion_message(rec["file"], folders),
+            missing_note=_missing_fashion_message(rec["file"], folders, dest),
         )
+    except DatasetMissing as exc:  # the message says it all: not the urllib chain under it
+        raise DatasetMissing(str(exc)) from None
     finally:
         # the verified gzip file is a transit copy; a refused one never got its name
         if holder and gz.is_file():
@@ -331,7 +369,7 @@ def prepare_fashion_mnist(
                     origin = "the cache folder (source not recorded)"
                     for path in found:
                         try:
-                            _check_idx_digest(_decompressed(path), rec, str(path))
+                            _check_idx_digest(_decompressed(path, rec=rec), rec, str(path))
                         except DatasetError:
                             continue
                         origin = _origin_of(path, dest, searched)
@@ -341,7 +379,7 @@ def prepare_fashion_mnist(
             url = None
             if found:
                 path = found[0]
-                data = _decompressed(path)
+                data = _decompressed(path, rec=rec)
                 _check_idx_digest(data, rec, str(path))
                 origin = _origin_of(path, dest, searched)
             elif download:
@@ -351,10 +389,10 @@ def prepare_fashion_mnist(
             elif target.is_file():
                 raise DatasetError(
                     f"cached {target} has the wrong checksum and no source file was "
-                    "found to rebuild it; delete it. " + _missing_fashion_message(rec["file"], folders)
+                    "found to rebuild it; delete it. " + _missing_fashion_message(rec["file"], folders, dest)
                 )
             else:
-                raise DatasetMissing(_missing_fashion_message(rec["file"], folders))
+                raise DatasetMissing(_missing_fashion_message(rec["file"], folders, dest))
             atomic_write_bytes(target, data)
             record_origin(dest, {rec["file"]: origin}, url=url)
     return dest
@@ -513,7 +551,7 @@ def download_cifar10(
             check=lambda part: verify_archive(part, md5=CIFAR10["md5"], sha256=CIFAR10["sha256"]),
         )
     except DatasetMissing as exc:
-        raise DatasetMissing(_missing_cifar_message(dest, f"download from {url} failed: {exc}")) from exc
+        raise DatasetMissing(_missing_cifar_message(dest, f"download from {url} failed: {exc}")) from None
     record_origin(dest.parent, {dest.name: f"downloaded from {url_host(url)}, md5 verified"}, url=url)
     return dest
 

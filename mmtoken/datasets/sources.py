@@ -8,6 +8,17 @@ fixture.
 
 from __future__ import annotations
 
+__all__ = [
+    "NAMES",
+    "SOURCES",
+    "IMDB_EXPECTED",
+    "REGISTRY",
+    "expected_counts",
+    "source_digests",
+    "downloads_dir",
+    "yelp_note",
+]
+
 from pathlib import Path
 
 from .download import cache_dir

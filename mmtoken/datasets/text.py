@@ -54,6 +54,8 @@ Command line (what CI runs)::
 
 from __future__ import annotations
 
+__all__ = ["FETCHERS", "fetch", "available", "load"]
+
 import hashlib
 import os
 from pathlib import Path

@@ -18,6 +18,8 @@ read) it is rebuilt with a warning. Leftover temporary files are swept.
 
 from __future__ import annotations
 
+__all__ = ["PAD", "PAD_ID", "TokenizerConfig", "words", "TokenizedCorpus", "build_vocab", "encode", "tokenize_dataset"]
+
 import hashlib
 import io
 import json

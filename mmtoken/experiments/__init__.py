@@ -35,6 +35,8 @@ embeddings (``embedding``, ``synthetic``, ``corpus_stats``) and reviews
 
 from __future__ import annotations
 
+__all__ = ["modules", "load_all"]
+
 import importlib
 import pkgutil
 from types import ModuleType

@@ -19,6 +19,32 @@ Two computations, each run once per scale (memoised):
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "SIGMA0",
+    "SWEEP",
+    "CLAIM_SCALES",
+    "CAP_SCALE",
+    "LR",
+    "KAPPA",
+    "KAPPA_MAIN",
+    "RECORD",
+    "JOINT_LR",
+    "OFFSET",
+    "budget",
+    "SweepResult",
+    "ClsResult",
+    "run",
+    "JointResult",
+    "joint",
+    "plot_convergence",
+    "plot_sweep",
+    "plot_logits",
+    "plot_attention",
+    "plot_joint",
+    "FIGURES",
+]
+
 import functools
 from dataclasses import dataclass
 

@@ -17,6 +17,21 @@ The chapter ``book/part1/07_losses.md`` shows these runs.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "LOSS_NAMES",
+    "C_VALUES",
+    "EARLY",
+    "stacked_loss",
+    "problem",
+    "predicted_side",
+    "LossResult",
+    "run",
+    "plot_paths_by_loss",
+    "plot_side",
+    "FIGURES",
+]
+
 import functools
 from dataclasses import dataclass
 
@@ -136,6 +151,8 @@ def _run(scale: str) -> LossResult:
     "A.losses.transient",
     chapter=CHAPTER,
     kind="observation",  # measured beyond what a theorem guarantees (see the chapter)
+    competitor="the sides swapped: each loss's early path on the side predicted for the other",
+    against=lambda: _transient_check(swap=True),
     checks="paper A, Fig. 4 (C = 100)",
     statement="For C = 100 the early paths (iterations 1-200) of the correlation and logistic losses deviate from "
     "the GMM direction on opposite sides, each on the side predicted by the gradient weights at p = 0; "
@@ -144,12 +161,16 @@ def _run(scale: str) -> LossResult:
     "final correlation with the GMM >= 0.999 for both",
 )
 def _claim_transient() -> Measured:
+    return _transient_check(swap=False)
+
+
+def _transient_check(swap: bool) -> Measured:
     r = run()
     side = r.early_side()
     out, ok = {}, True
-    for loss in ("correlation", "logistic"):
+    for loss, other in (("correlation", "logistic"), ("logistic", "correlation")):
         j, c = r.index(loss, 100)
-        pred = predicted_side(100, loss)
+        pred = predicted_side(100, other if swap else loss)
         out[loss] = {
             "early_side": float(side[j, c]),
             "predicted_side": float(np.sign(pred)),
@@ -209,3 +230,74 @@ def plot_side(r: LossResult | None = None):
 
 
 FIGURES = {"fig-losses-paths": lambda: plot_paths_by_loss(), "fig-losses-side": lambda: plot_side()}
+
+
+# ---------------------------------------------------------------- Theorem 1's own object, for two losses
+REG_RADII = np.logspace(0.0, 2.0, 9)
+"""Radii of the regularization paths (chapter 2's grid)."""
+TILT = np.array([np.cos(np.radians(5.0)), np.sin(np.radians(5.0))])
+"""The competitor of ``A.losses.reg_path``: the GMM direction (1, 0) tilted 5 degrees toward the first input's
+key, the side the early correlation-loss path bends to (correlation 0.9962 with the GMM)."""
+
+
+@functools.lru_cache(maxsize=None)
+def reg_paths() -> dict[str, np.ndarray]:
+    """``argmin_{||p|| <= R} L(p)`` on the C = 100 instance of Fig. 4 for the correlation and logistic losses."""
+    from .global_convergence import planar_reg_path
+
+    pr = instances.fig4(100).problem()
+    return {loss: planar_reg_path(pr, REG_RADII, iters=300, loss=loss) for loss in ("correlation", "logistic")}
+
+
+def _reg_check(ref, loss: str) -> Measured:
+    i10 = int(np.argmin(np.abs(REG_RADII - 10.0)))
+    c = geometry.correlation(reg_paths()[loss], ref)
+    out = {"loss": loss, "corr_R10": round(float(c[i10]), 4), "corr_R100": round(float(c[-1]), 4)}
+    return Measured(out, bool(c[-1] >= 0.999 and (1 - c[-1]) < (1 - c[i10])))
+
+
+def _gmm() -> np.ndarray:
+    return svm.att_svm(instances.fig4(100).K, [1, 1]).x
+
+
+REG_THRESHOLD = (
+    "correlation with the GMM >= 0.999 at R = 100 and 1 - corr at R = 100 below 1 - corr at R = 10 "
+    "(chapter 2's bar for the same theorem, fixed before these paths were computed)"
+)
+
+
+@claim(
+    "A.losses.reg_path",
+    chapter=CHAPTER,
+    checks="paper A, Theorem 1 with its own object, the regularization path, for the correlation loss "
+    "(Assumption A); Fig. 4 (C = 100)",
+    statement="On the C = 100 instance of Fig. 4 the regularization path of the correlation loss turns to the "
+    "GMM direction as R grows.",
+    threshold=REG_THRESHOLD,
+    competitor="the GMM tilted 5 degrees toward the first input's key (correlation 0.9962 with the GMM)",
+    against=lambda: _reg_check(TILT, "correlation"),
+)
+def _claim_reg_path() -> Measured:
+    return _reg_check(_gmm(), "correlation")
+
+
+@claim(
+    "A.losses.reg_path_logistic",
+    chapter=CHAPTER,
+    kind="observation",  # the limit is Theorem 1's; how soon it is reached at C = 100 is not
+    checks="paper A, Theorem 1's regularization path for the logistic loss at the radii we can compute; "
+    "Fig. 4 (C = 100)",
+    statement="On the C = 100 instance of Fig. 4 the regularization path of the logistic loss is at the GMM "
+    "direction by R = 100.",
+    threshold=REG_THRESHOLD,
+    known_miss="measured (judging run, radii 1-100): correlation 0.707 at R = 10 (the second input's own "
+    "direction (1, -1)) and 0.886 at R = 100; a later run beyond the grid gave 0.972, 0.988, 0.993, 0.996, "
+    "0.997 at R = 200, 300, 400, 500, 600. Theorem 1 is a limit: the first input's loss weight is about e^-100, so its "
+    "margin counts only once e^(-R m) of the second input has fallen to that size; past R ~ 700 the excess "
+    "loss underflows and the path cannot be computed. The correlation loss (A.losses.reg_path) has no such "
+    "weight and is at 0.9997 by R = 100.",
+    competitor="the GMM tilted 5 degrees toward the first input's key (correlation 0.9962 with the GMM)",
+    against=lambda: _reg_check(TILT, "logistic"),
+)
+def _claim_reg_path_logistic() -> Measured:
+    return _reg_check(_gmm(), "logistic")

@@ -12,6 +12,21 @@ follow from the derivation and can only fail if the code disagrees with it.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "DATA",
+    "D",
+    "ETA",
+    "data",
+    "head",
+    "init",
+    "OneStepResult",
+    "run",
+    "plot_alignment",
+    "plot_scale",
+    "FIGURES",
+]
+
 import functools
 from dataclasses import dataclass
 

@@ -22,6 +22,31 @@ The chapter ``book/part1/08_random.md`` shows these runs.
 
 from __future__ import annotations
 
+__all__ = [
+    "finite_table",
+    "CHAPTER",
+    "LOG_SATURATED",
+    "NEAR_TIE_CORR",
+    "Grid",
+    "QUICK",
+    "PAPER",
+    "grid_for",
+    "padded_batch",
+    "train_batch",
+    "train_one_by_one",
+    "analyse",
+    "RandomResult",
+    "run",
+    "clear_cache",
+    "summary",
+    "gmm_rate_by_d",
+    "spearman_gmm",
+    "plot_corr_hist",
+    "plot_gmm_rate",
+    "plot_gaps",
+    "FIGURES",
+]
+
 import functools
 import itertools
 import time
@@ -43,6 +68,13 @@ LOG_SATURATED = -20.0
 (GD has left the region of finite stationary points and ``||p||`` diverges)."""
 NEAR_TIE_CORR = 0.99
 """A negative-gap instance counts as a near tie when GD still correlates this well with ``p^mm(alpha)``."""
+DECADE_RECORDS = 10
+"""The divergence test looks at ``||p||`` and the loss at every tenth of the run (the last decade of steps,
+``steps/10 .. steps``): a run *diverges* when ``||p||`` grows over the decade and the loss strictly falls from each
+record to the next (the loss compared as ``base + excess``, :func:`mmtoken.grad.loss_parts`, so that the fall
+keeps its digits under saturation; where the excess has underflowed to 0 the largest non-selected log-mass must
+fall instead). A run that has reached a finite stationary point (normalized GD then cycles around it with
+``||p||`` fixed) fails it, however small its non-selected mass."""
 
 
 @dataclass(frozen=True)
@@ -92,14 +124,45 @@ def padded_batch(grid: Grid, d: int) -> dict:
 
 
 def train_batch(K, gamma, mask, steps: int, lr: float) -> dict:
-    """Normalized GD from ``p0 = 0`` on a batch of padded instances; returns final ``p``, selection, probabilities."""
+    """Normalized GD from ``p0 = 0`` on a batch of padded instances.
+
+    Returns the final ``p``, selection and log-probabilities, and ``diverging`` ``(I,)``: the divergence test of
+    :data:`DECADE_RECORDS` on the records of the last decade of steps.
+    """
     pr = AttentionProblem(K, gamma, mask)
     p0 = torch.zeros(pr.K.shape[0], pr.K.shape[-1], dtype=pr.K.dtype, device=pr.K.device)
+    every = max(steps // DECADE_RECORDS, 1)
     with torch.inference_mode():
-        h = train.train_p(pr, p0, steps=steps, lr=lr, record_every=max(steps, 1), record_probs=False)
-        p = h.p[-1].to(pr.K.device)
-        sat = grad.saturation(pr, p)
-    return {"p": p.cpu().numpy(), "alpha": sat.top.cpu().numpy(), "log_s": sat.log_s.cpu().numpy()}
+        h = train.train_p(pr, p0, steps=steps, lr=lr, record_every=every, record_probs=False)
+        keep = torch.as_tensor(np.asarray(h.steps) >= steps // DECADE_RECORDS)
+        P = h.p[keep].to(pr.K.device)  # (R, I, m): steps/10, 2 steps/10, .., steps
+        sats = [grad.saturation(pr, q) for q in P]
+        sat = sats[-1]
+    real = torch.as_tensor(mask, device=pr.K.device)
+    log_rest, base, excess = [], [], []
+    for q, st in zip(P, sats):
+        # largest non-selected log-mass over the inputs of each instance (no underflow)
+        is_top = torch.zeros_like(st.log_s, dtype=torch.bool).scatter_(-1, st.top[..., None], True)
+        rest = torch.logsumexp(st.log_s.masked_fill(is_top | ~real, float("-inf")), -1)  # (I, n)
+        log_rest.append(rest.amax(-1))
+        b, e = grad.loss_parts(pr, q, sat=st)  # L = base + excess, the excess kept to its own digits
+        base.append(b), excess.append(e)
+    log_rest, base, excess = (torch.stack(x).cpu().numpy() for x in (log_rest, base, excess))  # (R, I)
+    norm = P.norm(dim=-1).cpu().numpy()  # (R, I)
+    dL = np.diff(base, axis=0) + np.diff(excess, axis=0)  # exact 0 in base when the selection is kept
+    underflow = (excess[1:] == 0) & (excess[:-1] == 0) & (np.diff(log_rest, axis=0) < 0)
+    norm_grows = norm[-1] > norm[0]  # over the decade as a whole: a run still turning may dip between records
+    loss_falls = np.all((dL < 0) | underflow, axis=0)
+    diverging = norm_grows & loss_falls
+    return {
+        "p": P[-1].cpu().numpy(),
+        "alpha": sat.top.cpu().numpy(),
+        "log_s": sat.log_s.cpu().numpy(),
+        "diverging": diverging,
+        "norm_grows": norm_grows,
+        "loss_falls": loss_falls,
+        "norm_growth_last_decade": norm[-1] - norm[0],
+    }
 
 
 def train_one_by_one(K, gamma, mask, steps: int, lr: float) -> np.ndarray:
@@ -130,10 +193,11 @@ def analyse(K, gamma, alpha, p, tol: float = 1e-6) -> dict:
         "p_mm_norm": np.nan,
         "gmm_feasible": True,
     }
+    rec["corr_opt"] = 0.0  # correlation with p_mm(opt), the competitor (0 where ATT-SVM(opt) is infeasible)
     if not rec["global"]:
         D_opt = np.array([K[i, opt[i]] - K[i, t] for i in range(n) for t in range(T) if t != opt[i]])
         try:
-            svm.min_norm_nnls(D_opt, np.ones(len(D_opt)))
+            rec["corr_opt"] = float(geometry.correlation(p, svm.min_norm_nnls(D_opt, np.ones(len(D_opt)))))
         except (svm.InfeasibleSVM, RuntimeError):
             rec["gmm_feasible"] = False
     try:
@@ -147,7 +211,7 @@ def analyse(K, gamma, alpha, p, tol: float = 1e-6) -> dict:
     rec["p_mm_norm"] = float(np.linalg.norm(x))
     rec["gap"] = float(min(gamma[i, alpha[i]] - gamma[i, t] for i, t in nb)) if nb else np.nan
     if rec["global"]:
-        rec["corr_gmm"] = rec["corr"]
+        rec["corr_gmm"] = rec["corr_opt"] = rec["corr"]
     return rec
 
 
@@ -162,7 +226,16 @@ class RandomResult:
 
     @property
     def saturated(self) -> pd.DataFrame:
-        return self.table[self.table.saturated & self.table.feasible]
+        """Saturated instances with a feasible ATT-SVM(alpha) that pass the divergence test: GD converges in
+        direction (the population of the claims)."""
+        t = self.table
+        return t[t.saturated & t.feasible & t.diverging]
+
+    @property
+    def finite(self) -> pd.DataFrame:
+        """Saturated instances that fail the divergence test: GD stopped at a finite stationary point."""
+        t = self.table
+        return t[t.saturated & ~t.diverging]
 
     def per_cell(self) -> pd.DataFrame:
         """Per grid cell: instances, fractions saturated / with infeasible ATT-SVM(alpha) / with a feasible GMM /
@@ -219,6 +292,10 @@ def _run(scale: str) -> RandomResult:
                 min_sel_prob=float(s_sel.min()),
                 log_nonsel=float(max(log_rest)),
                 norm=float(np.linalg.norm(out["p"][j])),
+                diverging=bool(out["diverging"][j]),
+                norm_grows=bool(out["norm_grows"][j]),
+                loss_falls=bool(out["loss_falls"][j]),
+                norm_growth=float(out["norm_growth_last_decade"][j]),
             )
             records.append(rec)
         t_svm += time.perf_counter() - t1
@@ -251,21 +328,33 @@ def _cross_check(grid: Grid, table: pd.DataFrame) -> tuple[float, int]:
 
 
 # ---------------------------------------------------------------- claims
-def summary(r: RandomResult) -> dict:
+def summary(r: RandomResult, column: str = "corr_mm") -> dict:
+    """The claims' numbers over the saturated, diverging instances; ``column``: the correlation judged
+    (``"corr_mm"`` with ``p_mm(alpha)``, ``"corr_opt"`` with ``p_mm(opt)``, the competitor)."""
     s = r.saturated
     neg = s[s.gap < 0]
+    fin = r.finite
     return {
         "instances": int(len(r.table)),
         "saturated": int(len(s)),
+        "finite_stationary": int(len(fin)),
+        "finite_stationary_neg_gap": int((fin.gap < 0).sum()),
         "infeasible": int((~r.table.feasible).sum()),
-        "mean_corr": float(s.corr_mm.mean()),
-        "median_corr": float(s.corr_mm.median()),
-        "q01_corr": float(s.corr_mm.quantile(0.01)),
-        "min_corr": float(s.corr_mm.min()),
+        "mean_corr": float(s[column].mean()),
+        "median_corr": float(s[column].median()),
+        "q01_corr": float(s[column].quantile(0.01)),
+        "min_corr": float(s[column].min()),
         "neg_gap_fraction": float(len(neg) / max(len(s), 1)),
         "neg_gap_count": int(len(neg)),
-        "neg_gap_min_corr": float(neg.corr_mm.min()) if len(neg) else float("nan"),
+        "neg_gap_min_corr": float(neg[column].min()) if len(neg) else float("nan"),
     }
+
+
+def finite_table(r: RandomResult | None = None) -> pd.DataFrame:
+    """The saturated runs that fail the divergence test (finite stationary points), one row each."""
+    r = r or run()
+    cols = ["n", "T", "d", "index", "gap", "corr_mm", "norm", "norm_growth", "log_nonsel"]
+    return r.finite[cols].reset_index(drop=True)
 
 
 def gmm_rate_by_d(r: RandomResult) -> pd.DataFrame:
@@ -274,10 +363,15 @@ def gmm_rate_by_d(r: RandomResult) -> pd.DataFrame:
     return s.groupby(["d", "n", "T"])["global"].mean().unstack(["n", "T"])
 
 
-def spearman_gmm(r: RandomResult) -> float:
-    """Spearman correlation between ``d`` and the GMM fraction over all grid cells."""
+def spearman_gmm(r: RandomResult, sign: float = 1.0) -> float:
+    """Spearman correlation between ``sign * d`` and the GMM fraction over all grid cells."""
     rate = gmm_rate_by_d(r).stack(["n", "T"], future_stack=True).reset_index(name="rate")
-    return spearman(rate.d.to_numpy(), rate.rate.to_numpy())
+    return spearman(sign * rate.d.to_numpy(), rate.rate.to_numpy())
+
+
+def _corr_check(column: str) -> Measured:
+    m = summary(run(), column)
+    return Measured(m, m["instances"] >= 1000 and m["mean_corr"] >= 0.997)
 
 
 @claim(
@@ -286,13 +380,21 @@ def spearman_gmm(r: RandomResult) -> float:
     kind="observation",  # measured beyond what a theorem guarantees (see the chapter)
     checks="paper A, Appendix E, measured on our grid (GD from p0 = 0: an extension of Thm 3, which starts GD "
     "in a cone)",
-    statement="On random instances, once the softmax saturates, GD's direction correlates with the ATT-SVM "
-    "direction of the selection it makes.",
-    threshold=">= 1000 instances; mean correlation >= 0.997 over the saturated ones",
+    statement="On random instances, once the softmax saturates and ||p|| diverges (the divergence test), GD's "
+    "direction correlates with the ATT-SVM direction of the selection it makes.",
+    threshold=">= 1000 instances; mean correlation >= 0.997 over the saturated, diverging ones",
+    competitor="the GMM direction p_mm(opt) whatever the selection (correlation 0 where ATT-SVM(opt) is infeasible)",
+    against=lambda: _corr_check("corr_opt"),
 )
 def _claim_corr() -> Measured:
-    m = summary(run())
-    return Measured(m, m["instances"] >= 1000 and m["mean_corr"] >= 0.997)
+    return _corr_check("corr_mm")
+
+
+def _gmm_rate_check(sign: float) -> Measured:
+    r = run()
+    rho = spearman_gmm(r, sign)
+    rate = gmm_rate_by_d(r).mean(axis=1)
+    return Measured({"spearman": rho, "mean_rate_by_d": {int(k): float(v) for k, v in rate.items()}}, rho > 0)
 
 
 @claim(
@@ -302,12 +404,25 @@ def _claim_corr() -> Measured:
     checks="paper A, Appendix E, measured on our grid",
     statement="The fraction of random instances whose GD selection is the globally optimal one grows with d.",
     threshold="Spearman correlation between d and the GMM fraction over the grid cells > 0",
+    competitor="the fraction falling with d (the same check against -d)",
+    against=lambda: _gmm_rate_check(-1.0),
 )
 def _claim_gmm() -> Measured:
-    r = run()
-    rho = spearman_gmm(r)
-    rate = gmm_rate_by_d(r).mean(axis=1)
-    return Measured({"spearman": rho, "mean_rate_by_d": {int(k): float(v) for k, v in rate.items()}}, rho > 0)
+    return _gmm_rate_check(1.0)
+
+
+def _gap_check(column: str) -> Measured:
+    m = summary(run(), column)
+    near = m["neg_gap_count"] == 0 or m["neg_gap_min_corr"] >= NEAR_TIE_CORR
+    keys = (
+        "saturated",
+        "neg_gap_fraction",
+        "neg_gap_count",
+        "neg_gap_min_corr",
+        "finite_stationary",
+        "finite_stationary_neg_gap",
+    )
+    return Measured({k: m[k] for k in keys}, m["neg_gap_fraction"] <= 0.01 and near)
 
 
 @claim(
@@ -315,17 +430,17 @@ def _claim_gmm() -> Measured:
     chapter=CHAPTER,
     kind="observation",  # measured beyond what a theorem guarantees (see the chapter)
     checks="paper A, Appendix E, measured on our grid; Theorem 3 (local optimality)",
-    statement="Among saturated random instances, GD rarely ends on a selection that scores below one of its "
-    "SVM-neighbours (negative minimum score gap), and those are near ties.",
-    threshold="fraction with negative gap <= 1%; each such instance still correlates >= 0.99 with p_mm(alpha)",
+    statement="Among saturated, diverging random instances, GD rarely ends on a selection that scores below one "
+    "of its SVM-neighbours (negative minimum score gap), and those are near ties; saturated runs that fail "
+    "the divergence test are finite stationary points, counted apart.",
+    threshold="over the saturated, diverging instances: fraction with negative gap <= 1%; each such instance "
+    "still correlates >= 0.99 with p_mm(alpha)",
+    competitor="the GMM direction p_mm(opt) in place of p_mm(alpha) (is a negative-gap run near the global "
+    "direction instead?)",
+    against=lambda: _gap_check("corr_opt"),
 )
 def _claim_gap() -> Measured:
-    m = summary(run())
-    near = m["neg_gap_count"] == 0 or m["neg_gap_min_corr"] >= NEAR_TIE_CORR
-    return Measured(
-        {k: m[k] for k in ("saturated", "neg_gap_fraction", "neg_gap_count", "neg_gap_min_corr")},
-        m["neg_gap_fraction"] <= 0.01 and near,
-    )
+    return _gap_check("corr_mm")
 
 
 # ---------------------------------------------------------------- figures

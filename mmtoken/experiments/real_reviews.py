@@ -10,6 +10,49 @@ the held-out seeds :data:`mmtoken.review_runs.SEEDS`.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "QUICK",
+    "setup",
+    "DATASETS",
+    "RUN_LABELS",
+    "MODELS",
+    "DatasetResult",
+    "run_dataset",
+    "compute_in_parallel",
+    "Result",
+    "run",
+    "search",
+    "Regime",
+    "regime",
+    "span",
+    "baseline_table",
+    "transposed",
+    "by_dataset",
+    "profile_table",
+    "setup_table",
+    "trial_tables",
+    "seed_table",
+    "ushape_table",
+    "search_summary",
+    "regime_table",
+    "attended_tokens",
+    "SHORT_LABELS",
+    "plot_alignment",
+    "plot_ushape",
+    "plot_scan",
+    "plot_regime",
+    "plot_attention",
+    "plot_accuracy",
+    "FIGURES",
+    "THRESHOLDS",
+    "ALIGN_JOINT",
+    "ONE_STEP",
+    "NAMES",
+    "SEED_TEXT",
+    "yelp_missing",
+]
+
 import dataclasses
 import functools
 import json

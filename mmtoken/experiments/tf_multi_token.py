@@ -23,6 +23,29 @@ The chapter ``book/part3/15_multi_token.md`` shows these runs.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "LOG_UNDERFLOW",
+    "SCORES",
+    "simplex_projection",
+    "simplex_qp",
+    "MultiInstance",
+    "make_instance",
+    "GENERIC",
+    "generic_instance",
+    "Objective",
+    "train_w",
+    "MultiResult",
+    "run",
+    "generic_corr",
+    "summary",
+    "plot_corr",
+    "plot_generic",
+    "FIGURES",
+    "max_nonselected",
+    "gen_svm_check",
+]
+
 import functools
 import itertools
 from dataclasses import dataclass
@@ -156,10 +179,10 @@ optimum, no input mixing all tokens, every optimal weight >= ``min_weight``, and
 optimal sets correlating below ``max_tied_untied_corr`` (so that a run can tell them apart)."""
 
 
-def generic_instance(max_seed: int = 100) -> tuple[int, MultiInstance]:
-    """The first seed in ``range(max_seed)`` meeting :data:`GENERIC`'s criteria, and its instance."""
+def generic_instance(max_seed: int = 100, start: int = 0) -> tuple[int, MultiInstance]:
+    """The first seed in ``range(start, max_seed)`` meeting :data:`GENERIC`'s criteria, and its instance."""
     n, T, d, lam = GENERIC["n"], GENERIC["T"], GENERIC["d"], GENERIC["lam"]
-    for seed in range(max_seed):
+    for seed in range(start, max_seed):
         rng = np.random.default_rng(seed)
         X = rng.normal(size=(n, T, d))
         X /= np.linalg.norm(X, axis=-1, keepdims=True)
@@ -175,7 +198,7 @@ def generic_instance(max_seed: int = 100) -> tuple[int, MultiInstance]:
         tied, free = gen_svm.w_gen_svm(X, Z, sets), gen_svm.w_gen_svm(X, Z, sets, tied=False)
         if geometry.correlation(tied.ravel(), free.ravel()) < GENERIC["max_tied_untied_corr"]:
             return seed, inst
-    raise ValueError(f"no seed below {max_seed} meets the criteria of GENERIC")
+    raise ValueError(f"no seed in [{start}, {max_seed}) meets the criteria of GENERIC")
 
 
 class Objective:
@@ -310,20 +333,68 @@ def summary(r: MultiResult) -> dict:
     }
 
 
+GENERIC_TIED_CORR = 0.95
+"""Generic instance: GD's correlation with the generalised (tied) SVM, and above the untied one's. Written after a
+trial on the next three seeds meeting :data:`GENERIC` (58, 66, 88; 3000 steps from ``W = 0``): tied 0.859, 0.683,
+0.987 against untied 0.841, 0.773, 0.912 (only seed 88 meets it; the other two have not split cleanly by then)."""
+
+
+def max_nonselected(r: MultiResult) -> float:
+    """Largest final attention on a token outside the designed sets, over the starts (the designed instance)."""
+    designed = r.inst.optimal_sets()
+    P = np.exp(r.log_s)
+    out = np.ones(P.shape[1:], bool)
+    for i, o in enumerate(designed):
+        out[i, list(o)] = False
+    return float(P[:, out].max())
+
+
+def gen_svm_check(r: MultiResult, ref: str = "tied") -> Measured:
+    """The claim's check with GD's direction compared to ``ref`` (``"tied"``: the generalised SVM, the claim;
+    ``"untied"``: the competitor), on the designed and on the generic instance."""
+    m = summary(r)
+    c = generic_corr(r)
+    mine, other = (c["tied"][-1], c["untied"][-1]) if ref == "tied" else (c["untied"][-1], c["tied"][-1])
+    designed = r.corr(r.W_tied if ref == "tied" else r.W_free)[-1].min()
+    ok = (
+        m["sets_match_construction"]
+        and m["min_log_prob"] > LOG_UNDERFLOW
+        and designed >= 0.99
+        and mine >= GENERIC_TIED_CORR
+        and mine > other
+    )
+    # recorded to 3 decimals (judged above on the raw values): correlations move by up to 6e-5 with the BLAS
+    value = {
+        "designed_sets_match": m["sets_match_construction"],
+        "designed_min_corr": round(float(designed), 3),
+        "generic_seed": int(r.generic["seed"]),
+        "generic_corr": round(float(mine), 3),
+        "generic_corr_other": round(float(other), 3),
+    }
+    return Measured(value, bool(ok))
+
+
 @claim(
     "C.multi.gen_svm",
     chapter=CHAPTER,
+    kind="observation",
     checks="Transformers as SVMs, Sec. 6: the proposed SVM equivalence for nonlinear heads (a conjecture "
-    "there, no theorem); normalized GD on W, measured on the chapter's instance",
-    statement="On an instance where attention selects several tokens per input, normalized GD's direction "
-    "matches the generalised SVM (ties inside, margin 1 outside) of the selected sets.",
-    threshold="every start: a clean split (selected >= 1e-3, others <= 1e-4) equal to the designed optimal "
-    "sets, no float64 underflow; correlation with the generalised SVM >= 0.99",
+    "there, no theorem); normalized GD on W (an algorithm beyond any theorem), on the chapter's designed "
+    "instance and on its generic instance (seed 52), whose numbers were known from issue 25 before the "
+    "threshold was written: an illustration on one instance, not a held-out test",
+    statement="On an instance where attention selects several tokens per input, normalized GD selects the "
+    "designed sets and its direction matches the generalised SVM (ties inside, margin 1 outside) of the "
+    "selected sets; on a generic instance where the tied and untied SVMs are apart it turns towards the "
+    "tied one.",
+    threshold="designed instance, every start: a clean split (selected >= 1e-3, others <= 1e-4) equal to the "
+    "designed optimal sets, no float64 underflow, correlation with the generalised SVM >= 0.99; generic "
+    "instance (3000 steps from W = 0): correlation with the tied SVM >= 0.95 and above that with the untied "
+    "SVM (set on a trial on seeds 58, 66, 88, where only 88 met it)",
+    competitor="the untied SVM (the selected tokens' logits left free among themselves)",
+    against=lambda: gen_svm_check(run(), "untied"),
 )
 def _claim_gen_svm() -> Measured:
-    m = summary(run())
-    ok = m["sets_match_construction"] and m["min_corr_gen_svm"] >= 0.99 and m["min_log_prob"] > LOG_UNDERFLOW
-    return Measured(m, bool(ok))
+    return gen_svm_check(run())
 
 
 # ---------------------------------------------------------------- figures

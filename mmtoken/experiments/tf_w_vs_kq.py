@@ -20,13 +20,46 @@ collapse after saturation.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "SIZES",
+    "LR",
+    "STEPS",
+    "RECORD_EVERY",
+    "NAIVE_STEPS",
+    "NAIVE_DTYPES",
+    "SEED",
+    "CORR_W",
+    "CORR_KQ",
+    "CORR_GAIN",
+    "SizeResult",
+    "NaiveRun",
+    "WvsKQ",
+    "starts",
+    "imbalance",
+    "run",
+    "summary",
+    "plot_correlations",
+    "plot_singular_values",
+    "slow_instances",
+    "plot_naive",
+    "FIGURES",
+    "w_check",
+    "kq_check",
+    "rank_check",
+    "PlainCone",
+    "plain_cone",
+    "plain_check",
+    "plain_cone_run",
+]
+
 import functools
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from .. import config, geometry, tfsvm
+from .. import config, geometry, smoothness, tfsvm, train
 from ..ledger import Measured, claim
 from ..plotting import colors, style, subplots
 
@@ -132,7 +165,10 @@ def _one_size(n: int, T: int, d: int, count: int) -> SizeResult:
     Kx, gamma = problem.K.numpy(), problem.gamma.numpy()
     sel_w, sel_kq = rw.selection, rk.selection
     fro_w, nuc_w, fro_kq, nuc_kq, local, gaps, ranks = [], [], [], [], [], [], []
-    for b in range(count):  # one convex program per instance (cvxpy); the training above is batched
+    # five convex programs per instance (cvxpy; the training above is batched): about a second each,
+    # so a reader in Jupyter sees a bar (never under nbval or a build: see config.progress_enabled)
+    bar = config.progress_bar(range(count), desc=f"SVMs n={n} T={T} d={d}", enabled=config.progress_enabled(count, 2))
+    for b in bar:
         X, Z = data["X"][b], data["Z"][b]
         fro_w.append(tfsvm.frobenius_svm(X, Z, sel_w[b]).x)
         nuc_w.append(tfsvm.nuclear_svm(X, Z, sel_w[b]).W)
@@ -271,11 +307,22 @@ def summary(r: WvsKQ | None = None) -> list[dict]:
     "Att-SVM of the selection it makes, and that selection is locally optimal.",
     threshold="every instance: correlation >= 0.9999 with the Frobenius Att-SVM of its selection, and "
     "geometry.classify calls the selection locally optimal",
+    competitor="the nuclear-norm Att-SVM* of the same selection",
+    against=lambda: w_check(nuclear=True),
 )
 def _claim_w() -> Measured:
-    rows = summary()
-    ok = all(r["min_corr_w_fro"] >= CORR_W and r["all_local"] for r in rows)
-    return Measured({r["size"]: {"min_corr": r["min_corr_w_fro"], "all_local": r["all_local"]} for r in rows}, bool(ok))
+    return w_check()
+
+
+def w_check(nuclear: bool = False) -> Measured:
+    """C.w.frobenius's check against the Frobenius SVM of the selection (or the nuclear one, the competitor)."""
+    r = run()
+    rows = {}
+    for s in r.sizes:
+        c = (s.corr_w_nuc if nuclear else s.corr_w_fro)[-1]
+        rows[s.label] = {"min_corr": round(float(c.min()), 6), "all_local": bool(s.local_w.all())}
+    ok = all(v["min_corr"] >= CORR_W and v["all_local"] for v in rows.values())
+    return Measured(rows, bool(ok))
 
 
 @claim(
@@ -291,17 +338,27 @@ def _claim_w() -> Measured:
     "closer to it than to the Frobenius Att-SVM.",
     threshold="every instance: correlation of K Q^T >= 0.99 with the nuclear-norm Att-SVM* of its selection, "
     "and >= 0.02 more than with the Frobenius Att-SVM of that selection",
+    competitor="the Frobenius Att-SVM of the same selection (the roles of the two SVMs swapped)",
+    against=lambda: kq_check(frobenius=True),
 )
 def _claim_kq() -> Measured:
-    rows = summary()
-    ok = all(r["below_kq"] == 0 and r["min_gain"] >= CORR_GAIN for r in rows)
-    return Measured(
-        {
-            r["size"]: {"min_corr": r["min_corr_kq_nuc"], "below_0.99": r["below_kq"], "min_gain": r["min_gain"]}
-            for r in rows
-        },
-        bool(ok),
-    )
+    return kq_check()
+
+
+def kq_check(frobenius: bool = False) -> Measured:
+    """C.kq.nuclear's check with the nuclear SVM as the target (or the Frobenius one, the competitor)."""
+    rows, ok = {}, True
+    for s in run().sizes:
+        mine, other = (s.corr_kq_fro, s.corr_kq_nuc) if frobenius else (s.corr_kq_nuc, s.corr_kq_fro)
+        gain = mine[-1] - other[-1]
+        below = int((mine[-1] < CORR_KQ).sum())
+        ok = ok and below == 0 and float(gain.min()) >= CORR_GAIN  # judged on the raw values
+        rows[s.label] = {  # recorded to 4 decimals: the 6th digit moves with the BLAS
+            "min_corr": round(float(mine[-1].min()), 4),
+            "below_0.99": below,
+            "min_gain": round(float(gain.min()), 4),
+        }
+    return Measured(rows, bool(ok))
 
 
 @claim(
@@ -314,11 +371,142 @@ def _claim_kq() -> Measured:
     "C.kq.nuclear), the number of singular values of K Q^T above 1e-2 of the largest equals the rank of "
     "the nuclear-norm Att-SVM* of its selection (same threshold).",
     threshold="equal ranks (threshold 1e-2 of the largest singular value) on every instance",
+    competitor="the rank of the Frobenius Att-SVM of the same selection (n: its constraint matrices end in z_i^T)",
+    against=lambda: rank_check(frobenius=True),
 )
 def _claim_rank() -> Measured:
-    rows = summary()
-    ok = all(r["rank_agree"] == r["instances"] for r in rows)
-    return Measured({r["size"]: {"agree": r["rank_agree"], "of": r["instances"]} for r in rows}, bool(ok))
+    return rank_check()
+
+
+def rank_check(frobenius: bool = False) -> Measured:
+    """C.kq.low_rank's check: the rank of K Q^T against the nuclear SVM's (or the Frobenius SVM's)."""
+    rows = {}
+    for s in run().sizes:
+        ref = tfsvm.numerical_rank(s.fro_kq) if frobenius else s.rank_nuc
+        rows[s.label] = {"agree": int((s.rank_kq == ref).sum()), "of": len(s.W_kq)}
+    return Measured(rows, all(v["agree"] == v["of"] for v in rows.values()))
+
+
+# ---------------------------------------------------------------- plain GD in a cone (the W theorem's algorithm)
+CONE_CORR = 0.99
+"""Starts of the plain-GD check: correlation 0.99 with ``W^mm_alpha`` (inside the theorem's cone)."""
+CONE_NORM = 10.0
+"""... at ``10 ||W^mm_alpha||`` (every margin about 10). A first design started at ``3 ||W^mm_alpha||``; judged on
+the chapter's instances it failed (lowest correlation 0.942: at that norm plain GD follows the finite-norm path
+``W^mm log k + W_fin``, whose direction is up to 6% off; the norm was not "large enough" for the theorem). The
+norm 10 was then chosen on the trial seeds 10-12 (lowest correlation 0.990, ``1 - corr`` shrinking 0.78-0.81
+times), before the judged instances were run again."""
+PLAIN_STEPS = 100_000
+PLAIN_CONE = 0.98
+"""Plain GD must stay at correlation at least this with the Frobenius SVM at every recorded step (a cone of twice
+the start's aperture; paper A's local theorem keeps the iterates in a cone around the SVM). Set on a trial (the
+public draws of seeds 10-12, first size, selection from normalized GD), run before the judged instances: the
+lowest correlation over the run was 0.987; 1 - corr changed by a factor 0.54-1.06 in 10^5 steps (plain GD turns
+like 1 / log k), so a check that the direction *converges* cannot run here in a chapter's time. (These trial
+numbers are for starts at ``3 ||W^mm||``; at ``CONE_NORM`` see there.)"""
+
+
+@dataclass
+class PlainCone:
+    """Plain GD ``W <- W - eta grad L(W)`` from cone starts around ``W^mm_alpha`` (``B`` instances)."""
+
+    lr: float  # the smallest 1/L of the instances (the book's smoothness bound)
+    gap_start: np.ndarray  # (B,) 1 - corr(W0, W^mm_alpha)
+    gap_end: np.ndarray  # (B,) 1 - corr(W_end, W^mm_alpha)
+    corr_min: np.ndarray  # (B,) lowest corr(W, W^mm_alpha) over the recorded steps
+    corr_nuc_max: np.ndarray  # (B,) highest corr(W, W^mm_star_alpha) over the recorded steps
+    corr_nuc: np.ndarray  # (B,) corr(W_end, W^mm_star_alpha)
+    gap_nuc_start: np.ndarray  # (B,) 1 - corr(W0, W^mm_star_alpha)
+    kept: np.ndarray  # (B,) the selection stayed alpha
+    norm: np.ndarray  # (2, B) ||W|| at steps/10 and at the end
+
+
+def plain_cone(data: dict, alpha, fro, nuc, seed: int = SEED + 2) -> PlainCone:
+    """Plain GD within the step bound from starts at correlation :data:`CONE_CORR` with ``fro (B, d, d)``.
+
+    The step is the smallest ``1/L`` over the instances (one batched run); a start is
+    ``CONE_NORM ||W^mm|| (c u + sqrt(1 - c^2) e)`` with ``u = W^mm/||W^mm||`` and ``e`` a random unit
+    direction orthogonal to ``u``.
+    """
+    problem = tfsvm.w_problem(data["X"], data["Y"], data["v"], data["Z"])
+    K, gamma = problem.K.numpy(), problem.gamma.numpy()
+    B = fro.shape[0]
+    lr = min(1.0 / smoothness.smoothness_bound(K[b], gamma[b]) for b in range(B))
+    u = _flat(fro) / np.linalg.norm(_flat(fro), axis=-1, keepdims=True)
+    e = np.random.default_rng(seed).normal(size=u.shape)
+    e -= (e * u).sum(-1, keepdims=True) * u
+    e /= np.linalg.norm(e, axis=-1, keepdims=True)
+    W0 = (
+        CONE_NORM * np.linalg.norm(_flat(fro), axis=-1, keepdims=True) * (CONE_CORR * u + np.sqrt(1 - CONE_CORR**2) * e)
+    )
+    with torch.inference_mode():
+        h = train.train_p(problem, W0, steps=PLAIN_STEPS, lr=lr, method="gd", record_every=PLAIN_STEPS // 10)
+    P = h.p.numpy()
+    cf = lambda A, ref: geometry.correlation(A, _flat(ref))
+    return PlainCone(
+        lr,
+        1 - cf(W0, fro),
+        1 - cf(P[-1], fro),
+        cf(P, fro).min(0),
+        cf(P, nuc).max(0),
+        cf(P[-1], nuc),
+        1 - cf(W0, nuc),
+        (h.probs[-1].argmax(-1).numpy() == np.asarray(alpha)).all(-1),
+        np.linalg.norm(P[[int(np.flatnonzero(h.steps == PLAIN_STEPS // 10)[0]), -1]], axis=-1),
+    )
+
+
+def plain_check(c: PlainCone, against_nuclear: bool = False) -> Measured:
+    """Plain GD stays in the cone ``corr >= PLAIN_CONE`` around the Frobenius SVM (or, for the competitor,
+    around the nuclear one), keeps the selection and grows in norm."""
+    corr = c.corr_nuc_max if against_nuclear else c.corr_min
+    ok = bool((corr >= PLAIN_CONE).all() and c.kept.all() and (c.norm[-1] > c.norm[0]).all())
+    return Measured(
+        {
+            "min_corr": round(float(corr.min()), 4),
+            "selection_kept": bool(c.kept.all()),
+            "norm_growing": bool((c.norm[-1] > c.norm[0]).all()),
+            "step": round(c.lr, 3),
+            "gap_ratio_end_over_start": [round(float(x), 2) for x in c.gap_end / c.gap_start],
+        },
+        ok,
+    )
+
+
+def plain_cone_run(r: WvsKQ | None = None) -> PlainCone:
+    """:func:`plain_cone` on the first size's instances and the selections of their ``W`` runs."""
+    return _plain_cone_run(config.scale()) if r is None else _plain_of(r)
+
+
+def _plain_of(r: WvsKQ) -> PlainCone:
+    s = r.sizes[0]
+    return plain_cone(s.data, s.sel_w, s.fro_w, s.nuc_w)
+
+
+@functools.lru_cache(maxsize=None)
+def _plain_cone_run(scale: str) -> PlainCone:
+    return _plain_of(run(scale))
+
+
+@claim(
+    "C.w.plain_gd",
+    chapter=CHAPTER,
+    kind="theorem",
+    checks="Transformers as SVMs (2308.16898), GD on W (reconstructed; paper A's local theorem on the keys "
+    "vec(x z^T)): plain GD with a step within the book's smoothness bound, started in a cone around W^mm_alpha "
+    "of a locally optimal selection",
+    statement="On the first size's instances (n = T = 4, d = 6), plain GD on W (step the smallest 1/L, "
+    "10^5 steps) from starts at correlation 0.99 with the Frobenius Att-SVM of the W run's (locally optimal) "
+    "selection, at 10 times its norm, keeps the selection, grows in norm and stays in a cone around that SVM "
+    "(the first half of the theorem; its directional limit is too slow for plain GD to show here).",
+    threshold="every instance: the selection kept, ||W|| growing over the last decade, correlation >= 0.98 "
+    "with the Frobenius SVM at every recorded step; set on a trial (seeds 10-12: lowest 0.987 from 3 ||W^mm||, "
+    "0.990 from 10 ||W^mm||; the start at 3 ||W^mm|| failed on the judged instances, see CONE_NORM)",
+    competitor="the nuclear-norm Att-SVM* of the same selection (the same cone around it)",
+    against=lambda: plain_check(plain_cone_run(), against_nuclear=True),
+)
+def _claim_plain() -> Measured:
+    return plain_check(plain_cone_run())
 
 
 # ---------------------------------------------------------------- plots

@@ -7,6 +7,22 @@ shows these runs.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "svm_checks",
+    "grad_check",
+    "TrapResult",
+    "trap",
+    "plot_trap",
+    "PictureResult",
+    "published_picture",
+    "plot_picture",
+    "TourResult",
+    "tour",
+    "plot_tour",
+    "FIGURES",
+]
+
 import functools
 from dataclasses import dataclass
 

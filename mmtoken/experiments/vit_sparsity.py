@@ -23,6 +23,39 @@ runs, their cache and its validation live in :mod:`mmtoken.vit_runs`.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "HELD_OUT_SEEDS",
+    "DEV_SEEDS",
+    "ACCURACY",
+    "QUICK",
+    "PAPER",
+    "SMALLER_LR",
+    "COLLAPSE_LR",
+    "experiment",
+    "Study",
+    "controls",
+    "run",
+    "growth",
+    "seed_summary",
+    "validation_summary",
+    "seed_table",
+    "norm_verdict",
+    "sparsity_verdict",
+    "spread_check",
+    "MISS_LEARNS",
+    "MISS_NORM",
+    "MISS_SPARSE",
+    "plot_training",
+    "example_indices",
+    "plot_attention_maps",
+    "NORM_LABELS",
+    "plot_norms",
+    "plot_sparsity",
+    "plot_where",
+    "FIGURES",
+]
+
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, replace

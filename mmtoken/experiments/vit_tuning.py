@@ -12,6 +12,19 @@ retraining every candidate (about 45 CPU minutes).
 
 from __future__ import annotations
 
+__all__ = [
+    "TUNING_SEEDS",
+    "CPU_BUDGET",
+    "candidate",
+    "TUNING_GRID",
+    "tuning_candidates",
+    "config_digest",
+    "tune",
+    "TUNING_RECORD",
+    "tuning_table",
+    "choose",
+]
+
 from collections.abc import Iterable
 
 import numpy as np

@@ -25,6 +25,26 @@ directly on ``W``; plain GD (step 1, 10^6 steps) through the Lemma-1 map.
 
 from __future__ import annotations
 
+__all__ = [
+    "CHAPTER",
+    "LR",
+    "PairRun",
+    "WEqualsPResult",
+    "w_run",
+    "pair_run",
+    "run",
+    "W_PBAR",
+    "W_LR",
+    "WDirectionRun",
+    "frobenius_correlation",
+    "normalized_gd_on_w",
+    "w_direction",
+    "plot_w_direction",
+    "plot_logits",
+    "plot_gap",
+    "FIGURES",
+]
+
 import functools
 from dataclasses import dataclass
 
@@ -32,7 +52,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from .. import config, geometry, grad, instances, svm, train
+from .. import config, geometry, grad, instances, smoothness, svm, train
 from ..ledger import Measured, claim
 from ..losses import get_loss
 from ..model import AttentionProblem
@@ -166,10 +186,16 @@ def _run(scale: str) -> WEqualsPResult:
     "started at W(0) pbar = p(0), give the same logits along the whole trajectory, and every "
     "gradient in W is rank one.",
     threshold="over 500 GD steps in float64: max |logits_W - logits_p| <= 1e-9; sigma_2/sigma_1 of grad_W < 1e-12",
+    competitor="the p-run one step behind (the same trajectory, off by one step)",
+    against=lambda: _w_equals_p_check(lag=1),
 )
 def _claim_w_equals_p() -> Measured:
+    return _w_equals_p_check(lag=0)
+
+
+def _w_equals_p_check(lag: int) -> Measured:
     r = run()
-    gap = max(pr.max_logit_gap for pr in r.runs.values())
+    gap = max(float(np.abs(pr.logits_W[lag:] - pr.logits_p[: len(pr.logits_p) - lag]).max()) for pr in r.runs.values())
     ratio = max(float(pr.sv_ratio.max()) for pr in r.runs.values())
     return Measured(
         {"steps": r.steps, "max_logit_gap": gap, "max_sv_ratio": ratio},
@@ -200,6 +226,7 @@ class WDirectionRun:
     rank_one_gap: float  # max ||W(k) - (W(k) pbar) pbar^T||_F over the run
     plain_steps: np.ndarray  # (S',) plain GD through the Lemma-1 map
     plain_corr: np.ndarray  # (S',)
+    plain_q: np.ndarray  # (S', 3) the p-run q(k) of the plain GD, W(k) = q(k) pbar^T
 
 
 def frobenius_correlation(A, B) -> np.ndarray:
@@ -253,13 +280,29 @@ def _w_direction(scale: str) -> WDirectionRun:
     pr = global_convergence.plain_gd(problem, np.zeros((1, 3)), lr=global_convergence.PLAIN_LR)
     Wp = np.einsum("sd,m->sdm", pr.p[:, 0], W_PBAR)
     return WDirectionRun(
-        W_PBAR, W_mm, q_mm, st, Ws, frobenius_correlation(Ws, W_mm), gap, pr.steps, frobenius_correlation(Wp, W_mm)
+        W_PBAR,
+        W_mm,
+        q_mm,
+        st,
+        Ws,
+        frobenius_correlation(Ws, W_mm),
+        gap,
+        pr.steps,
+        frobenius_correlation(Wp, W_mm),
+        pr.p[:, 0],
     )
+
+
+E2 = np.array([0.0, 1.0, 0.0])
+"""Chapter 2's competitor, the e2 axis, for the raw tokens: ``W_e2 = e2 pbar^T`` competes with ``W_mm``."""
 
 
 @claim(
     "A.model.w_direction",
     chapter=CHAPTER,
+    kind="observation",  # normalized GD on W, beyond the corollary's plain GD (A.model.w_plain_gd)
+    competitor="W = e2 pbar^T, chapter 2's e2 axis mapped to W",
+    against=lambda: _w_direction_check(np.outer(E2, W_PBAR)),
     checks="Lemma 1 with Theorem 2 (paper A) for W, with normalized GD (the published algorithm; an extension "
     "beyond the theorem's plain GD, whose W-run is reported alongside); Fig. 1 (global)",
     statement="GD on W (logits x^T W pbar on the raw Fig. 1 (global) tokens, pbar fixed, W(0) = 0) converges in "
@@ -267,8 +310,12 @@ def _w_direction(scale: str) -> WDirectionRun:
     threshold="normalized GD on W (step 0.1): Frobenius correlation with W_mm >= 0.999 at the last step",
 )
 def _claim_w_direction() -> Measured:
+    return _w_direction_check(w_direction().W_mm)
+
+
+def _w_direction_check(ref) -> Measured:
     r = w_direction()
-    c = float(r.corr[-1])
+    c = float(frobenius_correlation(r.W[-1], ref))
     return Measured(
         {
             "steps": int(r.steps[-1]),
@@ -280,6 +327,48 @@ def _claim_w_direction() -> Measured:
         },
         bool(c >= 0.999),
     )
+
+
+def _w_plain_check(ref, rival) -> Measured:
+    """Chapter 2's check of plain GD (A.global.plain_gd) on the W-run: toward ``ref``, not toward ``rival``."""
+    r = w_direction()
+    k = int(r.plain_steps[-1])
+    at = lambda step: int(np.flatnonzero(r.plain_steps == step)[0])
+    inst = instances.fig1("global")
+    bound = smoothness.smoothness_bound(inst.X, inst.gamma)
+    Wp = np.einsum("d,m->dm", r.plain_q[-1], r.pbar)
+    c_end = float(frobenius_correlation(Wp, ref))
+    c_before = float(frobenius_correlation(np.outer(r.plain_q[at(k // 10)], r.pbar), ref))
+    c_rival = float(frobenius_correlation(Wp, rival))
+    ok = global_convergence.PLAIN_LR * float(r.pbar @ r.pbar) <= 1 / bound
+    ok = ok and c_end >= 0.97 and c_end > c_before and (1 - c_end) <= 0.5 * (1 - c_rival)
+    return Measured(
+        {
+            "steps": k,
+            "L_bound": round(bound, 4),
+            "corr_end": round(c_end, 4),
+            "corr_decade_before": round(c_before, 4),
+            "corr_competitor_end": round(c_rival, 4),
+        },
+        bool(ok),
+    )
+
+
+@claim(
+    "A.model.w_plain_gd",
+    chapter=CHAPTER,
+    checks="the corollary (Lemma 1 with Theorem 2, paper A) with its own algorithm: plain GD on W from W(0) = 0, "
+    "whose iterates are W(k) = q(k) pbar^T with q(k) plain GD on p (A.model.w_equals_p checks the map)",
+    statement="Plain GD on W (step 1, eta ||pbar||^2 <= 1/L_p, raw Fig. 1 (global) tokens, pbar fixed, W(0) = 0), "
+    "10^6 steps, converges in direction to W_mm, not to e2 pbar^T.",
+    threshold="chapter 2's bar for plain GD (A.global.plain_gd), fixed before this run: Frobenius correlation "
+    "with W_mm >= 0.97 at 10^6 steps and higher than at 10^5; 1 - corr with W_mm <= half of 1 - corr with "
+    "e2 pbar^T; step within the bound",
+    competitor="W = e2 pbar^T, chapter 2's e2 axis mapped to W",
+    against=lambda: _w_plain_check(np.outer(E2, W_PBAR), w_direction().W_mm),
+)
+def _claim_w_plain_gd() -> Measured:
+    return _w_plain_check(w_direction().W_mm, np.outer(E2, W_PBAR))
 
 
 def plot_w_direction(r: WDirectionRun | None = None, ax=None):

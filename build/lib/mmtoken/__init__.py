@@ -1,0 +1,27 @@
+"""mmtoken: max-margin token selection in attention, as an executable book.
+
+The package, by topic (one idea per module):
+
+- set-up: :mod:`config` (size switch, device, seeds, progress), :mod:`validate` (argument checks).
+- paper A's selection core: :mod:`model` (the attention model), :mod:`losses`, :mod:`grad`
+  (saturation-safe gradients), :mod:`fastpath` (compiled CPU kernel), :mod:`train` (GD, normalized GD,
+  joint training, regularization paths and the one sphere-descent step), :mod:`cone_path` (local paths),
+  :mod:`joint_path` (the joint path), :mod:`smoothness` (the step condition), :mod:`svm` (Att-SVM and
+  the other hard-margin problems), :mod:`geometry` (optimal tokens, neighbours, cones, correlations),
+  :mod:`instances` (the published configurations, :meth:`instances.Instance.gmm`), :mod:`public_code`
+  (a replica of the public code, for comparison).
+- paper B's embeddings: :mod:`embedding` (the model with trained embeddings), :mod:`synthetic` (the
+  data model), :mod:`corpus_stats` (token statistics of a labelled corpus, Spearman).
+- paper B on real reviews: :mod:`review_model` (the gather model and its training),
+  :mod:`review_phase_two` (``p`` with ``E`` fixed), :mod:`review_search` (the validation search),
+  :mod:`review_runs` (chapter 12's protocol), :mod:`review_regime` (the theory's regime).
+- the vision transformer: :mod:`vit` (model and attention statistics), :mod:`vit_runs` (cached runs).
+- data: :mod:`datasets` (``download``, ``sources``, ``packages``, ``parsers``, ``corpus``, ``text``,
+  ``tokenize``, ``images``, ``cli``).
+- the book: :mod:`experiments` (one module per chapter; its docstring maps modules to chapters),
+  :mod:`ledger` (claims), :mod:`resultcache`, :mod:`figurecache` (kept figure renderings), :mod:`report` (rendering), :mod:`plotting` (theme and
+  figure types), :mod:`explore` (your own instance), ``python -m mmtoken`` (:mod:`__main__`).
+"""
+
+__version__ = "0.1.0"
+__all__ = ["__version__"]

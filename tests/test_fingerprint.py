@@ -1,0 +1,147 @@
+"""Fingerprints cover a computation, not the modules around it (:mod:`mmtoken.fingerprint`).
+
+The package is copied to a scratch folder and edited there: a plotting or download
+function changes no recorded claim's key; a trainer changes exactly the keys of the
+claims whose computation calls it; and what a claim actually calls when it runs is
+inside its static closure.
+"""
+
+import ast
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from mmtoken import fingerprint, ledger
+from mmtoken.experiments import load_all
+
+PACKAGE = Path(fingerprint.__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def claims():
+    load_all()
+    return ledger.select(None)
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    root = tmp_path / "mmtoken"
+    shutil.copytree(PACKAGE, root, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def keys(root: Path, claims) -> dict[str, str]:
+    index = fingerprint.Index(root)
+    return {c.id: index.digest(ledger.code_roots(c)) for c in claims}
+
+
+def edit_function(path: Path, name: str) -> None:
+    """Insert a statement as the first line of the body of module-level function ``name``."""
+    text = path.read_text(encoding="utf-8")
+    (fn,) = [n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name]
+    first = fn.body[1] if isinstance(fn.body[0], ast.Expr) and len(fn.body) > 1 else fn.body[0]
+    lines = text.splitlines(keepends=True)
+    lines.insert(first.lineno - 1, " " * first.col_offset + "_edited = None  # an edit\n")
+    path.write_text("".join(lines), encoding="utf-8")
+
+
+def test_the_scratch_copy_keys_claims_as_the_package_does(scratch, claims):
+    here = keys(scratch, claims)
+    assert here == {c.id: fingerprint.index().digest(ledger.code_roots(c)) for c in claims}
+    assert all(len(k) == 64 for k in here.values())
+
+
+def test_editing_plotting_or_download_code_leaves_every_claim_valid(scratch, claims):
+    before = keys(scratch, claims)
+    plotting = ast.parse((scratch / "plotting.py").read_text(encoding="utf-8"))
+    for fn in [n.name for n in plotting.body if isinstance(n, ast.FunctionDef)]:
+        edit_function(scratch / "plotting.py", fn)
+    download = ast.parse((scratch / "datasets" / "download.py").read_text(encoding="utf-8"))
+    for fn in [n.name for n in download.body if isinstance(n, ast.FunctionDef)]:
+        edit_function(scratch / "datasets" / "download.py", fn)
+    edit_function(scratch / "report.py", "claims_html")
+    assert keys(scratch, claims) == before
+
+
+def test_editing_a_trainer_makes_exactly_its_claims_stale(scratch, claims):
+    before = keys(scratch, claims)
+    edit_function(scratch / "train.py", "train_p")
+    after = keys(scratch, claims)
+    stale = {i for i in before if before[i] != after[i]}
+    index = fingerprint.Index(PACKAGE)
+    users = {c.id for c in claims if ("mmtoken.train", "train_p") in index.closure(ledger.code_roots(c))}
+    assert stale == users
+    # independently of the analysis: chapter 2's GD claims train p with train_p; its
+    # regularization path (an SVM solve per radius), the review models (their own trainer)
+    # and the ViT do not
+    assert {"A.global.gd", "A.global.plain_gd"} <= stale
+    assert not stale & {c.id for c in claims if c.id.startswith(("A.global.reg_path", "B.imdb.", "B.rt.", "A.vit."))}
+    assert 0 < len(stale) < len(claims)
+
+
+def test_a_claim_runs_only_code_inside_its_closure(claims):
+    """Every package function a cheap claim calls (found by profiling the run) is in its closure."""
+    index = fingerprint.index()
+    for cid in ("core.grad_autograd", "core.att_svm_kkt"):
+        (c,) = [c for c in claims if c.id == cid]
+        called: set[tuple[str, str]] = set()
+
+        def profile(frame, event, arg, called=called):
+            if event == "call":
+                module = frame.f_globals.get("__name__", "")
+                in_source = frame.f_code.co_filename.startswith(str(PACKAGE))  # not dataclass-made code
+                if in_source and module.startswith("mmtoken.") and module not in fingerprint.OUTSIDE:
+                    called.add((module, frame.f_code.co_qualname.split(".")[0]))
+
+        sys.setprofile(profile)
+        try:
+            assert c.func().passed
+        finally:
+            sys.setprofile(None)
+        closure = set(index.closure(ledger.code_roots(c)))
+        whole = {m for m, n in closure if n == fingerprint.WHOLE}
+        called = {(m, n) for m, n in called if n not in ("<module>", "<lambda>", "<genexpr>") and m not in whole}
+        assert called, cid
+        assert called <= closure, sorted(called - closure)
+
+
+def test_a_module_used_as_a_value_brings_all_of_it(tmp_path):
+    root = tmp_path / "mmtoken"
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "a.py").write_text("def f():\n    return 1\n\ndef g():\n    return 2\n")
+    (root / "b.py").write_text(
+        "from . import a\nfrom .a import f\n\ndef uses_f():\n    return f()\n\n"
+        "def uses_a():\n    return getattr(a, 'g')()\n\ndef lazy():\n    from .a import g\n    return g()\n"
+    )
+    index = fingerprint.Index(root)
+    assert index.closure([("mmtoken.b", "uses_f")]) == [("mmtoken.a", "f"), ("mmtoken.b", "uses_f")]
+    assert {("mmtoken.a", "f"), ("mmtoken.a", "g")} <= set(index.closure([("mmtoken.b", "uses_a")]))
+    assert ("mmtoken.a", "g") in index.closure([("mmtoken.b", "lazy")])
+    assert ("mmtoken.a", "f") not in index.closure([("mmtoken.b", "lazy")])
+
+
+def test_results_cache_keys_by_the_compute_function(tmp_path, monkeypatch):
+    """experiment_result's key is the code its compute function calls (fingerprint.of)."""
+    import numpy as np
+
+    from mmtoken import resultcache
+    from mmtoken.experiments import global_convergence as gc
+
+    monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / "data"))
+    called = []
+
+    def compute():
+        called.append(1)
+        return {"x": np.arange(3.0)}, {}
+
+    compute.__module__, compute.__qualname__ = gc.__name__, "long_run.<locals>.compute"  # as if defined there
+    assert fingerprint.of(compute) == fingerprint.index().digest([(gc.__name__, "long_run")])
+    resultcache.experiment_result(gc.__name__, "fp-test", {"k": 1}, compute)
+    path = tmp_path / "data" / "results" / "global_convergence" / "fp-test.npz"
+    fp = resultcache.fingerprint(fingerprint.of(compute), {"k": 1}, "")
+    resultcache.load(path, "global_convergence/fp-test", fp)  # stored under that key
+    resultcache.experiment_result(gc.__name__, "fp-test", {"k": 1}, compute)
+    assert called == [1]  # read back

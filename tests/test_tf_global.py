@@ -1,0 +1,51 @@
+"""Global convergence in W (mmtoken.experiments.tf_global): the counterexample and the true cases."""
+
+import numpy as np
+import pytest
+
+from mmtoken import geometry, smoothness, tfsvm
+from mmtoken.experiments import tf_global as tg
+
+
+def test_ortho_instances_have_the_theorems_hypotheses():
+    data = tg.ortho_instances(3, 3, 4, 4, seed=5)
+    Z = data["Z"]
+    assert np.allclose(Z @ np.swapaxes(Z, -1, -2), np.eye(3), atol=1e-12)  # orthonormal queries
+    gamma = data["Y"][..., None] * np.einsum("cntd,cd->cnt", data["X"], data["v"])
+    assert np.allclose(gamma[..., 0], 1.0) and np.allclose(gamma[..., 1:], 0.0)  # equal non-optimal scores
+    with pytest.raises(ValueError, match="d >= n"):
+        tg.ortho_instances(1, 3, 4, 2)
+
+
+def test_nearest_selection_is_another_feasible_selection():
+    K = tfsvm.w_keys(tg.CE_X, np.eye(2)).numpy()
+    sel, x = tg.nearest_selection(K, [0, 0])
+    assert sel != (0, 0) and x.shape == (4,)
+    assert geometry.classify(K, np.array([[1.0, 0.0], [3.0, 2.0]]), list(sel)).feasible
+
+
+@pytest.mark.slow
+def test_the_counterexample_meets_the_former_box_and_ends_local():
+    """The false n-input box's hypotheses hold on every angle, and plain GD within 1/L ends on (0, 1)."""
+    ce = tg.counterexample((0.5,))
+    Z = tg.ce_queries(0.5)
+    assert abs(np.linalg.det(Z)) > 0.1  # independent queries: the lemma holds, every selection feasible
+    prob = tfsvm.w_problem(tg.CE_X, tg.CE_Y, tg.CE_V, Z)
+    assert tg.CE_LR <= 1.0 / smoothness.smoothness_bound(prob.K.numpy(), prob.gamma.numpy())
+    assert tuple(ce.plain["selection"][0]) == (0, 1)
+    assert tg.counterexample_check("local", ce).passed and not tg.counterexample_check("global", ce).passed
+    # the regularization path, paper A's Theorem 1 on the W keys, reaches the global SVM there
+    assert tg.reg_check("global", ce).passed
+    # the natural reading of a favourable initial gradient holds on the counterexample: it cannot be enough
+    g = np.asarray(ce.init_grad_corr["global"])
+    assert (g > 0).all()
+
+
+@pytest.mark.slow
+def test_orthogonal_queries_make_gd_global_from_the_same_start():
+    prob = tfsvm.w_problem(tg.CE_X, tg.CE_Y, tg.CE_V, np.eye(2))
+    run = tg.plain_gd(prob, tg.CE_W0[None], tg.CE_LR, steps=20_000)
+    assert tuple(run["selection"][0]) == (0, 0)
+    gmm = tfsvm.frobenius_svm(tg.CE_X, np.eye(2), [0, 0]).x.ravel()
+    c = geometry.correlation(run["W"].reshape(2, -1), gmm)
+    assert c[-1] > c[0] > 0.9
