@@ -17,7 +17,7 @@ dimension, is what the reviews lack.
 
 from __future__ import annotations
 
-__all__ = ["REGIME", "LONG", "CONTROL", "run", "control_data", "cached"]
+__all__ = ["REGIME", "LONG", "CONTROL", "run", "control_data", "cached", "ROW_NORM", "SIGMA0_SMALL", "SMALL"]
 
 import dataclasses
 import math

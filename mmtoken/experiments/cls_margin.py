@@ -43,6 +43,15 @@ __all__ = [
     "plot_attention",
     "plot_joint",
     "FIGURES",
+    "TWO_NORMS",
+    "RATE_SLACK",
+    "LOSS_GAP",
+    "selection_check",
+    "direction_check",
+    "small_init_check",
+    "rate_check",
+    "frozen_direction",
+    "joint_check",
 ]
 
 import functools

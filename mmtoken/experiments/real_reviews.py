@@ -51,6 +51,15 @@ __all__ = [
     "NAMES",
     "SEED_TEXT",
     "yelp_missing",
+    "SMALL_SEEDS",
+    "SMALL_ATTENDS",
+    "STOP_LABELS",
+    "stop_label",
+    "final_gradient_norm",
+    "order_bound",
+    "saturated_at",
+    "random_part_table",
+    "small_regime_check",
 ]
 
 import dataclasses

@@ -54,6 +54,12 @@ __all__ = [
     "plot_sparsity",
     "plot_where",
     "FIGURES",
+    "COLLAPSE_VAL",
+    "QK_OVER_OV",
+    "averaged_verdict",
+    "learns_check",
+    "norm_check",
+    "sparse_check",
 ]
 
 import functools
