@@ -17,9 +17,10 @@ dimension, is what the reviews lack.
 
 from __future__ import annotations
 
-__all__ = ["REGIME", "LONG", "CONTROL", "run", "control_data", "cached"]
+__all__ = ["REGIME", "LONG", "CONTROL", "run", "control_data", "cached", "ROW_NORM", "SIGMA0_SMALL", "SMALL"]
 
 import dataclasses
+import math
 import sys
 import time
 
@@ -31,7 +32,22 @@ from .datasets import text, tokenize
 from .review_runs import Data, Setup
 
 REGIME = Setup("rt", min_count=30, max_len=64, d=2048, small_std=0.1, p2_steps=1500)
-"""Rotten Tomatoes, words seen >= 30 times, d = 2048, sigma0 = 0.1, phase two for 1,500 gradient evaluations."""
+"""Rotten Tomatoes, words seen >= 30 times, d = 2048, per-entry std 0.1, phase two for 1,500 gradient evaluations.
+
+A *large* initialisation: the rows of ``E^0`` have norm about ``0.1 sqrt(2048) = 4.5``
+(chapter 11's ``sigma0``, which the one step moves by at most one), above
+chapter 11's whole sweep (``sigma0 <= 0.5``)."""
+ROW_NORM = REGIME.small_std * math.sqrt(REGIME.d)
+"""Chapter 11's ``sigma0`` of :data:`REGIME` (the row norm of ``E^0``, about 4.5)."""
+SIGMA0_SMALL = 0.5
+"""The small initialisation, in chapter 11's units: its main run's ``sigma0`` (inside ``B.cls.small_init``'s range)."""
+SMALL = dataclasses.replace(
+    REGIME,
+    small_std=SIGMA0_SMALL / math.sqrt(REGIME.d),
+    p2_steps=int(100 * math.ceil(REGIME.p2_steps * ROW_NORM / SIGMA0_SMALL / 100)),
+)
+""":data:`REGIME` at row norm ``SIGMA0_SMALL``; phase two's budget scaled by ``ROW_NORM / SIGMA0_SMALL``
+(the margin is proportional to ``sigma0``, chapter 11, so the budget goes as ``1/margin``): 13,600 evaluations."""
 LONG = 4000
 """A longer budget for phase two, to see whether its end point still moves."""
 CONTROL = {"n_pos": 30, "n_neg": 30, "T": 24, "min_len": 8}
@@ -94,21 +110,23 @@ def control_data(rt: Data, seed: int = 0) -> Data:
     return Data(corpus, "test", fit, evaluation, 0, 0, stats)
 
 
-def cached(seed: int, which: str = "reviews", steps: int | None = None) -> tuple[dict, dict]:
+def cached(seed: int, which: str = "reviews", steps: int | None = None, small: bool = False) -> tuple[dict, dict]:
     """:func:`run` at :data:`REGIME` on Rotten Tomatoes (``"reviews"``) or on the control (``"control"``), cached.
 
-    ``steps`` replaces the budget of phase two (default ``REGIME.p2_steps``).
+    ``steps`` replaces the budget of phase two (default ``REGIME.p2_steps``);
+    ``small`` runs :data:`SMALL` instead of :data:`REGIME`.
     """
     if which not in ("reviews", "control"):
         raise ValueError(f"which must be 'reviews' or 'control', got {which!r}")
     from . import resultcache
 
-    s = REGIME if steps is None else dataclasses.replace(REGIME, p2_steps=steps)
+    base = SMALL if small else REGIME
+    s = base if steps is None else dataclasses.replace(base, p2_steps=steps)
     ds = text.load("rt")
     fp = review_runs.cache_fingerprint(
         s, ds.fingerprint, {"seed": seed, "run": which, "control": CONTROL}, modules=(sys.modules[__name__], synthetic)
     )
-    kind = f"{which}-regime{seed}" + ("" if steps is None else f"-{steps}")
+    kind = f"{which}-{'small' if small else 'regime'}{seed}" + ("" if steps is None else f"-{steps}")
 
     def compute():
         data = review_runs.prepare(s, ds)

@@ -96,3 +96,18 @@ def test_yelp_claims_without_data_report_data_missing(monkeypatch):
         "fig-real-regime",
         "fig-real-scan",
     }
+
+
+def test_stop_labels_gradient_norm_and_order_bound():
+    import numpy as np
+
+    from mmtoken.experiments import real_reviews as rr
+
+    assert rr.stop_label("converged") == "stopped (loss flat)" and rr.stop_label("budget") == "budget spent"
+    assert rr.stop_label("other") == "other"
+    m = {"phase_two": {"grad_log_norm": [0.0, np.log(3e-7)], "unsaturated": [0.5, 1e-3, 1e-8], "steps": [0, 5, 10]}}
+    assert rr.final_gradient_norm(m) == pytest.approx(3e-7)
+    assert rr.order_bound(3e-7) == "< 1e-06" and rr.order_bound(0.5) == "< 1e+00"
+    with pytest.raises(ValueError, match="positive"):
+        rr.order_bound(0.0)
+    assert rr.saturated_at(m) == 10 and rr.saturated_at(m, below=1e-9) is None

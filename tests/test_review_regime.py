@@ -24,3 +24,26 @@ def test_regime_control_is_drawn_from_the_data_model():
     assert ctl.V == data.V and ctl.fit.size == data.fit.size and ctl.evaluation.size == data.evaluation.size
     polar = ctl.stats.count[1:7] > 0
     assert np.all(np.abs(ctl.stats.delta[1:7][polar]) == 1)  # completely positive / negative tokens
+
+
+def test_small_initialisation_is_chapter_11s_scale_with_a_one_over_margin_budget():
+    import math
+
+    big, small = review_regime.REGIME, review_regime.SMALL
+    # REGIME is a large initialisation: row norm 0.1 sqrt(2048) = 4.5, above chapter 11's sweep
+    assert review_regime.ROW_NORM == pytest.approx(0.1 * math.sqrt(2048))
+    assert review_regime.ROW_NORM > 0.5
+    assert small.small_std * math.sqrt(small.d) == pytest.approx(review_regime.SIGMA0_SMALL)
+    # the budget scales as 1 / sigma0 (the margin is proportional to sigma0), rounded up to a multiple of 100
+    ratio = review_regime.ROW_NORM / review_regime.SIGMA0_SMALL
+    assert big.p2_steps * ratio <= small.p2_steps < big.p2_steps * ratio + 100
+    assert small.p2_steps % 100 == 0
+    # nothing else changes
+    assert {k: v for k, v in vars(small).items() if k not in ("small_std", "p2_steps")} == {
+        k: v for k, v in vars(big).items() if k not in ("small_std", "p2_steps")
+    }
+
+
+def test_cached_rejects_an_unknown_run():
+    with pytest.raises(ValueError, match="which"):
+        review_regime.cached(10, "other", small=True)

@@ -12,15 +12,58 @@ from mmtoken import vit_runs as runs
 from mmtoken.experiments import vit_sparsity as vs
 
 
-def test_verdicts_need_a_learned_model():
-    collapsed = {"learned": False, "qk_growth": 80.0, "v_growth": 2.0, "eff_image": 1.5, "n_patches": 49}
+def test_verdicts_exclude_collapse_and_compare_like_with_like():
+    collapsed = {
+        "collapsed": True,
+        "qk_growth": 80.0,
+        "ov_growth": 2.0,
+        "eff_image": 1.5,
+        "eff_mean": 6.0,
+        "n_patches": 49,
+    }
     assert not vs.norm_verdict(collapsed) and not vs.sparsity_verdict(collapsed)
-    ok = {**collapsed, "learned": True}
-    assert vs.norm_verdict(ok) and vs.sparsity_verdict(ok)
+    assert not vs.averaged_verdict(collapsed)
+    ok = {**collapsed, "collapsed": False}
+    assert vs.norm_verdict(ok) and vs.sparsity_verdict(ok) and vs.averaged_verdict(ok)
     assert not vs.norm_verdict({**ok, "qk_growth": 4.9})
-    assert not vs.norm_verdict({**ok, "v_growth": 80 / 2.9})
+    assert not vs.norm_verdict({**ok, "ov_growth": 80 / 2.9})  # the value-output product, not W_V alone
+    assert vs.norm_verdict({**ok, "v_growth": 80.0})  # W_V alone no longer decides
     assert not vs.sparsity_verdict({**ok, "eff_image": 24.6})
     assert vs.sparsity_verdict({**ok, "eff_image": 24.5})
+    assert not vs.averaged_verdict({**ok, "eff_mean": 24.6})
+    assert vs.averaged_verdict({**ok, "eff_mean": 24.5, "eff_image": 40.0})  # reads the averaged map only
+
+
+def test_collapse_gate_is_not_the_accuracy_claim():
+    # a seed three images short of the accuracy bar still counts for the other claims
+    row = {
+        "test_acc": 0.8497,
+        "collapsed": 0.8497 < vs.COLLAPSE_VAL,
+        "qk_growth": 16.0,
+        "ov_growth": 5.0,
+        "eff_image": 20.0,
+        "eff_mean": 30.0,
+        "n_patches": 49,
+    }
+    assert not vs.learns_check({10: row}).passed
+    assert vs.norm_check({10: row}).passed and vs.sparse_check({10: row}).passed
+    assert not vs.sparse_check({10: row}, "eff_mean").passed
+    # the collapsed control (validation accuracy 0.53) fails the gate
+    assert 0.53 < vs.COLLAPSE_VAL < vs.ACCURACY
+
+
+def test_mean_of_exp_entropy_can_exceed_the_averaged_maps():
+    """The chapter's counterexample: half the images one-hot, half uniform over P = 49 patches."""
+    import numpy as np
+
+    P = 49
+    maps = np.vstack([np.eye(P)[0], np.full(P, 1 / P)])
+    per_image = runs.effective_patches(maps).mean()
+    averaged = float(runs.effective_patches(maps.mean(0)))
+    assert per_image == pytest.approx(25.0)
+    assert averaged == pytest.approx(13.3, abs=0.05)
+    # Jensen: exp(mean entropy) (the geometric mean of e^H) never exceeds the averaged map's e^H
+    assert np.exp(np.log(runs.effective_patches(maps)).mean()) <= averaged
 
 
 def test_plots_draw_from_a_tiny_study(tiny_data):
@@ -43,6 +86,16 @@ def test_plots_draw_from_a_tiny_study(tiny_data):
     assert v["val_acc"] == c0.val_acc[-1] and v["eff_image"] == c0.log["eff"][-1, -1]
     table = vs.seed_table(study.seeds)
     assert list(table.index) == [0, 1] and {"test_acc", "qk_growth", "v_growth", "eff_mean"} <= set(table)
+    # the claims' checks run on real summaries: the gate reads validation accuracy, the growth the ov product
+    rows = {s: vs.seed_summary(r) for s, r in study.seeds.items()}
+    assert all(row["collapsed"] == (r.val_acc[-1] < vs.COLLAPSE_VAL) for row, r in zip(rows.values(), (r0, r1)))
+    assert v["collapsed"] == (c0.val_acc[-1] < vs.COLLAPSE_VAL)
+    for check in (vs.learns_check, vs.norm_check, vs.sparse_check):
+        m = check(rows)
+        assert isinstance(m.passed, bool) and m.value
+    assert vs.norm_check(rows).value["min qk/ov growth"] == pytest.approx(
+        min(row["qk_growth"] / row["ov_growth"] for row in rows.values())
+    )
     for fig in (
         vs.plot_training(study),
         vs.plot_attention_maps(r0),

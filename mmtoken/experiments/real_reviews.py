@@ -51,11 +51,21 @@ __all__ = [
     "NAMES",
     "SEED_TEXT",
     "yelp_missing",
+    "SMALL_SEEDS",
+    "SMALL_ATTENDS",
+    "STOP_LABELS",
+    "stop_label",
+    "final_gradient_norm",
+    "order_bound",
+    "saturated_at",
+    "random_part_table",
+    "small_regime_check",
 ]
 
 import dataclasses
 import functools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -288,20 +298,45 @@ class Regime:
 
 
 @functools.lru_cache(maxsize=None)
-def regime(which: str = "reviews", steps: int | None = None) -> Regime:
+def regime(which: str = "reviews", steps: int | None = None, small: bool = False) -> Regime:
     """The two-phase protocol at the theory's dimension (:data:`mmtoken.review_regime.REGIME`), every held-out seed.
 
     ``which``: ``"reviews"`` (Rotten Tomatoes) or ``"control"`` (sequences of the data model, same sizes);
-    ``steps``: another budget for phase two.
+    ``steps``: another budget for phase two; ``small``: the small initialisation
+    :data:`mmtoken.review_regime.SMALL` instead, on the seeds :data:`SMALL_SEEDS`.
     """
     arrays, metrics = {}, {}
-    for seed in SEEDS:
-        arrays[seed], metrics[seed] = review_regime.cached(seed, which, steps)
-    s = review_regime.REGIME if steps is None else dataclasses.replace(review_regime.REGIME, p2_steps=steps)
+    for seed in SMALL_SEEDS if small else SEEDS:
+        arrays[seed], metrics[seed] = review_regime.cached(seed, which, steps, small=small)
+    base = review_regime.SMALL if small else review_regime.REGIME
+    s = base if steps is None else dataclasses.replace(base, p2_steps=steps)
     return Regime(s, arrays, metrics)
 
 
 # ----------------------------------------------------------------------------- tables
+STOP_LABELS = {"converged": "stopped (loss flat)", "budget": "budget spent"}
+"""How a phase-two run ended, in words: its rule stops when the loss falls by less than 1e-9 (relative) over
+20 evaluations, which is a stop, not a proof of convergence."""
+
+
+def stop_label(stop: str) -> str:
+    """:data:`STOP_LABELS` of a phase-two ``stop`` code (the code itself when unknown)."""
+    return STOP_LABELS.get(stop, stop)
+
+
+def final_gradient_norm(metrics: dict) -> float:
+    """``||grad_p L||`` at the end of phase two, from a run's ``metrics`` (its history holds the log-norm)."""
+    return float(np.exp(metrics["phase_two"]["grad_log_norm"][-1]))
+
+
+def order_bound(x: float) -> str:
+    """``"< 1e-k"``: the smallest power of ten above ``x > 0`` (an order of magnitude that holds on any machine
+    unless ``x`` sits at a power of ten)."""
+    if not x > 0:
+        raise ValueError(f"x must be positive, got {x!r}")
+    return f"< {10.0 ** math.ceil(math.log10(x)):.0e}"
+
+
 def span(x, digits: int = 3) -> str:
     """``min - max`` of the values ``x`` (one value alone if they agree at ``digits``)."""
     x = np.asarray(x, dtype=float)
@@ -494,7 +529,7 @@ def regime_table(reg: Regime) -> pd.DataFrame:
                 "train acc": m["train_accuracy"],
                 "train loss": m["train_loss"],
                 "evaluations": m["steps"],
-                "stop": m["stop"],
+                "stop": stop_label(m["stop"]),
                 "||p||": m["p_norm"],
                 "1 - max attention": f"{m['unsaturated']:.0e}",  # 0 once it underflows float64
                 "attends optimal token": m["attends_optimal"],
@@ -503,6 +538,29 @@ def regime_table(reg: Regime) -> pd.DataFrame:
                 "arm -": u["negative"],
                 "spearman(pE, Delta)": u["signed"],
             }
+        )
+    return pd.DataFrame(rows).set_index("seed")
+
+
+def saturated_at(metrics: dict, below: float = 1e-6) -> int | None:
+    """The first recorded evaluation of phase two with ``1 - max attention < below`` in every training
+    review (``None`` if never)."""
+    h = metrics["phase_two"]
+    hit = np.flatnonzero(np.asarray(h["unsaturated"]) < below)
+    return int(np.asarray(h["steps"])[hit[0]]) if hit.size else None
+
+
+def random_part_table(reg: Regime) -> pd.DataFrame:
+    """Random against learned part of the values after the one step, per seed: the share of the vocabulary
+    (padding left out) whose ``|E_s^{0T} v|`` exceeds ``|E_s^{1T} v - E_s^{0T} v|``, and the median ratio."""
+    rows = []
+    for seed in sorted(reg.arrays):
+        a = reg.arrays[seed]
+        b0 = np.abs(a["values/E0"][1:])
+        step = np.abs(a["values/one_step"][1:] - a["values/E0"][1:])
+        ratio = b0 / step
+        rows.append(
+            {"seed": seed, "random > learned": float((ratio > 1).mean()), "median ratio": float(np.median(ratio))}
         )
     return pd.DataFrame(rows).set_index("seed")
 
@@ -736,6 +794,16 @@ THRESHOLDS = {
 U_PARTIAL, U_ARM = 0.5, 0.4
 ALIGN_JOINT = 0.7
 ONE_STEP = {"closed_form": 1e-9, "first_order": 1e-3, "spearman": 0.99}
+SMALL_SEEDS = SEEDS[:3]  # the small-initialisation regime: three held-out seeds (its runs are ten times longer)
+SMALL_ATTENDS = 0.99  # B.regime.small_control: share of training sequences on their important token
+MISS_SMALL_CONTROL = (
+    "measured 2026-12-01 after the threshold's commit: on seeds 10-12 the control puts the largest "
+    "attention of only 0.520, 0.534 and 0.499 of its training sequences on their important token after "
+    "its 13,600 evaluations (budget spent; test accuracy 0.988-0.992, the values alone classify); the "
+    "attention saturates (1 - max attention < 1e-6) by evaluation 380-430 (phase two's step grows by 1.2 "
+    "per accepted step) on a selection that leaves half the sequences on another token, and the loss "
+    "then stays flat (seed 10: 0.47526 at evaluation 1,130, 0.47484 at 13,600)."
+)
 NAMES = {"imdb": "IMDB", "rt": "Rotten Tomatoes", "yelp": "Yelp polarity"}
 SEED_TEXT = f"on each of the held-out seeds {SEEDS[0]}-{SEEDS[-1]}"
 
@@ -853,6 +921,37 @@ def _register(ds: str) -> None:
             bool(ratio.min() >= t["selection"] and acc.min() >= t["sel_acc"]),
             f"ratio {span(ratio, 2)} over the seeds",
         )
+
+
+def small_regime_check(which: str) -> Measured:
+    """B.regime.small_control's check on the small-initialisation runs of ``which`` (``"control"`` or ``"reviews"``)."""
+    reg = regime(which, small=True)
+    share = np.array([reg.metrics[k]["two_phase"]["attends_optimal"] for k in sorted(reg.metrics)])
+    acc = np.array([reg.metrics[k]["two_phase"]["accuracy"] for k in sorted(reg.metrics)])
+    return Measured(
+        {"worst": round(float(share.min()), 4), "per_seed": _per_seed(share)},
+        bool(share.min() >= SMALL_ATTENDS),
+        f"{which}, seeds {list(SMALL_SEEDS)}: test accuracy {span(acc)}",
+    )
+
+
+@ledger_claim(
+    "B.regime.small_control",
+    kind="observation",
+    chapter=CHAPTER,
+    checks="paper B's two-phase protocol at a small initialisation, on its own data model",
+    statement="On the data-model control at Rotten Tomatoes' sizes (d = 2048 >= |V|), with E^0 of row norm "
+    "sigma0 = 0.5 (chapter 11's units; per-entry std 0.5 / sqrt(2048)) and phase two's budget scaled as "
+    "1/margin (1,500 x 4.5 / 0.5 = 13,600 gradient evaluations), phase two puts each training sequence's "
+    "largest attention on its important token, on each of the held-out seeds 10-12.",
+    threshold="share of training sequences whose most attended token is their important one >= 0.99 on every "
+    "seed (set 2026-12-01, committed before any run at this initialisation)",
+    known_miss=MISS_SMALL_CONTROL,
+    competitor="Rotten Tomatoes' reviews under the same protocol and sizes (no data model)",
+    against=lambda: small_regime_check("reviews"),
+)
+def _small_control() -> Measured:
+    return small_regime_check("control")
 
 
 def yelp_missing() -> str | None:

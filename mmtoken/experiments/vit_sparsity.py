@@ -54,6 +54,12 @@ __all__ = [
     "plot_sparsity",
     "plot_where",
     "FIGURES",
+    "COLLAPSE_VAL",
+    "QK_OVER_OV",
+    "averaged_verdict",
+    "learns_check",
+    "norm_check",
+    "sparse_check",
 ]
 
 import functools
@@ -77,6 +83,14 @@ DEV_SEEDS = (0, 1, 2, 3, 4)
 """Seeds used while choosing the recipe on the validation split."""
 ACCURACY = 0.85
 """Test accuracy a run must reach to count as a working classifier (``A.vit.learns``)."""
+COLLAPSE_VAL = 0.70
+"""The collapse gate of ``A.vit.norm_grows``, ``A.vit.sparsifies`` and ``A.vit.averaged_map``: a run counts
+only if its final validation accuracy is at least this (set 2026-12-01, after seeds 10-12 and the collapsed
+control, 0.530, had been measured; fixed for every later run). It excludes collapse only; accuracy is
+``A.vit.learns``'s own claim."""
+QK_OVER_OV = 3.0
+"""``A.vit.norm_grows``: ``||W_Q W_K^T||_F`` must grow this many times more than ``||W_V W_O||_F`` (the factor 3
+was fixed before the first runs, against ``||W_V||_F``; now compared like with like, never loosened)."""
 
 
 QUICK = Experiment(
@@ -196,6 +210,7 @@ def seed_summary(r: Result, layer: int = -1) -> dict:
         "seed": r.seed,
         "test_acc": r.test["acc"],
         "learned": r.test["acc"] >= ACCURACY,
+        "collapsed": bool(r.val_acc[-1] < COLLAPSE_VAL),
         **{f"{k}_growth": growth(r, k, layer) for k in ("qk", "q", "k", "v", "ov", "mlp_in", "mlp_out")},
         "eff_image": t["eff_image"],
         "eff_mean": t["eff_mean"],
@@ -216,6 +231,7 @@ def validation_summary(r: Result, layer: int = -1) -> dict:
         "seed": r.seed,
         "val_acc": float(r.val_acc[-1]),
         "learned": bool(r.val_acc[-1] >= ACCURACY),
+        "collapsed": bool(r.val_acc[-1] < COLLAPSE_VAL),
         **{f"{k}_growth": growth(r, k, layer) for k in ("qk", "q", "k", "v", "ov", "mlp_in", "mlp_out")},
         "eff_image": float(r.log["eff"][-1, layer]),
         "eff_mean": float(r.log["eff_mean"][-1, layer]),
@@ -231,13 +247,19 @@ def seed_table(results: Mapping[int, Result], layer: int = -1) -> pd.DataFrame:
 
 
 def norm_verdict(s: Mapping) -> bool:
-    """``A.vit.norm_grows`` on one seed: learned, ``||W_Q W_Kᵀ||_F`` grows >= 5x and >= 3x more than ``||W_V||_F``."""
-    return bool(s["learned"] and s["qk_growth"] >= 5 and s["qk_growth"] >= 3 * s["v_growth"])
+    """``A.vit.norm_grows`` on one seed: not collapsed, ``||W_Q W_K^T||_F`` grows >= 5x and >= 3x more than
+    ``||W_V W_O||_F`` (a product of two matrices against a product of two)."""
+    return bool(not s["collapsed"] and s["qk_growth"] >= 5 and s["qk_growth"] >= QK_OVER_OV * s["ov_growth"])
 
 
 def sparsity_verdict(s: Mapping) -> bool:
-    """``A.vit.sparsifies`` on one seed: learned, and per-image effective patches <= P/2."""
-    return bool(s["learned"] and s["eff_image"] <= s["n_patches"] / 2)
+    """``A.vit.sparsifies`` on one seed: not collapsed, and per-image effective patches <= P/2."""
+    return bool(not s["collapsed"] and s["eff_image"] <= s["n_patches"] / 2)
+
+
+def averaged_verdict(s: Mapping) -> bool:
+    """``A.vit.averaged_map`` on one seed: not collapsed, and the averaged map's effective patches <= P/2."""
+    return bool(not s["collapsed"] and s["eff_mean"] <= s["n_patches"] / 2)
 
 
 def spread_check(r: Result, layer: int = -1) -> dict[str, np.ndarray]:
@@ -275,18 +297,69 @@ MISS_LEARNS = (
     "(seed 10: training accuracy 0.870)."
 )
 MISS_NORM = (
-    "misses only through its condition that the seed learned (A.vit.learns): on every "
-    "seed ||W_Q W_K^T||_F grows >= 15.9x and >= 8.0x the value projection's growth."
+    "compared like with like, ||W_Q W_K^T||_F grows 15.9-17.9x but only 1.9-2.2x more than the "
+    "value-output product ||W_V W_O||_F (7.6-9.4x), below the factor 3 fixed before the first runs "
+    "(against ||W_V||_F alone it was 8.0-8.9x); no seed collapsed."
 )
 MISS_SPARSE = (
-    "seed 10 keeps 26.7 effective patches per image (> P/2 = 24.5) and misses A.vit.learns; "
-    "seeds 11 and 12 keep 22.6 and 15.7."
+    "seed 10 keeps 26.7 effective patches per image (> P/2 = 24.5); seeds 11 and 12 keep 22.6 and "
+    "15.7; no seed collapsed."
+)
+MISS_AVERAGED = (
+    "the test-averaged maps keep 37.4, 32.4 and 30.5 effective patches (seeds 10-12; P/2 = 24.5): "
+    "each image attends to its own few patches and the positions differ between images."
 )
 
 
-def _per_seed(study: Study, verdict) -> tuple[dict, bool]:
-    rows = {s: seed_summary(r) for s, r in study.seeds.items()}
-    return rows, all(verdict(row) for row in rows.values())
+def _competitor(name: str) -> dict:
+    """The summary of a control run of :class:`Study` (``"smaller_lr"`` on the test split, ``"collapse"`` on
+    the validation split)."""
+    study = run()
+    if name == "collapse":
+        return validation_summary(study.collapse[DEV_SEEDS[0]])
+    return seed_summary(study.smaller_lr[HELD_OUT_SEEDS[0]])
+
+
+def learns_check(rows: Mapping[int, Mapping]) -> Measured:
+    """``A.vit.learns``'s check on per-seed summaries (``test_acc``)."""
+    value = {
+        "worst": min(r["test_acc"] for r in rows.values()),
+        **{f"seed {s}": r["test_acc"] for s, r in rows.items()},
+    }
+    return Measured(value, all(r["test_acc"] >= ACCURACY for r in rows.values()), "test split")
+
+
+def norm_check(rows: Mapping[int, Mapping]) -> Measured:
+    """``A.vit.norm_grows``'s check on per-seed summaries."""
+    value = {
+        "min qk growth": min(r["qk_growth"] for r in rows.values()),
+        "min qk/ov growth": min(r["qk_growth"] / r["ov_growth"] for r in rows.values()),
+        **{
+            f"seed {s}": {
+                "qk": r["qk_growth"],
+                "ov": r["ov_growth"],
+                "qk/ov": r["qk_growth"] / r["ov_growth"],
+                "collapsed": r["collapsed"],
+            }
+            for s, r in rows.items()
+        },
+    }
+    return Measured(value, all(norm_verdict(r) for r in rows.values()), "growth = final / initial Frobenius norm")
+
+
+def sparse_check(rows: Mapping[int, Mapping], key: str = "eff_image") -> Measured:
+    """``A.vit.sparsifies`` (``key="eff_image"``) or ``A.vit.averaged_map`` (``"eff_mean"``) on per-seed summaries."""
+    verdict = sparsity_verdict if key == "eff_image" else averaged_verdict
+    value = {
+        f"max {key}": max(r[key] for r in rows.values()),
+        "P": next(iter(rows.values()))["n_patches"],
+        **{f"seed {s}": {key: r[key], "collapsed": r["collapsed"]} for s, r in rows.items()},
+    }
+    return Measured(value, all(verdict(r) for r in rows.values()), "effective patches = exp(entropy), last block")
+
+
+def _seeds() -> dict[int, dict]:
+    return {s: seed_summary(r) for s, r in run().seeds.items()}
 
 
 @claim(
@@ -298,14 +371,11 @@ def _per_seed(study: Study, verdict) -> tuple[dict, bool]:
     "least 85% accuracy on each of seeds 10-12.",
     threshold="test accuracy >= 0.85 on every held-out seed",
     known_miss=MISS_LEARNS,
+    competitor="the recipe at a ten times smaller learning rate (seed 10)",
+    against=lambda: learns_check({HELD_OUT_SEEDS[0]: _competitor("smaller_lr")}),
 )
 def _claim_learns() -> Measured:
-    rows, passed = _per_seed(run(), lambda s: s["learned"])
-    value = {
-        "worst": min(r["test_acc"] for r in rows.values()),
-        **{f"seed {s}": r["test_acc"] for s, r in rows.items()},
-    }
-    return Measured(value, passed, f"dataset: {experiment().dataset}")
+    return learns_check(_seeds())
 
 
 @claim(
@@ -314,28 +384,17 @@ def _claim_learns() -> Measured:
     kind="observation",
     checks="paper A §4 (ViT); Theorems 1-3",
     statement="On each of seeds 10-12 the final layer's ||W_Q W_K^T||_F grows at least 5x from initialisation "
-    "and at least 3x more (relative) than the value projection's ||W_V||_F; a seed counts only if its "
-    "model learned (A.vit.learns), since a collapsed model grows its norms too.",
-    threshold="on every held-out seed: learned, qk growth >= 5 and qk growth >= 3 x value growth",
+    "and at least 3x more (relative) than the value-output product ||W_V W_O||_F (a product of two "
+    "matrices against a product of two); a seed counts only if it did not collapse (a collapsed model "
+    "grows its norms too).",
+    threshold="on every held-out seed: validation accuracy >= 0.70 (the collapse gate), qk growth >= 5 and qk "
+    "growth >= 3 x ov growth",
     known_miss=MISS_NORM,
+    competitor="the collapsed control (20x the rate, no warm-up or clipping; validation accuracy 0.53)",
+    against=lambda: norm_check({DEV_SEEDS[0]: _competitor("collapse")}),
 )
 def _claim_norm() -> Measured:
-    rows, passed = _per_seed(run(), norm_verdict)
-    value = {
-        "min qk growth": min(r["qk_growth"] for r in rows.values()),
-        "min qk/v growth": min(r["qk_growth"] / r["v_growth"] for r in rows.values()),
-        **{
-            f"seed {s}": {
-                "qk": r["qk_growth"],
-                "v": r["v_growth"],
-                "qk/v": r["qk_growth"] / r["v_growth"],
-                "learned": r["learned"],
-                "growth ok": norm_verdict({**r, "learned": True}),
-            }
-            for s, r in rows.items()
-        },
-    }
-    return Measured(value, passed, "growth = final / initial Frobenius norm, last block")
+    return norm_check(_seeds())
 
 
 @claim(
@@ -344,28 +403,33 @@ def _claim_norm() -> Measured:
     kind="observation",
     checks="paper A §4 (ViT); Theorems 1-3",
     statement="On each of seeds 10-12 the final layer's [CLS] attention over the 49 patches ends with at most "
-    "P/2 effective patches per test image (mean of exp entropy); the effective patches of the "
-    "test-averaged map are reported; a seed counts only if its model learned.",
-    threshold="on every held-out seed: learned and per-image effective patches <= P/2 (no threshold on the "
-    "averaged map)",
+    "P/2 effective patches per test image (mean of exp entropy); a seed counts only if it did not collapse.",
+    threshold="on every held-out seed: validation accuracy >= 0.70 (the collapse gate) and per-image effective "
+    "patches <= P/2",
     known_miss=MISS_SPARSE,
+    competitor="the recipe at a ten times smaller learning rate (seed 10: no growth, near-uniform attention)",
+    against=lambda: sparse_check({HELD_OUT_SEEDS[0]: _competitor("smaller_lr")}),
 )
 def _claim_sparse() -> Measured:
-    rows, passed = _per_seed(run(), sparsity_verdict)
-    value = {
-        "max eff per image": max(r["eff_image"] for r in rows.values()),
-        "P": experiment().model.n_patches,
-        **{
-            f"seed {s}": {
-                "per image": r["eff_image"],
-                "averaged map": r["eff_mean"],
-                "learned": r["learned"],
-                "sparse ok": sparsity_verdict({**r, "learned": True}),
-            }
-            for s, r in rows.items()
-        },
-    }
-    return Measured(value, passed, "effective patches = exp(entropy); test split, last block")
+    return sparse_check(_seeds())
+
+
+@claim(
+    "A.vit.averaged_map",
+    chapter=CHAPTER,
+    kind="observation",
+    checks="paper A §4 (ViT), its figure of the averaged [CLS] map",
+    statement="On each of seeds 10-12 the final layer's test-averaged [CLS] map (attention averaged over the "
+    "10,000 test images, then exp entropy) has at most P/2 effective patches; a seed counts only if it "
+    "did not collapse.",
+    threshold="on every held-out seed: validation accuracy >= 0.70 (the collapse gate) and effective patches of "
+    "the averaged map <= P/2 (set 2026-12-01, the per-image claim's bound, after seeds 10-12 were measured)",
+    known_miss=MISS_AVERAGED,
+    competitor="the recipe at a ten times smaller learning rate (seed 10: 47 effective patches averaged)",
+    against=lambda: sparse_check({HELD_OUT_SEEDS[0]: _competitor("smaller_lr")}, "eff_mean"),
+)
+def _claim_averaged() -> Measured:
+    return sparse_check(_seeds(), "eff_mean")
 
 
 # --------------------------------------------------------------------------- plots
