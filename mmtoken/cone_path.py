@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from . import validate
 from .grad import grad_p, loss_parts
 from .losses import Loss, get_loss
 from .model import AttentionProblem, as_tensor
@@ -88,7 +89,7 @@ def cone_regularization_path(
     if not bool((q.norm(dim=-1) > 0).all()):
         raise ValueError("q must be non-zero")
     q = q / q.norm(dim=-1, keepdim=True)
-    batch = torch.broadcast_shapes(problem.K.shape[:-3], q.shape[:-1])
+    batch = torch.Size(validate.batch_shape(problem.K.shape[:-3], q.shape[:-1]))
     q = q.expand(*batch, problem.m)
     w0 = q[None] if w0 is None else as_tensor(w0, "w0", device=dev)
     if w0.ndim != 2 + len(batch) or w0.shape[-1] != problem.m:

@@ -108,10 +108,10 @@ def softmax_probs(K: torch.Tensor, p: torch.Tensor, mask: torch.Tensor | None = 
             raise ValueError("mask must be boolean (True at real tokens)")
         mask = mask.to(dtype=torch.bool, device=z.device)
         try:
-            torch.broadcast_shapes(mask.shape, z.shape)
-        except RuntimeError:
+            shape = validate.batch_shape(mask.shape, z.shape)
+        except ValueError:
             raise ValueError(f"mask shape {tuple(mask.shape)} does not match the logits {tuple(z.shape)}") from None
-        empty = ~mask.expand(torch.broadcast_shapes(mask.shape, z.shape)).any(-1)
+        empty = ~mask.expand(shape).any(-1)
         if bool(empty.any()):  # softmax over no token: NaN, not an attention
             raise ValueError(f"mask leaves {int(empty.sum())} input(s) with no real token (all padding)")
         z = z.masked_fill(~mask, float("-inf"))
@@ -158,8 +158,8 @@ class AttentionProblem:
         if self.K.shape[-3] == 0 or self.K.shape[-1] == 0 or self.K.numel() == 0:
             raise ValueError(f"K must have at least one input and one key dimension, got {tuple(self.K.shape)}")
         try:
-            torch.broadcast_shapes(self.K.shape[:-3], self.gamma.shape[:-2])
-        except RuntimeError:
+            validate.batch_shape(self.K.shape[:-3], self.gamma.shape[:-2])
+        except ValueError:
             raise ValueError(
                 f"the batch shapes of K {tuple(self.K.shape)} and gamma {tuple(self.gamma.shape)} do not broadcast"
             ) from None

@@ -69,8 +69,8 @@ def _tokens_queries(X, Z) -> tuple[torch.Tensor, torch.Tensor]:
         if not bool(torch.isfinite(a).all()):
             raise ValueError(f"{name} contains NaN or infinite values")
     try:
-        torch.broadcast_shapes(X.shape[:-3], Z.shape[:-2])
-    except RuntimeError:
+        validate.batch_shape(X.shape[:-3], Z.shape[:-2])
+    except ValueError:
         raise ValueError(f"the batch shapes of X {tuple(X.shape)} and Z {tuple(Z.shape)} do not broadcast") from None
     return X, Z.to(X.device)
 
@@ -303,8 +303,10 @@ def train_kq(
     if K.shape[-1] != Q.shape[-1]:
         raise ValueError(f"K0 and Q0 must share the inner dimension m, got {tuple(K.shape)} and {tuple(Q.shape)}")
     try:
-        batch = torch.broadcast_shapes(problem.K.shape[:-3], problem.gamma.shape[:-2], K.shape[:-2], Q.shape[:-2])
-    except RuntimeError:
+        batch = torch.Size(
+            validate.batch_shape(problem.K.shape[:-3], problem.gamma.shape[:-2], K.shape[:-2], Q.shape[:-2])
+        )
+    except ValueError:
         raise ValueError(
             f"K0 {tuple(K.shape)} and Q0 {tuple(Q.shape)} do not broadcast against the problem's "
             f"batch {tuple(problem.K.shape[:-3])}"

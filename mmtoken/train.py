@@ -141,13 +141,15 @@ def train_p(
     if p.ndim == 0 or p.shape[-1] != problem.m:
         raise ValueError(f"p0 must end in the key dimension m = {problem.m}, got shape {tuple(p.shape)}")
     try:
-        batch = torch.broadcast_shapes(
-            problem.K.shape[:-3],
-            problem.gamma.shape[:-2],
-            p.shape[:-1],
-            problem.mask.shape[:-2] if problem.mask is not None else (),
+        batch = torch.Size(
+            validate.batch_shape(
+                problem.K.shape[:-3],
+                problem.gamma.shape[:-2],
+                p.shape[:-1],
+                problem.mask.shape[:-2] if problem.mask is not None else (),
+            )
         )
-    except RuntimeError:
+    except ValueError:
         raise ValueError(
             f"p0 {tuple(p.shape)} does not broadcast against the problem's batch {tuple(problem.K.shape[:-3])}"
         ) from None
@@ -420,10 +422,10 @@ def train_joint(
             f"v0 must end in d={X.shape[-1]} and p0 in m={K.shape[-1]}, got {tuple(v.shape)}, {tuple(p.shape)}"
         )
     try:
-        batch = torch.broadcast_shapes(v.shape[:-1], p.shape[:-1])
+        batch = torch.Size(validate.batch_shape(v.shape[:-1], p.shape[:-1]))
         if X.ndim > 3:
-            torch.broadcast_shapes(batch, X.shape[:-3], Y.shape[:-1])
-    except RuntimeError:
+            validate.batch_shape(batch, X.shape[:-3], Y.shape[:-1])
+    except ValueError:
         raise ValueError(
             f"the batch shapes of v0 {tuple(v.shape)}, p0 {tuple(p.shape)} and X {tuple(X.shape)} do not broadcast"
         ) from None

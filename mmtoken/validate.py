@@ -10,7 +10,18 @@ kernel before it is known to be well formed.
 
 from __future__ import annotations
 
-__all__ = ["numeric", "real_array", "count", "positive", "nonnegative", "selection", "mask", "real_number", "flag"]
+__all__ = [
+    "numeric",
+    "real_array",
+    "count",
+    "positive",
+    "nonnegative",
+    "selection",
+    "mask",
+    "real_number",
+    "flag",
+    "batch_shape",
+]
 
 import math
 import numbers
@@ -147,3 +158,12 @@ def mask(m, shape: tuple, name: str = "mask") -> np.ndarray:
     if a.dtype.kind != "b" and not np.isin(a, (0, 1)).all():
         raise ValueError(f"{name} must be boolean (True at real tokens), got values other than 0/1")
     return a.astype(bool)
+
+
+def batch_shape(*shapes) -> tuple[int, ...]:
+    """The broadcast of ``shapes`` (tuples or ``torch.Size``), or ``ValueError`` when they do not broadcast.
+
+    NumPy's rule, which is torch's; ``torch.broadcast_shapes`` would import sympy (0.2-1 s) on its first call.
+    Wrap the result in ``torch.Size`` where a tensor method needs one.
+    """
+    return np.broadcast_shapes(*(tuple(s) for s in shapes))
