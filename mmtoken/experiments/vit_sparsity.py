@@ -24,6 +24,9 @@ runs, their cache and its validation live in :mod:`mmtoken.vit_runs`.
 from __future__ import annotations
 
 __all__ = [
+    "GRID",
+    "shown",
+    "shown_table",
     "CHAPTER",
     "HELD_OUT_SEEDS",
     "DEV_SEEDS",
@@ -71,7 +74,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .. import config, vit
+from .. import config, report, vit
 from ..ledger import Measured, claim
 from ..plotting import COLUMN_WIDTH, colors, panel_titles, style, subplots
 from ..vit_runs import Experiment, Result, checkpoint, effective_patches, run_experiments
@@ -81,6 +84,27 @@ HELD_OUT_SEEDS = (10, 11, 12)
 """Seeds every observation claim is judged on (never used while choosing the recipe)."""
 DEV_SEEDS = (0, 1, 2, 3, 4)
 """Seeds used while choosing the recipe on the validation split."""
+# Stored outputs hold on any machine (CONTRIBUTING, "Stored outputs that hold on any machine"): trained results
+# are shown on grids coarser than their spread across numeric environments, measured on seed 10 at quick scale
+# (OpenBLAS Haswell + ATen default kernels + one thread against the default): test accuracy 1.6e-3, validation
+# accuracy during training up to 0.02, growths 0.02 (qk) to 0.14 (ov), effective patches 0.7-0.9; foreground
+# shares moved by 0.09 and are shown only against the uniform share. Claims judge the raw values.
+GRID = {"acc": 0.01, "curve": 0.05, "growth": 0.5, "patches": 2.0}
+
+
+def shown(x: float, what: str) -> str:
+    """``x`` on the grid ``GRID[what]`` (``"acc"``, ``"curve"``, ``"growth"`` or ``"patches"``)."""
+    return report.on_grid(x, GRID[what])
+
+
+def shown_table(frame: pd.DataFrame, grids: Mapping[str, str]) -> pd.DataFrame:
+    """A copy of ``frame`` with each column named in ``grids`` printed on its grid; other columns unchanged."""
+    out = frame.copy()
+    for column, what in grids.items():
+        out[column] = [shown(x, what) for x in frame[column]]
+    return out
+
+
 ACCURACY = 0.85
 """Test accuracy a run must reach to count as a working classifier (``A.vit.learns``)."""
 COLLAPSE_VAL = 0.70
@@ -290,23 +314,24 @@ def spread_check(r: Result, layer: int = -1) -> dict[str, np.ndarray]:
 
 # Measured on the held-out seeds after the recipe was fixed on validation data (chapter 9 says the same);
 # declared on the claims with known_miss=.
+# Known-miss evidence in the digits that hold on any machine (GRID): the claims block prints it.
 MISS_LEARNS = (
-    "seeds 10 and 11 reach 0.8497 and 0.8446 test accuracy (seed 12: 0.8587) after 0.866 and "
-    "0.858 on validation: on every seed the test split is 1-1.6 points harder than the "
-    "validation split, a gap the recipe search did not allow for; the model underfits "
-    "(seed 10: training accuracy 0.870)."
+    "seeds 10 and 11 end within half a point of the 0.85 bar (seed 11 below it; seed 10 on either side "
+    "of it depending on the numeric environment: 0.8493 and 0.8509 measured), seed 12 about a point "
+    "above; on every seed the test split is 1-1.5 points harder than the validation split, a gap the "
+    "recipe search did not allow for; the model underfits (seed 10: training accuracy about 0.87)."
 )
 MISS_NORM = (
-    "compared like with like, ||W_Q W_K^T||_F grows 15.9-17.9x but only 1.9-2.2x more than the "
-    "value-output product ||W_V W_O||_F (7.6-9.4x), below the factor 3 fixed before the first runs "
-    "(against ||W_V||_F alone it was 8.0-8.9x); no seed collapsed."
+    "compared like with like, ||W_Q W_K^T||_F grows about 16-19x but only about 2-2.5x more than the "
+    "value-output product ||W_V W_O||_F (about 8-9.5x), below the factor 3 fixed before the first runs "
+    "(against ||W_V||_F alone it is about 8-9x); no seed collapsed."
 )
 MISS_SPARSE = (
-    "seed 10 keeps 26.7 effective patches per image (> P/2 = 24.5); seeds 11 and 12 keep 22.6 and "
-    "15.7; no seed collapsed."
+    "seed 10 keeps about 26 effective patches per image (> P/2 = 24.5); seeds 11 and 12 about 22 and "
+    "15; no seed collapsed."
 )
 MISS_AVERAGED = (
-    "the test-averaged maps keep 37.4, 32.4 and 30.5 effective patches (seeds 10-12; P/2 = 24.5): "
+    "the test-averaged maps keep about 38, 34 and 30 effective patches (seeds 10-12; P/2 = 24.5): "
     "each image attends to its own few patches and the positions differ between images."
 )
 
@@ -322,23 +347,24 @@ def _competitor(name: str) -> dict:
 
 def learns_check(rows: Mapping[int, Mapping]) -> Measured:
     """``A.vit.learns``'s check on per-seed summaries (``test_acc``)."""
-    value = {
-        "worst": min(r["test_acc"] for r in rows.values()),
-        **{f"seed {s}": r["test_acc"] for s, r in rows.items()},
+    value = {  # on the grid (the verdict is judged on the raw values)
+        "worst": float(shown(min(r["test_acc"] for r in rows.values()), "acc")),
+        **{f"seed {s}": float(shown(r["test_acc"], "acc")) for s, r in rows.items()},
     }
     return Measured(value, all(r["test_acc"] >= ACCURACY for r in rows.values()), "test split")
 
 
 def norm_check(rows: Mapping[int, Mapping]) -> Measured:
     """``A.vit.norm_grows``'s check on per-seed summaries."""
+    g = lambda x: float(shown(x, "growth"))  # on the grid (the verdict is judged on the raw values)
     value = {
-        "min qk growth": min(r["qk_growth"] for r in rows.values()),
-        "min qk/ov growth": min(r["qk_growth"] / r["ov_growth"] for r in rows.values()),
+        "min qk growth": g(min(r["qk_growth"] for r in rows.values())),
+        "min qk/ov growth": g(min(r["qk_growth"] / r["ov_growth"] for r in rows.values())),
         **{
             f"seed {s}": {
-                "qk": r["qk_growth"],
-                "ov": r["ov_growth"],
-                "qk/ov": r["qk_growth"] / r["ov_growth"],
+                "qk": g(r["qk_growth"]),
+                "ov": g(r["ov_growth"]),
+                "qk/ov": g(r["qk_growth"] / r["ov_growth"]),
                 "collapsed": r["collapsed"],
             }
             for s, r in rows.items()
@@ -350,10 +376,11 @@ def norm_check(rows: Mapping[int, Mapping]) -> Measured:
 def sparse_check(rows: Mapping[int, Mapping], key: str = "eff_image") -> Measured:
     """``A.vit.sparsifies`` (``key="eff_image"``) or ``A.vit.averaged_map`` (``"eff_mean"``) on per-seed summaries."""
     verdict = sparsity_verdict if key == "eff_image" else averaged_verdict
+    g = lambda x: float(shown(x, "patches"))  # on the grid (the verdict is judged on the raw values)
     value = {
-        f"max {key}": max(r[key] for r in rows.values()),
+        f"max {key}": g(max(r[key] for r in rows.values())),
         "P": next(iter(rows.values()))["n_patches"],
-        **{f"seed {s}": {key: r[key], "collapsed": r["collapsed"]} for s, r in rows.items()},
+        **{f"seed {s}": {key: g(r[key]), "collapsed": r["collapsed"]} for s, r in rows.items()},
     }
     return Measured(value, all(verdict(r) for r in rows.values()), "effective patches = exp(entropy), last block")
 
@@ -390,7 +417,7 @@ def _claim_learns() -> Measured:
     threshold="on every held-out seed: validation accuracy >= 0.70 (the collapse gate), qk growth >= 5 and qk "
     "growth >= 3 x ov growth",
     known_miss=MISS_NORM,
-    competitor="the collapsed control (20x the rate, no warm-up or clipping; validation accuracy 0.53)",
+    competitor="the collapsed control (20x the rate, no warm-up or clipping; validation accuracy far below 0.70)",
     against=lambda: norm_check({DEV_SEEDS[0]: _competitor("collapse")}),
 )
 def _claim_norm() -> Measured:
