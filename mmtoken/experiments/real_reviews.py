@@ -11,6 +11,7 @@ the held-out seeds :data:`mmtoken.review_runs.SEEDS`.
 from __future__ import annotations
 
 __all__ = [
+    "stop_summary",
     "CHAPTER",
     "QUICK",
     "setup",
@@ -76,7 +77,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from .. import config, plotting, review_model, review_regime, review_runs, review_search
+from .. import config, plotting, report, review_model, review_regime, review_runs, review_search
 from ..corpus_stats import TokenStats
 from ..datasets import text
 from ..datasets.download import DatasetMissing
@@ -324,6 +325,14 @@ def stop_label(stop: str) -> str:
     return STOP_LABELS.get(stop, stop)
 
 
+def stop_summary(labels) -> str:
+    """``"stop: budget spent (3 of 5 seeds), stopped (loss flat) (2 of 5 seeds)"``: each stop label once with
+    the number of seeds that ended on it, in order of first appearance (one line that fits the column)."""
+    labels = list(labels)
+    counts = {label: labels.count(label) for label in dict.fromkeys(labels)}
+    return "stop: " + ", ".join(f"{label} ({n} of {len(labels)} seeds)" for label, n in counts.items())
+
+
 def final_gradient_norm(metrics: dict) -> float:
     """``||grad_p L||`` at the end of phase two, from a run's ``metrics`` (its history holds the log-norm)."""
     return float(np.exp(metrics["phase_two"]["grad_log_norm"][-1]))
@@ -531,7 +540,8 @@ def regime_table(reg: Regime) -> pd.DataFrame:
                 "evaluations": m["steps"],
                 "stop": stop_label(m["stop"]),
                 "||p||": m["p_norm"],
-                "1 - max attention": f"{m['unsaturated']:.0e}",  # 0 once it underflows float64
+                # below 1e-9 it is machine precision (0 once it underflows float64): shown as that bound
+                "1 - max attention": report.above(m["unsaturated"], 1e-9, ".0e"),
                 "attends optimal token": m["attends_optimal"],
                 "partial U": u["partial"],
                 "arm +": u["positive"],
