@@ -987,7 +987,7 @@ add("cli figures --only ' '", _cli(["figures", "--only", "fig-tour-paths", " "])
 
 
 # the audit of the public functions (same kinds, other functions)
-from mmtoken.datasets import download as _download  # noqa: E402
+from mmtoken.datasets import download as download_module  # noqa: E402
 
 _w1, _d1 = torch.tensor([1.0, 0.0], dtype=torch.float64), torch.tensor([0.0, 1.0], dtype=torch.float64)
 for th in (np.nan, "abc", None):
@@ -1034,13 +1034,17 @@ add(
 for hv in ("a", None, np.nan, 2.0):
     add(f"sets_from_probs high {hv!r}", lambda ctx, hv=hv: gen_svm.sets_from_probs(np.eye(2), high=hv), Err("high"))
 for wv in (np.nan, "a", None, 3, 2.5, True):
-    add(f"fit_line width {wv!r}", lambda ctx, wv=wv: _download.fit_line("abcdef", wv), Err("width must be"))
-add("fit_line width np.int64 ok", lambda ctx: _download.fit_line("abcdefgh", np.int64(6)), Ok(lambda r: r == "abc..."))
-add("fit_line line None", lambda ctx: _download.fit_line(None), Err("line must be a string"))
+    add(f"fit_line width {wv!r}", lambda ctx, wv=wv: download_module.fit_line("abcdef", wv), Err("width must be"))
+add(
+    "fit_line width np.int64 ok",
+    lambda ctx: download_module.fit_line("abcdefgh", np.int64(6)),
+    Ok(lambda r: r == "abc..."),
+)
+add("fit_line line None", lambda ctx: download_module.fit_line(None), Err("line must be a string"))
 for ma in (np.nan, "a", None, -1, True):
     add(
         f"sweep_partial max_age {ma!r}",
-        lambda ctx, ma=ma: _download.sweep_partial(ctx.tmp_path, ma),
+        lambda ctx, ma=ma: download_module.sweep_partial(ctx.tmp_path, ma),
         Err("max_age must be"),
     )
 
