@@ -68,7 +68,8 @@ test: setup lint  ## everything, ending with the pytest summary
 	set -o pipefail; $(JB) build . --builder html -W -n --keep-going 2>&1 | tee _build/strict.log
 	$(PY) scripts/stored_outputs.py count _build/strict.log
 	@echo "make test 3/3: unit tests and the claims appendix (recorded claim results)"
-	$(PY) -m pytest $(XDIST) tests $(LEDGER_NB) $(NBVAL)
+	$(PY) -m pytest $(XDIST) tests
+	$(PY) -m pytest -p no:cacheprovider $(LEDGER_NB) $(NBVAL)
 
 sync: setup  ## update each chapter's .ipynb from its .md (the source), then re-execute the references
 	$(VENV)/bin/jupytext --to ipynb --update $(shell find book -name '*.md' | xargs grep -l '^jupytext:' | sort)

@@ -28,7 +28,19 @@ edit a scratch copy and compare).
 
 from __future__ import annotations
 
-__all__ = ["PACKAGE", "PACKAGE_DIR", "OUTSIDE", "WHOLE", "Module", "Index", "versions", "index", "roots_of", "of"]
+__all__ = [
+    "PACKAGE",
+    "PACKAGE_DIR",
+    "OUTSIDE",
+    "WHOLE",
+    "Module",
+    "Index",
+    "versions",
+    "index",
+    "roots_of",
+    "outside_key",
+    "of",
+]
 
 import ast
 import functools
@@ -277,14 +289,41 @@ def index() -> Index:
 def roots_of(func: Callable) -> list[Node]:
     """The definition ``func`` lives in: itself at module level, or the module-level function whose
     body defines it (a closure, a lambda; ``f.<locals>.g`` -> ``f``), or its whole module for a
-    module-level lambda."""
+    module-level lambda. Code run in a chapter's notebook (``__main__``) that is its generated
+    module's code lives in that module (:func:`mmtoken.chapters.notebook_home`); other notebook code
+    in the whole module, if any, with :func:`outside_key` telling it apart."""
+    module = func.__module__
+    if module == "__main__":
+        from .chapters import notebook_home
+
+        home = notebook_home(func.__globals__)
+        if home.module is None:
+            return []
+        if home.changed is not None:
+            return [(home.module, WHOLE)]
+        module = home.module
     top = func.__qualname__.split(".")[0]
     if top == "<lambda>":
-        return [(func.__module__, WHOLE)]
-    return [(func.__module__, top)]
+        return [(module, WHOLE)]
+    return [(module, top)]
+
+
+def outside_key(func: Callable) -> str | None:
+    """For code run in a notebook that is not a generated module's (a cell the reader edited, or a
+    notebook outside the chapters): a digest of what the kernel ran; ``None`` for the package's code."""
+    if func.__module__ != "__main__":
+        return None
+    from .chapters import notebook_home
+
+    return notebook_home(func.__globals__).changed
 
 
 def of(*funcs: Callable, extra: Iterable[Node] = ()) -> str:
-    """Code fingerprint of the computation of ``funcs`` (:func:`roots_of` each) and ``extra`` nodes."""
+    """Code fingerprint of the computation of ``funcs`` (:func:`roots_of` each) and ``extra`` nodes,
+    and of the notebook code among them that is no module's (:func:`outside_key`)."""
     roots = [r for f in funcs for r in roots_of(f)] + list(extra)
-    return index().digest(roots)
+    digest = index().digest(roots)
+    outside = sorted({k for k in map(outside_key, funcs) if k is not None})
+    if outside:
+        digest = hashlib.sha256(f"{digest}\0{'/'.join(outside)}".encode()).hexdigest()
+    return digest

@@ -283,9 +283,17 @@ def _scale() -> str:
 
 
 def _recordable(c: Claim) -> bool:
-    """Claims of the package's modules are recorded (not those a test defines on the fly)."""
+    """Claims of the package's modules are recorded, and those a chapter's notebook runs while its
+    exported cells are the generated module's (:func:`mmtoken.chapters.notebook_home`); not those a
+    test defines on the fly, nor a notebook whose exported code the reader changed: the ledger
+    judges the book's code with its own settings only."""
     from .resultcache import module_file
 
+    if c.func.__module__ == "__main__":
+        from .chapters import notebook_home
+
+        home = notebook_home(c.func.__globals__)
+        return home.module is not None and home.changed is None
     return module_file(c.func.__module__) is not None
 
 

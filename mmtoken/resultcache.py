@@ -64,6 +64,7 @@ __all__ = [
     "sweep",
     "locked",
     "load_or_compute",
+    "settings_name",
     "experiment_result",
 ]
 
@@ -430,6 +431,14 @@ def load_or_compute(
         return load(path, name, fp, expect)
 
 
+def settings_name(name: str, settings) -> str:
+    """``name`` for a chapter's default settings (``type(settings)()``), else ``name`` with a digest of
+    ``settings``: a reader's other settings get a file of their own, and the defaults' result stays."""
+    if settings == type(settings)():
+        return name
+    return f"{name}-{hashlib.sha256(repr(settings).encode()).hexdigest()[:8]}"
+
+
 def experiment_result(
     module: str,
     name: str,
@@ -446,9 +455,16 @@ def experiment_result(
     so that both scales keep their file).
     """
     from .config import data_dir
-
-    short = module.rpartition(".")[2]
     from .fingerprint import of as code_of
+
+    if module == "__main__":  # run in a chapter's notebook: the generated module's file, or one of its own
+        from .chapters import notebook_home
+
+        home = notebook_home(getattr(compute, "__globals__", {}))
+        module = home.module or "notebook"
+        if home.changed is not None:
+            name = f"{name}-{home.changed[:8]}"
+    short = module.rpartition(".")[2]
 
     fp = fingerprint(code_of(compute), config, "")  # the computation's code only (not plotting, caching)
     path = data_dir() / "results" / short / f"{name}.npz"

@@ -1,3 +1,5 @@
+import os
+
 import matplotlib
 import pytest
 
@@ -10,6 +12,20 @@ def _close_figures():
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+_GUARDED = ("MMTOKEN_DATA", "MMTOKEN_SCALE")
+_AT_START = {k: os.environ.get(k) for k in _GUARDED}
+
+
+@pytest.fixture(autouse=True)
+def _environment_unchanged():
+    """After every test, MMTOKEN_DATA and MMTOKEN_SCALE are what the session started with: a fixture of any scope
+    that changes them must undo it before its tests run (a leaked data folder once made a notebook run later on
+    the same worker read an empty results cache)."""
+    yield
+    now = {k: os.environ.get(k) for k in _GUARDED}
+    assert now == _AT_START, f"the environment was left changed: {_AT_START} -> {now}"
 
 
 # Fixtures that the tests of more than one module use. They import the package (and torch) only when a test asks
@@ -42,9 +58,12 @@ def tiny(tmp_path_factory):
         ds = toy_dataset()
         data = review_runs.prepare(TINY, ds)
         arrays, metrics = review_runs.run_seed(TINY, data, 10)
-        yield ds, data, arrays, metrics, review_runs.profile(TINY, ds, data)
+        computed = ds, data, arrays, metrics, review_runs.profile(TINY, ds, data)
     finally:
+        # Undone before the tests run, not at the session's end: a session fixture's environment otherwise
+        # leaks into every later test of its worker (a notebook run there read an empty results cache).
         mp.undo()
+    yield computed
 
 
 # --------------------------------------------------------------------------- chapter 9: the ViT

@@ -6,6 +6,7 @@ result after ``set_scale`` (the bug chapter 9 had). The generic test stops
 each ``run()`` at the moment it reads the scale, so nothing is computed.
 """
 
+import functools
 import inspect
 
 import numpy as np
@@ -56,6 +57,8 @@ def test_vit_sparsity_run_follows_use_scale(monkeypatch):
         return [FakeRun(e) for e in exps]
 
     monkeypatch.setattr(vs, "run_experiments", fake)
+    # a memo of its own, dropped after the test: the fake runs must not be what later tests on this worker read
+    monkeypatch.setattr(vs, "_study", functools.lru_cache(maxsize=None)(vs._study.__wrapped__))
     with config.use_scale("quick"):
         quick = vs.run()
     with config.use_scale("paper"):
