@@ -21,6 +21,10 @@ from __future__ import annotations
 
 __all__ = [
     "CHAPTER",
+    "ETA",
+    "data",
+    "head",
+    "init",
     "SIGMA0",
     "SWEEP",
     "CLAIM_SCALES",
@@ -65,7 +69,23 @@ from .. import config, embedding, geometry, svm, synthetic
 from ..corpus_stats import TokenStats, token_stats
 from ..ledger import Measured, claim
 from ..plotting import style, subplots, token_scatter
-from .one_step import ETA, data, head, init
+
+# chapter 10's corpus and one step (its module is now mmtoken.chapters.ch10_one_step, whose Settings hold them)
+ETA = 30.0
+
+
+def data(scale: str | None = None) -> synthetic.SyntheticData:
+    n = config.pick(quick=200, paper=2000, which=scale or config.scale())
+    return synthetic.generate(n, 8, n_pos=2, n_neg=2, n_neutral=40, min_len=5, seed=0)
+
+
+def head(d: int = 64, seed: int = 1) -> torch.Tensor:
+    return embedding.head(d, seed=seed)
+
+
+def init(V: int, scales, seeds: int, d: int = 64, seed: int = 2) -> torch.Tensor:
+    return embedding.init(V, scales, seeds, d=d, seed=seed)
+
 
 CHAPTER = "11_cls_margin"
 SIGMA0 = 0.5  # initialisation scale of the main run (||E_s^0|| ~ SIGMA0)
