@@ -239,14 +239,15 @@ def test_one_step_error_within_the_bound(scale):
 
 
 def test_budget_rule():
-    from mmtoken.experiments import cls_margin
+    from mmtoken.chapters import ch11_cls_margin as cm
 
+    s = cm.Settings()
     for margin in (0.0045, 0.022, 0.225):
-        K = cls_margin.budget(margin)
-        assert K % (10 * cls_margin.RECORD) == 0
-        assert K * cls_margin.LR * margin >= cls_margin.KAPPA  # reaches r = kappa at full speed
-        assert (K - 10 * cls_margin.RECORD) * cls_margin.LR * margin < cls_margin.KAPPA  # the smallest such
+        K = cm.budget(margin)
+        assert K % (10 * s.record) == 0
+        assert K * s.lr * margin >= s.kappa  # reaches r = kappa at full speed
+        assert (K - 10 * s.record) * s.lr * margin < s.kappa  # the smallest such
     # proportional to 1/margin up to the rounding
-    assert abs(cls_margin.budget(0.01) - 10 * cls_margin.budget(0.1)) <= 10 * 10 * cls_margin.RECORD
+    assert abs(cm.budget(0.01) - 10 * cm.budget(0.1)) <= 10 * 10 * s.record
     with pytest.raises(ValueError, match="positive"):
-        cls_margin.budget(0.0)
+        cm.budget(0.0)
