@@ -7,7 +7,7 @@ stays finite where ``l'(u)`` itself underflows (large margins ``u``).
 
 from __future__ import annotations
 
-__all__ = ["Loss", "LOSSES", "get_loss", "builtin_name"]
+__all__ = ["Loss", "LOSSES", "get_loss"]
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,14 +66,3 @@ def get_loss(loss: str | Loss) -> Loss:
         return LOSSES[loss]
     except KeyError:
         raise ValueError(f"unknown loss {loss!r}; choose one of {sorted(LOSSES)}") from None
-
-
-def builtin_name(loss: Loss) -> str | None:
-    """The name of ``loss`` when it *is* one of the built-in losses of :data:`LOSSES` (by identity), else
-    ``None``.
-
-    The compiled kernel implements the built-in losses only, and must recognise them by identity, not by
-    name: a loss made with ``dataclasses.replace(logistic, value=...)`` keeps the name ``"logistic"`` but
-    is another function, and takes the torch path.
-    """
-    return loss.name if LOSSES.get(loss.name) is loss else None
