@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mmtoken import config, figurecache
-from mmtoken.experiments import load_all
+from mmtoken.chapters import load_all
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = "mmtoken.experiments"
@@ -19,19 +19,19 @@ PKG = "mmtoken.experiments"
 def test_figure_names_read_from_source_equal_the_imported_dictionaries():
     """Two independent readings of FIGURES: the source parsed statically, and the imported module."""
     for name, module in load_all().items():
-        static = figurecache.figure_names(f"{PKG}.{name}")
+        static = figurecache.figure_names(module.__name__)
         assert static == list(getattr(module, "FIGURES", {})), name
 
 
 def test_only_experiments_without_external_data_are_cacheable():
-    data = {n for n in load_all() if figurecache.reads_data(f"{PKG}.{n}")}
+    data = {n for n, m in load_all().items() if figurecache.reads_data(m.__name__)}
     assert data == {"real_reviews", "vit_sparsity", "vit_tuning"}
     assert figurecache.key(f"{PKG}.real_reviews", "fig-reviews-logits") is None
-    assert isinstance(figurecache.key(f"{PKG}.global_convergence", "fig-global-paths"), str)
+    assert isinstance(figurecache.key("mmtoken.chapters.ch02_global", "fig-global-paths"), str)
 
 
 def test_key_follows_figure_scale_and_device(monkeypatch):
-    m = f"{PKG}.global_convergence"
+    m = "mmtoken.chapters.ch02_global"
     monkeypatch.delenv("MMTOKEN_DEVICE", raising=False)
     base = figurecache.key(m, "fig-global-paths")
     assert figurecache.key(m, "fig-global-paths") == base
