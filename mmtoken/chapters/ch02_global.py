@@ -488,7 +488,7 @@ def _sign_change_check(scores) -> Measured:
 FIGURES = {
     "fig-global-plain": lambda: plot_plain(plain_run(settings()), run().gmm),
     "fig-global-stationary": lambda: plot_stationary(stationary_counterexample(SC)),
-    "fig-global-paths": lambda: plot_paths_published((r := run()).published, r.gmm, r.inst.K),
+    "fig-global-paths": lambda: plot_paths_published(run().published, run().gmm, run().inst.K),
     "fig-global-convergence": lambda: plot_convergence(run()),
     "fig-global-norm": lambda: plot_norm(run()),
 }
