@@ -238,6 +238,7 @@ class CounterSettings:
             raise ValueError(f"scores must give one score per key ({len(self.keys)}), got {scores!r}")
         return np.array(self.keys, float)[None, :, None], np.array([scores], float)
 
+
 GRID = np.linspace(-6.0, 6.0, 241)
 """Where the sign of ``L'`` is looked at: a stationary point is a sign change of ``L'`` on this grid."""
 
