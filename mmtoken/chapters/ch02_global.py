@@ -16,17 +16,8 @@ import numpy as np
 import torch
 from scipy.optimize import brentq
 
-from mmtoken import config, geometry, grad, instances, resultcache, smoothness, svm, train
+from mmtoken import config, geometry, grad, instances, long_paths, resultcache, smoothness, svm, train
 from mmtoken.ledger import Measured, claim
-from mmtoken.long_paths import (
-    PlainRun,
-    decade_summary,
-    plain_gd,
-    planar_reg_path,
-    plot_plain,
-    smoothness_of,
-    starts_legend,
-)
 from mmtoken.model import AttentionProblem
 from mmtoken.plotting import colors, plot_curves, plot_paths, subplots
 
@@ -71,10 +62,10 @@ def settings(scale: str | None = None) -> Settings:
 
 # %% book/part1/02_global.ipynb #b083045b
 @functools.lru_cache(maxsize=None)
-def plain_run(s: Settings) -> PlainRun:
+def plain_run(s: Settings) -> long_paths.PlainRun:
     """Plain GD ``p <- p - s.plain_lr grad L(p)`` (Theorem 2's algorithm) from the starts of ``s``."""
     inst = instances.fig1(s.instance)
-    return plain_gd(inst.problem(), np.array(s.starts), steps=s.plain_steps, lr=s.plain_lr)
+    return long_paths.plain_gd(inst.problem(), np.array(s.starts), steps=s.plain_steps, lr=s.plain_lr)
 
 # %% book/part1/02_global.ipynb #b3619541
 @dataclass
@@ -111,7 +102,7 @@ def plot_paths_published(pub: NormalizedRun, gmm, keys, first: int = 200, ax=Non
     """The first ``first`` steps of ``pub`` in the plane, with the GMM ray and the keys ``(1, T, 2)``."""
     keep = pub.steps <= first
     fig = plot_paths(pub.p[keep], directions={"GMM direction": gmm}, tokens=keys, ax=ax)
-    starts_legend(fig.axes[0] if ax is None else ax, pub.p.shape[1])
+    long_paths.starts_legend(fig.axes[0] if ax is None else ax, pub.p.shape[1])
     return fig
 
 # %% book/part1/02_global.ipynb #cb1dd6ed
@@ -154,7 +145,7 @@ def reg_path(instance: str = "global", radii: int = 9, iters: int = 300) -> RegP
     """
     inst = instances.fig1(instance)
     R = np.logspace(0.0, 2.0, radii)
-    best = planar_reg_path(inst.problem(), R, iters=iters)
+    best = long_paths.planar_reg_path(inst.problem(), R, iters=iters)
     on_sphere = np.abs(np.linalg.norm(best, axis=-1) - R)
     return RegPath(R, best, geometry.correlation(best, inst.gmm().x), on_sphere)
 
@@ -264,7 +255,7 @@ class StationaryCounterexample:
     curvature: float  # L''(p_star) (< 0: a maximum)
     bound: float  # smoothness bound of L (step condition)
     reports: list  # geometry.classify of each token
-    run: PlainRun  # plain GD from p_star - offset, p_star + offset
+    run: long_paths.PlainRun  # plain GD from p_star - offset, p_star + offset
     final_probs: np.ndarray  # (2, 3) softmax at the last step
     loss: np.ndarray  # (G,) L(p) on GRID
     loss_equal: np.ndarray  # (G,) L(p) on GRID with the equal scores
@@ -288,7 +279,8 @@ def stationary_counterexample(c: CounterSettings = CounterSettings()) -> Station
     curv = float(smoothness.hessian(problem, np.array([p_star]))[0, 0])
     bound = smoothness.smoothness_bound(K, gamma)
     reports = [geometry.classify(K, gamma, [t]) for t in range(len(c.keys))]
-    runs = plain_gd(problem, np.array([[p_star - c.offset], [p_star + c.offset]]), steps=c.steps, lr=c.lr)
+    starts = np.array([[p_star - c.offset], [p_star + c.offset]])
+    runs = long_paths.plain_gd(problem, starts, steps=c.steps, lr=c.lr)
     probs = grad.saturation(problem, torch.as_tensor(runs.p[-1])).probs.numpy()[:, 0]
     P = torch.as_tensor(GRID[:, None])
     loss = grad.loss_value(problem, P).numpy()
@@ -409,9 +401,9 @@ def _claim_plain_gd() -> Measured:
 def _plain_gd_check(ref, rival) -> Measured:
     """The claim's check of plain GD's direction: toward ``ref`` and not toward ``rival``."""
     s = settings()
-    sm = smoothness_of(instances.fig1(s.instance), lr=s.plain_lr)
+    sm = long_paths.smoothness_of(instances.fig1(s.instance), lr=s.plain_lr)
     r = plain_run(s)
-    d = decade_summary(r, ref)
+    d = long_paths.decade_summary(r, ref)
     gap_ref = 1 - d["corr"]
     gap_rival = 1 - geometry.correlation(r.p[r.at(d["steps"])], rival)
     apart = bool(np.all(gap_ref <= 0.5 * gap_rival))
@@ -487,7 +479,7 @@ def _sign_change_check(scores) -> Measured:
 
 
 FIGURES = {
-    "fig-global-plain": lambda: plot_plain(plain_run(settings()), run().gmm),
+    "fig-global-plain": lambda: long_paths.plot_plain(plain_run(settings()), run().gmm),
     "fig-global-stationary": lambda: plot_stationary(stationary_counterexample(SC)),
     "fig-global-paths": lambda: plot_paths_published(run().published, run().gmm, run().inst.K),
     "fig-global-convergence": lambda: plot_convergence(run()),
