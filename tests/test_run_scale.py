@@ -15,7 +15,13 @@ import pytest
 from mmtoken import config
 from mmtoken.chapters import load_all
 
-MODULES = {name: m for name, m in load_all().items() if callable(getattr(m, "run", None))}
+MODULES = {
+    name: m
+    for name, m in load_all().items()
+    if m.__name__.startswith("mmtoken.experiments.") and callable(getattr(m, "run", None))
+}
+"""The experiment modules of the chapters not yet in the book's form: ``run(scale)``. A chapter in the form
+takes its scale through ``settings(scale)`` (its ``run(s)`` takes settings; ``tests/test_global_convergence.py``)."""
 
 
 class ReadScale(Exception):
@@ -23,7 +29,7 @@ class ReadScale(Exception):
 
 
 def test_every_chapter_module_has_a_run():
-    assert {"vit_sparsity", "real_reviews", "global_convergence", "cls_margin"} <= set(MODULES)
+    assert {"vit_sparsity", "real_reviews", "cls_margin"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

@@ -243,7 +243,7 @@ key, the side the early correlation-loss path bends to (correlation 0.9962 with 
 @functools.lru_cache(maxsize=None)
 def reg_paths() -> dict[str, np.ndarray]:
     """``argmin_{||p|| <= R} L(p)`` on the C = 100 instance of Fig. 4 for the correlation and logistic losses."""
-    from .global_convergence import planar_reg_path
+    from ..long_paths import planar_reg_path
 
     pr = instances.fig4(100).problem()
     return {loss: planar_reg_path(pr, REG_RADII, iters=300, loss=loss) for loss in ("correlation", "logistic")}

@@ -37,9 +37,9 @@ import numpy as np
 import torch
 
 from .. import config, geometry, instances, svm, train
+from .. import long_paths as global_convergence
 from ..ledger import Measured, claim
 from ..plotting import colors, plot_curves, plot_paths, subplots
-from . import global_convergence
 
 CHAPTER = "04_inputs"
 PROB_LEVEL = 0.99
