@@ -49,7 +49,7 @@ def _writable_folder(path: Path) -> Path:
 
 
 def _claims(args) -> int:
-    from .experiments import load_all
+    from .chapters import load_all
 
     load_all()
     selected = ledger.select(args.only)
