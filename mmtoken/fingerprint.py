@@ -15,8 +15,8 @@ name it references, followed transitively across the ``mmtoken`` modules:
   brings in every definition of that module (nothing is missed).
 
 What is left out by design (:data:`OUTSIDE`): plotting, the results cache and
-this module, the downloader (downloads are keyed by their SHA-256) and the
-figure cache: code that stores, fetches or draws a result does not change it.
+this module and the downloader (downloads are keyed by their SHA-256):
+code that stores, fetches or draws a result does not change it.
 Names the analysis cannot see (a function found by a string) are not
 followed; the package's computations do not do that.
 
@@ -57,7 +57,6 @@ OUTSIDE = frozenset(
         "mmtoken.plotting",  # draws results, computes none
         "mmtoken.resultcache",  # stores and validates results (its format has a version of its own)
         "mmtoken.fingerprint",  # this module: how results are keyed, not what they are
-        "mmtoken.figurecache",  # keeps renderings of figures
         "mmtoken.datasets.download",  # fetches files, verified by their SHA-256 (the data's own key)
     }
 )

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mmtoken import fingerprint, ledger
-from mmtoken.experiments import load_all
+from mmtoken.chapters import load_all
 
 PACKAGE = Path(fingerprint.__file__).resolve().parent
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from mmtoken import config, ledger, resultcache
-from mmtoken.experiments import load_all
+from mmtoken.chapters import load_all
 
 ROOT = Path(__file__).resolve().parent.parent
 

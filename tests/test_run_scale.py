@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from mmtoken import config
-from mmtoken.experiments import load_all
+from mmtoken.chapters import load_all
 
 MODULES = {name: m for name, m in load_all().items() if callable(getattr(m, "run", None))}
 

@@ -1,0 +1,6 @@
+"""``python -m mmtoken.datasets fetch [names] [--force]`` and ``python -m mmtoken.datasets status``: the text data
+(:mod:`mmtoken.datasets.cli`)."""
+
+from .cli import main
+
+raise SystemExit(main())
