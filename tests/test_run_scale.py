@@ -12,16 +12,15 @@ import inspect
 import numpy as np
 import pytest
 
-from mmtoken import config
+from mmtoken import chapters, config
 from mmtoken.chapters import load_all
 
-MODULES = {
-    name: m
-    for name, m in load_all().items()
-    if m.__name__.startswith("mmtoken.experiments.") and callable(getattr(m, "run", None))
-}
-"""The experiment modules of the chapters not yet in the book's form: ``run(scale)``. A chapter in the form
-takes its scale through ``settings(scale)`` (its ``run(s)`` takes settings; ``tests/test_global_convergence.py``)."""
+ALL = {name: m for name, m in load_all().items() if callable(getattr(m, "run", None))}
+MODULES = {name: m for name, m in ALL.items() if not m.__name__.startswith(chapters.PACKAGE + ".")}
+"""Modules of :mod:`mmtoken.experiments`: ``run(scale=None)``."""
+FORM = {name: m for name, m in ALL.items() if name not in MODULES}
+"""Generated chapter modules: ``run(settings)``, the published settings at the current scale from
+``settings(scale=None)`` (or ``Settings.at(scale=None)``)."""
 
 
 class ReadScale(Exception):
@@ -45,6 +44,22 @@ def test_run_reads_the_current_scale_on_every_call(name, monkeypatch):
     for _ in range(2):  # every call, not only the first
         with pytest.raises(ReadScale):
             run()
+
+
+@pytest.mark.parametrize("name", sorted(FORM))
+def test_chapter_settings_read_the_current_scale_on_every_call(name, monkeypatch):
+    m = FORM[name]
+    published = getattr(m, "settings", None) or m.Settings.at
+    assert "scale" in inspect.signature(published).parameters, f"{name}: its settings take no scale"
+    assert isinstance(published("quick"), m.Settings) and isinstance(published("paper"), m.Settings)
+
+    def scale():
+        raise ReadScale
+
+    monkeypatch.setattr(config, "scale", scale)
+    for _ in range(2):  # every call, not only the first
+        with pytest.raises(ReadScale):
+            published()
 
 
 class FakeRun:
