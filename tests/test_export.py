@@ -121,3 +121,37 @@ def test_settings_name_keeps_the_defaults_file():
     assert resultcache.settings_name("published", Settings()) == "published"
     other = resultcache.settings_name("published", Settings(lr=0.5))
     assert other.startswith("published-") and other != resultcache.settings_name("published", Settings(lr=0.2))
+
+
+def test_a_reader_s_settings_leave_every_verdict_as_it_was(tmp_path):
+    """Issue 24, defect 2: run chapter 4 with another seed in the process that then evaluates and records its
+    claims, as a reader's notebook would; ``python -m mmtoken claims`` in a fresh process reads the same
+    verdicts as a clean evaluation (the claims judge the default settings, and a result of other settings is
+    cached under them)."""
+    import json
+    import os
+
+    env = dict(os.environ, MMTOKEN_DATA=str(tmp_path / "data"), MMTOKEN_PROGRESS="off")
+
+    def verdicts(*argv: str) -> dict:
+        out = subprocess.run(
+            [sys.executable, "-m", "mmtoken", "claims", "--only", "A.inputs", "--json", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+        )
+        assert out.returncode in (0, 1), out.stderr
+        return {r["id"]: (r["passed"], r["known_miss"] is not None) for r in json.loads(out.stdout)}
+
+    clean = verdicts("--recompute")
+    reader = (
+        "from mmtoken.chapters import ch04_inputs as ch\n"
+        "from mmtoken import ledger\n"
+        "r = ch.run(ch.Settings(seed=2, lr_ngd=0.5))\n"
+        "assert r is not ch.run(ch.Settings())\n"
+        "ledger.run_claims(['A.inputs'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", reader], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert verdicts() == clean and len(clean) == 4
