@@ -9,7 +9,7 @@ import torch
 
 from mmtoken import cone_path, config, geometry, grad, instances, svm, train
 from mmtoken.chapters import ch03_local as lc
-from mmtoken.experiments import many_inputs as mi
+from mmtoken.chapters import ch04_inputs as mi
 from mmtoken.model import AttentionProblem
 
 
