@@ -180,11 +180,15 @@ class WEqualsPResult:
     lr: float
 
 
-@functools.lru_cache(maxsize=None)
 def run(s: Settings = Settings()) -> WEqualsPResult:
     """Lemma 1 on paper A's Fig. 1 (global) instance: both key maps, six starts each (memoised on ``s``)."""
     if not isinstance(s, Settings):
         raise ValueError(f"s must be a Settings, got {type(s).__name__}")
+    return _run(s)
+
+
+@functools.lru_cache(maxsize=None)
+def _run(s: Settings) -> WEqualsPResult:
     inst = instances.fig1("global")
     planar = pair_run("planar keys (W is 2x2)", inst, instances.PLANE, s.steps, s.lr, s.seeds[0], s.loss)
     raw = pair_run("raw tokens as keys (W is 3x3)", inst, np.eye(3), s.steps, s.lr, s.seeds[1], s.loss)
@@ -289,11 +293,15 @@ class WDirectionRun:
     plain_q: np.ndarray  # (S', 3) the p-run q(k) of the plain GD, W(k) = q(k) pbar^T
 
 
-@functools.lru_cache(maxsize=None)
 def w_direction(s: Settings = Settings()) -> WDirectionRun:
     """Normalized GD on ``W`` and plain GD on ``W`` (through Lemma 1) against ``W_mm`` (memoised on ``s``)."""
     if not isinstance(s, Settings):
         raise ValueError(f"s must be a Settings, got {type(s).__name__}")
+    return _w_direction(s)
+
+
+@functools.lru_cache(maxsize=None)
+def _w_direction(s: Settings) -> WDirectionRun:
     pbar = np.array(s.pbar)
     inst = instances.fig1("global")
     opt = geometry.optimal_tokens(inst.gamma)
