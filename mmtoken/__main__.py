@@ -49,7 +49,7 @@ def _writable_folder(path: Path) -> Path:
 
 
 def _claims(args) -> int:
-    from .experiments import load_all
+    from .chapters import load_all  # the generated chapter modules and mmtoken.experiments
 
     load_all()
     selected = ledger.select(args.only)
@@ -68,8 +68,7 @@ def _claims(args) -> int:
 def _figures(args) -> int:
     out = _writable_folder(Path(args.out))  # before any figure is computed
     written = 0
-    for name in _figure_module_names(args.only):
-        module = f"{__package__}.experiments.{name}"
+    for name, module in _figure_modules(args.only):
         listed = figurecache.figure_names(module)
         names = listed if listed is not None else list(_import(module).FIGURES)
         for fig_name in names:
@@ -112,19 +111,22 @@ def _draw(make, stem: Path) -> list[str]:
         plt.close(fig)
 
 
-def _figure_module_names(only: list[str] | None) -> list[str]:
-    """The experiment modules that may hold the figures ``only`` (all of them without ``only``).
+def _figure_modules(only: list[str] | None) -> list[tuple[str, str]]:
+    """``(name, module)`` of the chapter modules that may hold the figures ``only`` (all of them without
+    ``only``): the generated ones (:mod:`mmtoken.chapters`) and those of :mod:`mmtoken.experiments`.
 
     Read as text, without importing anything: a module is a candidate if its
     name is asked for or its source names one of the asked figures.
     """
-    from . import experiments
+    from . import chapters, experiments
 
-    names = experiments.modules()
-    if only:
-        folder = Path(experiments.__file__).parent
-        names = [n for n in names if any(o == n or o in (folder / f"{n}.py").read_text(encoding="utf-8") for o in only)]
-    return names
+    out = []
+    for package, names in ((chapters, chapters.modules()), (experiments, experiments.modules())):
+        folder = Path(package.__file__).parent
+        for n in names:
+            if not only or any(o == n or o in (folder / f"{n}.py").read_text(encoding="utf-8") for o in only):
+                out.append((n, f"{package.__name__}.{n}"))
+    return out
 
 
 def _make_figure(make):
