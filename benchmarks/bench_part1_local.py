@@ -8,8 +8,8 @@ import torch
 from common import print_timings
 
 from mmtoken import config, geometry, instances, svm
-from mmtoken.experiments import local_convergence as lc
-from mmtoken.experiments import many_inputs as mi
+from mmtoken.chapters import ch03_local as lc
+from mmtoken.chapters import ch04_inputs as mi
 
 
 def main():
@@ -23,15 +23,15 @@ def main():
     rows = [
         (
             "03 whole chapter: Fig. 1 local (6 starts) + 12 cone runs, batched; counterexample (16 starts); 10 SVMs",
-            lambda: lc.run(scale),
+            lambda: lc.run(lc.settings(scale)),
         ),
         (
             f"04 Fig. 2 normalized GD, {n_ngd} steps (6 starts, every step recorded)",
-            lambda: mi.train_run(inst, opt, gmm, "normalized", 0.1, n_ngd, 1),
+            lambda: mi.train_run(inst.problem(), inst.starts, opt, gmm, "normalized", 0.1, n_ngd),
         ),
         (
             f"04 Fig. 2 plain GD, {n_gd} steps (6 starts, every step recorded)",
-            lambda: mi.train_run(inst, opt, gmm, "gd", 1.0, n_gd, 1),
+            lambda: mi.train_run(inst.problem(), inst.starts, opt, gmm, "gd", 1.0, n_gd),
         ),
     ]
     print_timings(rows, scale, torch.get_num_threads())
