@@ -19,7 +19,8 @@ The package, by topic (one idea per module):
 - data: :mod:`datasets` (``download``, ``sources``, ``packages``, ``parsers``, ``corpus``, ``text``,
   ``tokenize``, ``images``, ``cli``).
 - Part I's long runs, shared by its chapters: :mod:`long_paths` (plain GD over decades, the step
-  condition, the planar regularization path).
+  condition, the planar regularization path), :mod:`random_batch` (normalized GD on a padded batch of
+  random instances, and what it selected).
 - the book: :mod:`chapters` (each chapter's experiment, generated from the book's ``#| export``
   cells: settings, ``run``, figures, claims), :mod:`experiments` (the chapters not yet in that form),
   :mod:`ledger` (claims), :mod:`resultcache` (the one results cache), :mod:`report` (rendering),

@@ -13,9 +13,9 @@ draw ``count`` random instances (tokens and queries ``N(0, I/d)``, head
   ``T^n`` selections on the first ``lp_instances`` instances of each ``d``;
 * **where GD goes**: normalized GD on ``W`` from ``W = 0`` (saturation-safe
   gradient, all instances of one ``d`` in one batch, with chapter 8's runner
-  :func:`mmtoken.experiments.random_instances.train_batch`), the selection it
+  :func:`mmtoken.random_batch.train_batch`), the selection it
   makes, whether it is the globally optimal one and whether the softmax has
-  saturated; chapter 8's :func:`~mmtoken.experiments.random_instances.analyse`
+  saturated; chapter 8's :func:`~mmtoken.random_batch.analyse`
   classifies the selection (correlation with its Frobenius Att-SVM, minimum
   score gap over its SVM-neighbours).
 
