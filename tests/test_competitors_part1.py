@@ -8,7 +8,7 @@ Part I's claims; the cheap ones run in the unit tests, the ones needing a chapte
 import pytest
 
 from mmtoken import config, ledger
-from mmtoken.experiments import load_all
+from mmtoken.chapters import load_all
 
 CHEAP = ("A.global.stationary_counterexample", "A.inputs.published_draw")
 
