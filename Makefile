@@ -14,7 +14,7 @@ OUT := $(if $(filter paper,$(MMTOKEN_SCALE)),_build/paper,.)
 export MMTOKEN_PROGRESS ?= off
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup book build test unit slow lint nbval strict sync claims figures bench clean reader meta
+.PHONY: setup book build pdf test unit slow lint nbval strict sync claims figures bench clean reader meta
 
 setup:
 	bash scripts/setup.sh
@@ -34,6 +34,22 @@ book: build  ## build the book, then open it in a browser when one is available
 	@echo "book: file://$(abspath $(OUT))/_build/html/index.html"
 	@if [ -z "$$CI" ] && { [ -n "$$DISPLAY" ] || [ "$$(uname)" = Darwin ]; }; then \
 	    $(PY) -m webbrowser -t "file://$(abspath $(OUT))/_build/html/index.html" >/dev/null 2>&1 || true; fi
+
+# `make pdf`: the book as one PDF, from the stored outputs (Jupyter Book's LaTeX builder, xelatex). Needs
+# Debian's texlive-xetex, texlive-latex-extra, texlive-fonts-recommended, latexmk and fonts-dejavu
+# (`sudo apt-get install ...`; the release workflow installs them); written to _build/mmtoken.pdf.
+TEX_PACKAGES := texlive-xetex texlive-latex-recommended texlive-latex-extra texlive-fonts-recommended latexmk fonts-dejavu
+print-tex-packages:  # the Debian packages make pdf needs (the release workflow installs them)
+	@echo $(TEX_PACKAGES)
+
+pdf: setup  ## the book as one PDF (_build/mmtoken.pdf), from the stored outputs; needs TeX (see the Makefile)
+	@command -v xelatex >/dev/null && command -v latexmk >/dev/null || { \
+	    echo "make pdf needs xelatex and latexmk: sudo apt-get install $(TEX_PACKAGES)" >&2; exit 2; }
+	$(PY) scripts/stored_outputs.py seed --stale execute
+	rm -rf _build/latex
+	$(JB) build . --builder pdflatex
+	cp _build/latex/mmtoken.pdf _build/mmtoken.pdf
+	@echo "pdf: $(abspath _build/mmtoken.pdf)"
 
 strict: setup  ## -W build: a failing cell, a warning or a broken reference fails
 	$(JB) build . --builder html -W -n --keep-going

@@ -8,8 +8,8 @@ import torch
 from common import print_timings
 
 from mmtoken import config, geometry, instances, svm
+from mmtoken.chapters import ch04_inputs as mi
 from mmtoken.experiments import local_convergence as lc
-from mmtoken.experiments import many_inputs as mi
 
 
 def main():
@@ -27,11 +27,11 @@ def main():
         ),
         (
             f"04 Fig. 2 normalized GD, {n_ngd} steps (6 starts, every step recorded)",
-            lambda: mi.train_run(inst, opt, gmm, "normalized", 0.1, n_ngd, 1),
+            lambda: mi.train_run(inst.problem(), inst.starts, opt, gmm, "normalized", 0.1, n_ngd),
         ),
         (
             f"04 Fig. 2 plain GD, {n_gd} steps (6 starts, every step recorded)",
-            lambda: mi.train_run(inst, opt, gmm, "gd", 1.0, n_gd, 1),
+            lambda: mi.train_run(inst.problem(), inst.starts, opt, gmm, "gd", 1.0, n_gd),
         ),
     ]
     print_timings(rows, scale, torch.get_num_threads())

@@ -18,9 +18,16 @@ The package, by topic (one idea per module):
 - the vision transformer: :mod:`vit` (model and attention statistics), :mod:`vit_runs` (cached runs).
 - data: :mod:`datasets` (``download``, ``sources``, ``packages``, ``parsers``, ``corpus``, ``text``,
   ``tokenize``, ``images``, ``cli``).
-- the book: :mod:`experiments` (one module per chapter; its docstring maps modules to chapters),
-  :mod:`ledger` (claims), :mod:`resultcache`, :mod:`figurecache` (kept figure renderings), :mod:`report` (rendering), :mod:`plotting` (theme and
-  figure types), :mod:`explore` (your own instance), ``python -m mmtoken`` (:mod:`__main__`).
+- Part I's long runs, shared by its chapters: :mod:`long_paths` (plain GD over decades, the step
+  condition, the planar regularization path).
+- the book: :mod:`chapters` (each chapter's experiment, generated from the book's ``#| export``
+  cells: settings, ``run``, figures, claims), :mod:`experiments` (the chapters not yet in that form),
+  :mod:`ledger` (claims), :mod:`resultcache` (the one results cache), :mod:`report` (rendering),
+  :mod:`plotting` (theme and figure types), :mod:`explore` (your own instance), ``python -m mmtoken``
+  (:mod:`__main__`).
+
+A chapter's experiment is read in the chapter and run from there; outside the book, import its
+generated module: ``from mmtoken.chapters import ch02_global as ch; ch.run(ch.Settings(lr=0.5))``.
 """
 
 __version__ = "0.1.0"

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import config, figurecache, ledger
+from . import config, ledger
 
 
 class UsageError(ValueError):
@@ -49,7 +49,7 @@ def _writable_folder(path: Path) -> Path:
 
 
 def _claims(args) -> int:
-    from .experiments import load_all
+    from .chapters import load_all
 
     load_all()
     selected = ledger.select(args.only)
@@ -68,21 +68,13 @@ def _claims(args) -> int:
 def _figures(args) -> int:
     out = _writable_folder(Path(args.out))  # before any figure is computed
     written = 0
-    for name in _figure_module_names(args.only):
-        module = f"{__package__}.experiments.{name}"
-        listed = figurecache.figure_names(module)
-        names = listed if listed is not None else list(_import(module).FIGURES)
-        for fig_name in names:
-            if args.only and not any(o in fig_name or o == name for o in args.only):
+    for module in _figure_modules(args.only):
+        figures = _import(module).FIGURES
+        for fig_name, make in figures.items():
+            if args.only and not any(o in fig_name or o == module.rpartition(".")[2] for o in args.only):
                 continue
-            digest = None if args.force else figurecache.key(module, fig_name)
-            cached = figurecache.lookup(fig_name, digest)
-            # unchanged code and settings: the kept rendering (checksum verified), without importing torch
-            paths = figurecache.copy_out(cached, out / fig_name) if cached else None
-            if paths is None:
-                paths = _draw(_import(module).FIGURES[fig_name], out / fig_name)
-                figurecache.store(fig_name, digest or figurecache.key(module, fig_name), paths)
-            for path in paths:
+            # drawn from the chapter's results, which the results cache keeps: a redraw is cheap
+            for path in _draw(make, out / fig_name):
                 print(path)
             written += 1
     if written == 0:
@@ -112,19 +104,21 @@ def _draw(make, stem: Path) -> list[str]:
         plt.close(fig)
 
 
-def _figure_module_names(only: list[str] | None) -> list[str]:
-    """The experiment modules that may hold the figures ``only`` (all of them without ``only``).
+def _figure_modules(only: list[str] | None) -> list[str]:
+    """The chapters' modules that may hold the figures ``only`` (all of them without ``only``).
 
     Read as text, without importing anything: a module is a candidate if its
     name is asked for or its source names one of the asked figures.
     """
-    from . import experiments
+    from . import chapters, experiments
 
-    names = experiments.modules()
-    if only:
-        folder = Path(experiments.__file__).parent
-        names = [n for n in names if any(o == n or o in (folder / f"{n}.py").read_text(encoding="utf-8") for o in only)]
-    return names
+    found = [(chapters, n) for n in chapters.modules()] + [(experiments, n) for n in experiments.modules()]
+    out = []
+    for package, name in found:
+        source = (Path(package.__file__).parent / f"{name}.py").read_text(encoding="utf-8")
+        if not only or any(o == name or o in source for o in only):
+            out.append(f"{package.__name__}.{name}")
+    return out
 
 
 def _make_figure(make):
@@ -147,14 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     c.set_defaults(func=_claims)
     f = sub.add_parser("figures", help="write every figure of the book as PNG and PDF")
-    f.add_argument("--only", nargs="+", metavar="NAME", help="figure names or experiment modules")
+    f.add_argument("--only", nargs="+", metavar="NAME", help="figure names or chapter modules")
     f.add_argument("--out", default="figures", help="output folder (default: figures)")
     f.add_argument("--scale", choices=config.SCALES, dest="sub_scale")
-    f.add_argument(
-        "--force",
-        action="store_true",
-        help="draw every selected figure again instead of copying a kept rendering of unchanged code",
-    )
     f.set_defaults(func=_figures)
     args = parser.parse_args(argv)
     scale = getattr(args, "sub_scale", None) or args.scale

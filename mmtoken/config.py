@@ -58,7 +58,7 @@ SCALES = ("quick", "paper")
 
 def __getattr__(name: str):
     # torch is imported on first use, so that commands that need no tensor
-    # (a figure read back from the figure cache) do not pay its import
+    # (``python -m mmtoken claims`` reading records) do not pay its import
     if name == "DTYPE":  # default dtype of the theory chapters: the softmax saturates by design
         import torch
 

@@ -16,7 +16,7 @@ bar advances and Ctrl-C is honoured between chunks. Every array is checked
 
 from __future__ import annotations
 
-__all__ = ["LOSS_IDS", "available", "CHUNK_WORK", "run_joint", "run"]
+__all__ = ["LOSS_IDS", "available", "runs_loss", "CHUNK_WORK", "run_joint", "run"]
 
 import importlib.util
 import os
@@ -26,6 +26,16 @@ import numpy as np
 from . import validate
 
 LOSS_IDS = {"logistic": 0, "exponential": 1, "correlation": 2}
+
+
+def runs_loss(loss) -> bool:
+    """Whether the compiled kernel implements ``loss`` (a :class:`~mmtoken.losses.Loss`): only the built-in
+    losses of :data:`mmtoken.losses.LOSSES`, recognised by identity, never by name. A loss made with
+    ``dataclasses.replace(losses.logistic, value=...)`` keeps the name ``"logistic"`` but is another
+    function: it takes the torch path."""
+    from .losses import LOSSES
+
+    return loss.name in LOSS_IDS and LOSSES.get(loss.name) is loss
 
 
 def available() -> bool:

@@ -15,8 +15,8 @@ name it references, followed transitively across the ``mmtoken`` modules:
   brings in every definition of that module (nothing is missed).
 
 What is left out by design (:data:`OUTSIDE`): plotting, the results cache and
-this module, the downloader (downloads are keyed by their SHA-256) and the
-figure cache: code that stores, fetches or draws a result does not change it.
+this module and the downloader (downloads are keyed by their SHA-256):
+code that stores, fetches or draws a result does not change it.
 Names the analysis cannot see (a function found by a string) are not
 followed; the package's computations do not do that.
 
@@ -45,6 +45,7 @@ __all__ = [
 import ast
 import functools
 import hashlib
+import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +58,6 @@ OUTSIDE = frozenset(
         "mmtoken.plotting",  # draws results, computes none
         "mmtoken.resultcache",  # stores and validates results (its format has a version of its own)
         "mmtoken.fingerprint",  # this module: how results are keyed, not what they are
-        "mmtoken.figurecache",  # keeps renderings of figures
         "mmtoken.datasets.download",  # fetches files, verified by their SHA-256 (the data's own key)
     }
 )
@@ -291,7 +291,9 @@ def roots_of(func: Callable) -> list[Node]:
     body defines it (a closure, a lambda; ``f.<locals>.g`` -> ``f``), or its whole module for a
     module-level lambda. Code run in a chapter's notebook (``__main__``) that is its generated
     module's code lives in that module (:func:`mmtoken.chapters.notebook_home`); other notebook code
-    in the whole module, if any, with :func:`outside_key` telling it apart."""
+    in the whole module, if any, with :func:`outside_key` telling it apart. A wrapped function
+    (``functools.lru_cache``, ``functools.wraps``) is the function it wraps."""
+    func = inspect.unwrap(func)
     module = func.__module__
     if module == "__main__":
         from .chapters import notebook_home
@@ -311,6 +313,7 @@ def roots_of(func: Callable) -> list[Node]:
 def outside_key(func: Callable) -> str | None:
     """For code run in a notebook that is not a generated module's (a cell the reader edited, or a
     notebook outside the chapters): a digest of what the kernel ran; ``None`` for the package's code."""
+    func = inspect.unwrap(func)
     if func.__module__ != "__main__":
         return None
     from .chapters import notebook_home

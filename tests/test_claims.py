@@ -12,7 +12,7 @@ import pytest
 
 from mmtoken import config, ledger
 from mmtoken.__main__ import main
-from mmtoken.experiments import load_all
+from mmtoken.chapters import load_all
 
 ROOT = Path(__file__).resolve().parent.parent
 

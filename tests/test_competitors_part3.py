@@ -9,7 +9,7 @@ evaluated here (they reuse each chapter's cached run).
 import pytest
 
 from mmtoken import config, ledger
-from mmtoken.experiments import load_all
+from mmtoken.chapters import load_all
 
 load_all()
 PART3 = [c for c in ledger.select(["C"])]

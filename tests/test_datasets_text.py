@@ -416,7 +416,7 @@ def test_cli_status(capsys):
 def _real(name):
     real = Path(__file__).resolve().parent.parent / "data" / "text" / f"{name}.npz"
     if not real.is_file():
-        pytest.skip(f"{name} is not fetched (python -m mmtoken.datasets.text fetch {name})")
+        pytest.skip(f"{name} is not fetched (python -m mmtoken.datasets fetch {name})")
     return corpus.read_cache(real)
 
 

@@ -19,7 +19,7 @@ def test_every_figure_entry_takes_no_argument():
     """The CLI calls each FIGURES entry with no argument; an entry that needs one would fail only there."""
     import inspect
 
-    from mmtoken.experiments import load_all
+    from mmtoken.chapters import load_all
 
     entries = {f: make for m in load_all().values() for f, make in getattr(m, "FIGURES", {}).items()}
     assert len(entries) >= 40

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mmtoken import fingerprint, ledger
-from mmtoken.experiments import load_all
+from mmtoken.chapters import load_all
 
 PACKAGE = Path(fingerprint.__file__).resolve().parent
 
@@ -128,7 +128,7 @@ def test_results_cache_keys_by_the_compute_function(tmp_path, monkeypatch):
     import numpy as np
 
     from mmtoken import resultcache
-    from mmtoken.experiments import global_convergence as gc
+    from mmtoken.chapters import ch02_global as ch
 
     monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / "data"))
     called = []
@@ -137,11 +137,11 @@ def test_results_cache_keys_by_the_compute_function(tmp_path, monkeypatch):
         called.append(1)
         return {"x": np.arange(3.0)}, {}
 
-    compute.__module__, compute.__qualname__ = gc.__name__, "long_run.<locals>.compute"  # as if defined there
-    assert fingerprint.of(compute) == fingerprint.index().digest([(gc.__name__, "long_run")])
-    resultcache.experiment_result(gc.__name__, "fp-test", {"k": 1}, compute)
-    path = tmp_path / "data" / "results" / "global_convergence" / "fp-test.npz"
+    compute.__module__, compute.__qualname__ = ch.__name__, "long_run.<locals>.compute"  # as if defined there
+    assert fingerprint.of(compute) == fingerprint.index().digest([(ch.__name__, "long_run")])
+    resultcache.experiment_result(ch.__name__, "fp-test", {"k": 1}, compute)
+    path = tmp_path / "data" / "results" / "ch02_global" / "fp-test.npz"
     fp = resultcache.fingerprint(fingerprint.of(compute), {"k": 1}, "")
-    resultcache.load(path, "global_convergence/fp-test", fp)  # stored under that key
-    resultcache.experiment_result(gc.__name__, "fp-test", {"k": 1}, compute)
+    resultcache.load(path, "ch02_global/fp-test", fp)  # stored under that key
+    resultcache.experiment_result(ch.__name__, "fp-test", {"k": 1}, compute)
     assert called == [1]  # read back

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mmtoken import gen_svm, geometry, svm, tfsvm
-from mmtoken.experiments import tf_multi_token as mt
+from mmtoken.chapters import ch15_multi_token as mt
 
 
 @pytest.fixture

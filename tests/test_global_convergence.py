@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import grad, instances, public_code, smoothness, svm, train
-from mmtoken.experiments import global_convergence, saturation, w_equals_p
+from mmtoken import grad, instances, long_paths, public_code, smoothness, svm, train
+from mmtoken.chapters import ch02_global
+from mmtoken.experiments import saturation, w_equals_p
 from mmtoken.model import AttentionProblem
 
 
@@ -128,7 +129,7 @@ def test_derivative_bounds_closed_forms():
 
 def test_plain_gd_step_is_below_one_over_L_for_chapters_2_and_3():
     for case in ("global", "local"):
-        sm = global_convergence.smoothness_of(instances.fig1(case))
+        sm = long_paths.smoothness_of(instances.fig1(case))
         assert sm.step_ok and sm.grid_max <= sm.bound
 
 
@@ -146,12 +147,12 @@ def test_compiled_plain_gd_is_plain_gd():
 
 def test_plain_gd_restarts_at_decades_reproduce_one_run():
     inst = instances.fig1("local")
-    r = global_convergence.plain_gd(inst.problem(), inst.starts, steps=2000)
+    r = long_paths.plain_gd(inst.problem(), inst.starts, steps=2000)
     h = train.train_p(
         inst.problem(),
         inst.starts,
         steps=2000,
-        lr=global_convergence.PLAIN_LR,
+        lr=long_paths.PLAIN_LR,
         method="gd",
         record_every=1000,
         record_probs=False,
@@ -170,13 +171,11 @@ def test_decade_summary_on_known_curves():
     # a path along ref with ||p|| = log10(k): equal increases per decade; correlation 1
     p = np.stack([np.zeros(4), np.log10(np.maximum(steps, 1.0))], -1)[:, None]
     p[0, 0] = (1.0, 0.0)
-    s = global_convergence.decade_summary(global_convergence.PlainRun(steps, p, np.linalg.norm(p, axis=-1), 1.0), ref)
+    s = long_paths.decade_summary(long_paths.PlainRun(steps, p, np.linalg.norm(p, axis=-1), 1.0), ref)
     assert s["log_growth"] and not s["rising"]  # correlation already 1: not rising
     p2 = p.copy()
     p2[-1, 0, 0] = 5.0  # last decade turns away: falls, grows too fast
-    s2 = global_convergence.decade_summary(
-        global_convergence.PlainRun(steps, p2, np.linalg.norm(p2, axis=-1), 1.0), ref
-    )
+    s2 = long_paths.decade_summary(long_paths.PlainRun(steps, p2, np.linalg.norm(p2, axis=-1), 1.0), ref)
     assert not s2["rising"] and not s2["log_growth"]
 
 
@@ -208,7 +207,7 @@ def test_stationary_counterexample_against_closed_form():
         u = (a + 0.9 * c) / Z
         return (-a + 0.9 * c) / Z - u * (c - a) / Z
 
-    c = global_convergence.stationary_counterexample()
+    c = ch02_global.stationary_counterexample()
     assert c.p_star == pytest.approx(brentq(du, -1, 1, xtol=1e-15), abs=1e-12)
     assert c.curvature < 0  # a maximum of L
     assert [r.feasible for r in c.reports] == [True, False, True]  # the middle key cannot be separated
@@ -240,3 +239,49 @@ def test_frobenius_correlation():
     assert w_equals_p.frobenius_correlation(A, 2 * A) == pytest.approx(1.0)
     assert w_equals_p.frobenius_correlation(A, -A) == pytest.approx(-1.0)
     assert np.isnan(w_equals_p.frobenius_correlation(np.zeros((2, 3)), A))
+
+
+# ---------------------------------------------------------------- chapter 2's settings (mmtoken.chapters.ch02_global)
+def test_default_settings_are_the_published_ones():
+    s = ch02_global.Settings()
+    np.testing.assert_array_equal(np.array(s.starts), instances.fig1("global").starts)
+    assert ch02_global.settings("quick") == s and s.lr == 0.1 and s.published_steps == 1000
+    paper = ch02_global.settings("paper")
+    assert (paper.long_steps, paper.long_every, paper.reg_radii, paper.reg_iters) == (200_000, 1000, 17, 1000)
+    assert paper.starts == s.starts and paper.plain_steps == 10**6
+    with pytest.raises(ValueError, match="scale"):
+        ch02_global.settings("huge")
+
+
+def test_settings_take_any_sequence_of_starts_and_reject_bad_ones():
+    given = ch02_global.Settings(starts=[[0, 1], [0, 0.5], [0, 0], [0, -0.5], [0, -1], [0, -1.5]])
+    assert given == ch02_global.Settings() and hash(given) == hash(ch02_global.Settings())
+    with pytest.raises(ValueError, match="starts"):
+        ch02_global.Settings(starts=(1.0, 2.0))
+    with pytest.raises(ValueError, match="lr"):
+        ch02_global.Settings(lr=0.0)
+    with pytest.raises(ValueError, match="published_steps"):
+        ch02_global.Settings(long_steps=500)
+    with pytest.raises(ValueError, match="scores"):
+        ch02_global.CounterSettings(scores=(1.0, 0.0)).arrays()
+
+
+def test_a_changed_setting_is_cached_under_a_name_of_its_own():
+    from mmtoken import resultcache
+
+    assert resultcache.settings_name("published", ch02_global.Settings()) == "published"
+    other = resultcache.settings_name("published", ch02_global.Settings(lr=0.5))
+    assert other.startswith("published-") and other != resultcache.settings_name(
+        "published", ch02_global.Settings(lr=0.2)
+    )
+
+
+def test_run_with_other_settings_uses_them(tmp_path, monkeypatch):
+    """Normalized GD adds almost its step to ||p|| once turned: the norm follows the step chosen."""
+    monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / "data"))
+    s = ch02_global.Settings(lr=0.5, starts=((3.0, 0.0), (0.0, -3.0)), published_steps=200, long_steps=400, reg_radii=2)
+    r = ch02_global.run(s)
+    assert r.settings == s and r.published.p.shape == (201, 2, 2) and r.long.steps[-1] == 400
+    assert np.all(r.long.norm[-1] <= 3 + 0.5 * 400) and np.all(r.long.norm[-1] >= 0.5 * 400 - 10)
+    np.testing.assert_allclose(r.gmm, instances.fig1("global").gmm().x)
+    assert list((tmp_path / "data" / "results" / "ch02_global").glob("published-*.npz"))

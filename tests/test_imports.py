@@ -31,7 +31,7 @@ def test_import_mmtoken_loads_no_heavy_library():
 def test_the_tour_and_a_theory_chapter_load_neither_seaborn_nor_numba_on_import():
     loaded = _loaded_after(
         "import mmtoken.plotting as p; p.set_theme(); p.colors(3); "
-        "import mmtoken.train, mmtoken.fastpath, mmtoken.experiments.global_convergence"
+        "import mmtoken.train, mmtoken.fastpath, mmtoken.chapters.ch02_global"
     )
     assert not loaded & {"seaborn", "scipy.stats", "numba"}
 

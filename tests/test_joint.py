@@ -6,7 +6,7 @@ import torch
 
 from mmtoken import geometry, grad, instances, joint_path, losses, svm, train
 from mmtoken.chapters import ch05_joint as joint
-from mmtoken.experiments import loss_shapes
+from mmtoken.chapters import ch07_losses as loss_shapes
 from mmtoken.experiments import nonlinear_head as nh
 from mmtoken.experiments import random_instances as ri
 from mmtoken.model import AttentionProblem
@@ -131,6 +131,44 @@ def test_stacked_loss_matches_each_loss():
 def test_stacked_loss_refuses_wrong_batch():
     with pytest.raises(ValueError, match="first batch dimension"):
         loss_shapes.stacked_loss(("logistic", "correlation")).value(torch.zeros(3, 2))
+
+
+def test_losses_settings_defaults_and_scale():
+    s = loss_shapes.Settings()
+    assert (s.losses, s.C_values, s.p0, s.lr, s.steps) == (
+        loss_shapes.LOSS_NAMES,
+        loss_shapes.C_VALUES,
+        (0, 0),
+        0.1,
+        1000,
+    )
+    assert loss_shapes.settings("quick") == s
+    assert (loss_shapes.settings("paper").long_steps, loss_shapes.settings("paper").long_every) == (20_000, 100)
+
+
+def test_a_loss_of_ones_own_reaches_the_chapters_run():
+    """A custom Loss passed in the settings changes the iterates; a copy of a built-in under a new name does not."""
+    doubled = losses.Loss(
+        "doubled logistic",
+        value=lambda u: 2 * losses.logistic.value(u),
+        deriv=lambda u: 2 * losses.logistic.deriv(u),
+        log_neg_deriv=lambda u: np.log(2.0) + losses.logistic.log_neg_deriv(u),
+        excess=lambda g, h: 2 * losses.logistic.excess(g, h),
+    )
+    copy = losses.Loss(
+        "my logistic", *(getattr(losses.logistic, f) for f in ("value", "deriv", "log_neg_deriv", "excess"))
+    )
+    short = dict(C_values=(2, 100), steps=30, long_steps=10, long_every=5)
+    base = loss_shapes.run(loss_shapes.Settings(losses=("logistic",), lr=0.1, **short))
+    same = loss_shapes.run(loss_shapes.Settings(losses=(copy,), lr=0.1, **short))
+    # normalized GD ignores a constant factor of the loss: the doubled loss shows in the gradient at p0
+    twice = loss_shapes.run(loss_shapes.Settings(losses=(doubled,), lr=0.1, **short))
+    assert same.losses == ("my logistic",) and np.allclose(same.p, base.p, rtol=1e-9, atol=1e-12)
+    assert np.allclose(twice.grad0, 2 * base.grad0, rtol=1e-12)
+    other = loss_shapes.run(loss_shapes.Settings(losses=("exponential",), **short))
+    assert not np.allclose(other.p[-1], base.p[-1])
+    with pytest.raises(ValueError, match="unknown loss"):
+        loss_shapes.run(loss_shapes.Settings(losses=("hinge",), **short))
 
 
 @pytest.mark.parametrize("loss", loss_shapes.LOSS_NAMES)

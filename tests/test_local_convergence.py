@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from mmtoken import cone_path, geometry, grad, instances, svm, train
+from mmtoken.chapters import ch04_inputs as mi
 from mmtoken.experiments import local_convergence as lc
-from mmtoken.experiments import many_inputs as mi
 from mmtoken.model import AttentionProblem
 
 

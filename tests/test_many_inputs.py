@@ -4,7 +4,7 @@ import numpy as np
 import torch
 
 from mmtoken import geometry, instances, svm
-from mmtoken.experiments import many_inputs as mi
+from mmtoken.chapters import ch04_inputs as mi
 
 
 def test_fig2_is_the_public_generation():
@@ -43,3 +43,23 @@ def test_fig2_two_active_constraints_with_positive_multipliers():
     lam = np.linalg.solve(D @ D.T, np.ones(2))
     assert np.all(lam > 0)
     assert np.allclose(D.T @ lam, sol.x, atol=1e-6)  # KKT: p_mm is the combination of the active rows
+
+
+def test_settings_defaults_are_the_published_run():
+    s = mi.Settings()
+    assert np.array_equal(np.array(s.starts), instances.fig2().starts)
+    assert (s.lr_ngd, s.lr_gd, s.loss) == (0.1, 1.0, "logistic")
+    assert mi.settings("quick") == s
+    paper = mi.settings("paper")
+    assert (paper.steps_ngd, paper.steps_gd) == (20_000, 20_000) and paper.starts == s.starts
+
+
+def test_run_follows_its_settings():
+    short = mi.Settings(steps_ngd=20, steps_gd=20, starts=((1.0, 0.0), (0.0, -1.0)))
+    r = mi.run(short)
+    assert r.settings is short and r.ngd.paths.shape == (21, 2, 2) and r.gd.lr == 1.0
+    # every normalized step has length lr_ngd
+    assert np.allclose(np.linalg.norm(np.diff(r.ngd.paths, axis=0), axis=-1), short.lr_ngd)
+    other = mi.run(mi.Settings(steps_ngd=20, steps_gd=20, starts=short.starts, loss="exponential"))
+    assert not np.allclose(other.gd.paths[-1], r.gd.paths[-1])  # the loss reaches the trainer
+    assert mi.run(short) is r  # memoised on the settings

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from mmtoken import config, ledger, resultcache
-from mmtoken.experiments import load_all
+from mmtoken.chapters import load_all
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,7 +48,7 @@ def test_closure_follows_imports_and_nothing_else():
         "mmtoken.experiments.real_reviews",
         "mmtoken.review_model",
         "mmtoken.embedding",
-        "mmtoken.experiments.global_convergence",
+        "mmtoken.chapters.ch02_global",
     }
     reviews = set(resultcache.module_closure("mmtoken.experiments.real_reviews"))
     assert {"mmtoken.review_model", "mmtoken.review_runs", "mmtoken.datasets.text"} <= reviews
@@ -216,7 +216,7 @@ def test_a_read_only_data_folder_still_gives_results(tmp_path, monkeypatch):
     monkeypatch.setattr(resultcache, "locked", refuse)
     with pytest.warns(RuntimeWarning, match="results cache not used"):
         arrays, _ = resultcache.experiment_result(
-            "mmtoken.experiments.global_convergence", "t", {}, lambda: ({"a": np.ones(2)}, {})
+            "mmtoken.chapters.ch02_global", "t", {}, lambda: ({"a": np.ones(2)}, {})
         )
     assert arrays["a"].sum() == 2.0
     load_all()
@@ -392,7 +392,7 @@ def test_an_error_inside_compute_propagates_unchanged_and_computes_once(tmp_path
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no misleading "cache not used" warning either
         with pytest.raises(DatasetMissing, match="not here"):
-            resultcache.experiment_result("mmtoken.experiments.global_convergence", "t", {}, compute)
+            resultcache.experiment_result("mmtoken.chapters.ch02_global", "t", {}, compute)
     assert calls == [1]
 
 
@@ -417,7 +417,7 @@ def test_a_full_disk_keeps_the_finished_result(tmp_path, monkeypatch, err):
     real = os.fdopen
     monkeypatch.setattr(download.os, "fdopen", lambda fd, mode="r", *a, **k: (os.close(fd), Full())[1])
     with pytest.warns(RuntimeWarning, match="results cache not used"):
-        arrays, meta = resultcache.experiment_result("mmtoken.experiments.global_convergence", "t", {}, compute)
+        arrays, meta = resultcache.experiment_result("mmtoken.chapters.ch02_global", "t", {}, compute)
     monkeypatch.setattr(download.os, "fdopen", real)
     assert calls == [1] and arrays["a"].tolist() == [0.0, 1.0, 2.0] and meta == {"note": 1}
     assert not list((tmp_path / "data").rglob("*.npz")) and not list((tmp_path / "data").rglob("*.tmp"))

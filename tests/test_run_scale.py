@@ -12,10 +12,15 @@ import inspect
 import numpy as np
 import pytest
 
-from mmtoken import config
-from mmtoken.experiments import load_all
+from mmtoken import chapters, config
+from mmtoken.chapters import load_all
 
-MODULES = {name: m for name, m in load_all().items() if callable(getattr(m, "run", None))}
+ALL = {name: m for name, m in load_all().items() if callable(getattr(m, "run", None))}
+MODULES = {name: m for name, m in ALL.items() if not m.__name__.startswith(chapters.PACKAGE + ".")}
+"""Modules of :mod:`mmtoken.experiments`: ``run(scale=None)``."""
+FORM = {name: m for name, m in ALL.items() if name not in MODULES}
+"""Generated chapter modules: ``run(settings)``, the published settings at the current scale from
+``settings(scale=None)`` (or ``Settings.at(scale=None)``)."""
 
 
 class ReadScale(Exception):
@@ -23,7 +28,7 @@ class ReadScale(Exception):
 
 
 def test_every_chapter_module_has_a_run():
-    assert {"vit_sparsity", "real_reviews", "global_convergence", "cls_margin"} <= set(MODULES)
+    assert {"vit_sparsity", "real_reviews", "cls_margin"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -39,6 +44,22 @@ def test_run_reads_the_current_scale_on_every_call(name, monkeypatch):
     for _ in range(2):  # every call, not only the first
         with pytest.raises(ReadScale):
             run()
+
+
+@pytest.mark.parametrize("name", sorted(FORM))
+def test_chapter_settings_read_the_current_scale_on_every_call(name, monkeypatch):
+    m = FORM[name]
+    published = getattr(m, "settings", None) or m.Settings.at
+    assert "scale" in inspect.signature(published).parameters, f"{name}: its settings take no scale"
+    assert isinstance(published("quick"), m.Settings) and isinstance(published("paper"), m.Settings)
+
+    def scale():
+        raise ReadScale
+
+    monkeypatch.setattr(config, "scale", scale)
+    for _ in range(2):  # every call, not only the first
+        with pytest.raises(ReadScale):
+            published()
 
 
 class FakeRun:

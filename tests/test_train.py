@@ -326,3 +326,44 @@ def test_accept_keeps_only_what_lowered_the_loss():
     w, th = train.accept(ok, candidate, current, theta)
     assert w.tolist() == [[1.0, 1.0], [0.0, 0.0], [1.0, 1.0]]
     assert torch.allclose(th, torch.tensor([0.3, 0.1, 1.0]), atol=1e-7)  # 0.9 * 1.5 is capped at 1 radian
+
+
+@pytest.mark.parametrize("method", ["normalized", "gd"])
+def test_a_custom_loss_is_honoured_by_train_p(method):
+    """A loss that only *bears* a built-in's name is another function: it takes the torch path, and its
+    iterates are those of the loss it really is (here the exponential loss, run on the compiled kernel),
+    not the built-in's whose name it bears (issue 24, defect 1: the kernel dispatched by name)."""
+    import dataclasses
+
+    from mmtoken import losses
+
+    named_logistic = dataclasses.replace(losses.exponential, name="logistic")
+    from mmtoken import fastpath
+
+    assert not fastpath.runs_loss(named_logistic) and fastpath.runs_loss(losses.logistic)
+    g = np.random.default_rng(0)  # several inputs: with one, a normalized step does not depend on the loss
+    problem = AttentionProblem(g.normal(size=(4, 3, 2)), g.normal(size=(4, 3)))
+    starts = g.normal(size=(3, 2))
+    run = lambda loss: train.train_p(problem, starts, steps=200, lr=0.1, method=method, loss=loss).p
+    custom, exponential, logistic = run(named_logistic), run("exponential"), run("logistic")
+    assert torch.allclose(custom, exponential, atol=1e-10)
+    assert not torch.allclose(custom, logistic, atol=1e-3)
+
+
+def test_a_custom_loss_is_honoured_by_train_joint():
+    """The same for joint training of ``(v, p)``, the other compiled kernel."""
+    import dataclasses
+
+    from mmtoken import losses
+
+    named_logistic = dataclasses.replace(losses.exponential, name="logistic")
+    inst = instances.fig3("loose")
+    starts = np.array([[0.0, -1.0], [0.5, 0.5]])
+
+    def run(loss):
+        h = train.train_joint(inst.X, inst.Y, inst.extra["v0"], starts, steps=300, lr=0.1, loss=loss)
+        return torch.cat([h.p, h.v], -1)
+
+    custom, exponential, logistic = run(named_logistic), run("exponential"), run("logistic")
+    assert torch.allclose(custom, exponential, atol=1e-10)
+    assert not torch.allclose(custom, logistic, atol=1e-3)

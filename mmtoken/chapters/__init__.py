@@ -30,6 +30,7 @@ __all__ = ["PACKAGE", "modules", "load_all", "module_of", "exported_cells", "Not
 import ast
 import hashlib
 import importlib
+import inspect
 import linecache
 import pkgutil
 import re
@@ -116,13 +117,11 @@ def notebook_home(namespace: dict) -> NotebookHome:
 
 
 def _functions(namespace: dict, module: str) -> list:
-    """The notebook's functions (and claim functions) bearing a name the generated module defines."""
+    """The notebook's functions (and claim functions) bearing a name the generated module defines; a
+    wrapped one (``functools.lru_cache``) as the function it wraps."""
     names = _defined_names(module)
-    return [
-        v
-        for k, v in namespace.items()
-        if k in names and getattr(v, "__module__", None) == "__main__" and hasattr(v, "__code__")
-    ]
+    funcs = (inspect.unwrap(v) for k, v in namespace.items() if k in names and callable(v))
+    return [f for f in funcs if getattr(f, "__module__", None) == "__main__" and hasattr(f, "__code__")]
 
 
 def _defined_names(module: str) -> set[str]:

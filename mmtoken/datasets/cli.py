@@ -1,4 +1,4 @@
-"""Command line of the text data: ``python -m mmtoken.datasets.text fetch [names] [--force]`` and ``... status``."""
+"""Command line of the text data: ``python -m mmtoken.datasets fetch [names] [--force]`` and ``... status``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m mmtoken.datasets.text",
+        prog="python -m mmtoken.datasets",
         description="Real review-polarity data: IMDB, Rotten Tomatoes and Yelp polarity.",
     )
     sub = parser.add_subparsers(dest="cmd", required=True)

@@ -175,7 +175,7 @@ def save_cache(ds: TextDataset, path: str | os.PathLike | None = None) -> Path:
 
 
 def _fix(path: Path, name: str | None) -> str:
-    cmd = f"python -m mmtoken.datasets.text fetch {name} --force" if name else "python -m mmtoken.datasets.text fetch"
+    cmd = f"python -m mmtoken.datasets fetch {name} --force" if name else "python -m mmtoken.datasets fetch"
     return f"delete {path} and run `{cmd}`"
 
 

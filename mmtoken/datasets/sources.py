@@ -97,7 +97,7 @@ def yelp_note() -> str:
     src = SOURCES["yelp"]
     return (
         f"Yelp polarity is not available here. It has no offline source: where the internet is reachable "
-        "(e.g. Colab) run `python -m mmtoken.datasets.text fetch yelp`, or download "
+        "(e.g. Colab) run `python -m mmtoken.datasets fetch yelp`, or download "
         f"{src['url']} ({src['size']:,} bytes, sha256 {src['sha256']}) into text/downloads/ under the "
         "data folder (mmtoken.config.data_dir())."
     )

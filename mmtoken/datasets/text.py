@@ -48,8 +48,8 @@ dataset and its cache), this module (which source builds which name: :func:`fetc
 
 Command line (what CI runs)::
 
-    python -m mmtoken.datasets.text fetch imdb rt
-    python -m mmtoken.datasets.text status
+    python -m mmtoken.datasets fetch imdb rt
+    python -m mmtoken.datasets status
 """
 
 from __future__ import annotations
@@ -233,11 +233,5 @@ def load(name: str, download: bool = True) -> TextDataset:
     if reason is not None:
         raise DatasetError(reason)
     raise DatasetMissing(
-        yelp_note() if name == "yelp" else f"{path} is missing; run `python -m mmtoken.datasets.text fetch {name}`"
+        yelp_note() if name == "yelp" else f"{path} is missing; run `python -m mmtoken.datasets fetch {name}`"
     )
-
-
-if __name__ == "__main__":  # `python -m mmtoken.datasets.text ...` (documented in the chapters and CI)
-    from .cli import main
-
-    raise SystemExit(main())

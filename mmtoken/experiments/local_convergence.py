@@ -66,10 +66,10 @@ import pandas as pd
 import torch
 
 from .. import cone_path, config, geometry, instances, train
+from .. import long_paths as global_convergence
 from ..ledger import Measured, claim
 from ..model import AttentionProblem
 from ..plotting import DIRECTION_STYLES, colors, plot_paths, subplots
-from . import global_convergence
 
 CHAPTER = "03_local"
 

@@ -969,7 +969,7 @@ def yelp_missing() -> str | None:
     *data missing* (they are always registered; Yelp is never downloaded for you nor substituted)."""
     if text.available("yelp"):
         return None
-    return "Yelp polarity is not on disk: `python -m mmtoken.datasets.text fetch yelp` (see the chapter)"
+    return "Yelp polarity is not on disk: `python -m mmtoken.datasets fetch yelp` (see the chapter)"
 
 
 for _ds in DATASETS:

@@ -53,11 +53,11 @@ import numpy as np
 import torch
 
 from .. import config, geometry, grad, instances, smoothness, svm, train
+from .. import long_paths as global_convergence
 from ..ledger import Measured, claim
 from ..losses import get_loss
 from ..model import AttentionProblem
 from ..plotting import colors, style
-from . import global_convergence
 
 CHAPTER = "01_model"
 LR = 1.0

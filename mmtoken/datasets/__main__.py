@@ -1,0 +1,7 @@
+"""``python -m mmtoken.datasets fetch [names] [--force]`` and ``python -m mmtoken.datasets status``: the text data
+(:mod:`mmtoken.datasets.cli`)."""
+
+if __name__ == "__main__":
+    from .cli import main
+
+    raise SystemExit(main())
