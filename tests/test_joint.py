@@ -6,8 +6,8 @@ import torch
 
 from mmtoken import geometry, grad, instances, joint_path, losses, svm, train
 from mmtoken.chapters import ch05_joint as joint
+from mmtoken.chapters import ch06_nonlinear as nh
 from mmtoken.chapters import ch07_losses as loss_shapes
-from mmtoken.experiments import nonlinear_head as nh
 from mmtoken.experiments import random_instances as ri
 from mmtoken.model import AttentionProblem
 
