@@ -8,8 +8,9 @@ import torch
 from common import print_timings
 
 from mmtoken import config, svm
+from mmtoken.chapters import ch01_model
 from mmtoken.chapters import ch02_global as ch
-from mmtoken.experiments import saturation, w_equals_p
+from mmtoken.experiments import saturation
 
 
 def main():
@@ -17,7 +18,7 @@ def main():
     svm.att_svm([[[0.0, 1.0], [1.0, 0.0]]], [0])  # warm up cvxpy outside the timings
     s = ch.settings(scale)
     rows = [
-        ("01 W = p (2 key maps x 6 starts x 500 GD steps)", lambda: w_equals_p.run(scale)),
+        ("01 W = p (2 key maps x 6 starts x 500 GD steps)", lambda: ch01_model.run(ch01_model.Settings.at(scale))),
         ("02 Fig. 1 global, published 1000 steps (6 starts)", lambda: ch.published_run(s)),
         ("02 continuation to 10k/200k steps (6 starts)", lambda: ch.long_run(s)),
         ("02 regularization path (radii x 12 starts)", lambda: ch.reg_path(s.instance, s.reg_radii, s.reg_iters)),

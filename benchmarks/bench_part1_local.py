@@ -8,8 +8,8 @@ import torch
 from common import print_timings
 
 from mmtoken import config, geometry, instances, svm
+from mmtoken.chapters import ch03_local as lc
 from mmtoken.chapters import ch04_inputs as mi
-from mmtoken.experiments import local_convergence as lc
 
 
 def main():
@@ -23,7 +23,7 @@ def main():
     rows = [
         (
             "03 whole chapter: Fig. 1 local (6 starts) + 12 cone runs, batched; counterexample (16 starts); 10 SVMs",
-            lambda: lc.run(scale),
+            lambda: lc.run(lc.settings(scale)),
         ),
         (
             f"04 Fig. 2 normalized GD, {n_ngd} steps (6 starts, every step recorded)",

@@ -7,7 +7,7 @@ Not a test. Prints
   instances, same steps, and their ratio (target >= 20x), for both code paths
   of :func:`mmtoken.train.train_p`: the torch code (``MMTOKEN_FASTPATH=off``,
   the path a GPU runs) and, on a CPU with numba, the compiled kernel;
-* the wall and CPU time of the whole sweep ``random_instances.run()`` at the
+* the wall and CPU time of the whole sweep ``ch08_random.run(Settings.at(scale))`` at the
   current scale (quick: >= 1000 instances, target < 60 s on 2 CPU cores), for
   each path.
 
@@ -24,8 +24,8 @@ import numpy as np
 import torch
 from common import machine_meta  # benchmarks/ is on sys.path (run directly or from run_all)
 
-from mmtoken import config, fastpath
-from mmtoken.experiments import random_instances as ri
+from mmtoken import config, fastpath, random_batch
+from mmtoken.chapters import ch08_random as ch
 
 
 def timed(fn):
@@ -36,10 +36,12 @@ def timed(fn):
 
 def compare(b, steps: int, lr: float, loop_instances: int) -> dict:
     I = b["K"].shape[0]
-    ri.train_batch(b["K"][:2], b["gamma"][:2], b["mask"][:2], 5, lr)  # warm-up outside the timings
-    out, wall_b, _ = timed(lambda: ri.train_batch(b["K"], b["gamma"], b["mask"], steps, lr))
+    random_batch.train_batch(b["K"][:2], b["gamma"][:2], b["mask"][:2], 5, lr)  # warm-up outside the timings
+    out, wall_b, _ = timed(lambda: random_batch.train_batch(b["K"], b["gamma"], b["mask"], steps, lr))
     k = min(loop_instances, I)
-    p_loop, wall_l, _ = timed(lambda: ri.train_one_by_one(b["K"][:k], b["gamma"][:k], b["mask"][:k], steps, lr))
+    p_loop, wall_l, _ = timed(
+        lambda: random_batch.train_one_by_one(b["K"][:k], b["gamma"][:k], b["mask"][:k], steps, lr)
+    )
     agree = float(np.abs(p_loop - out["p"][:k]).max())
     rate_b, rate_l = I / wall_b, k / wall_l
     print(
@@ -57,8 +59,8 @@ def compare(b, steps: int, lr: float, loop_instances: int) -> dict:
 
 def main(loop_instances: int = 20, steps: int = 300, d: int = 8):
     scale = config.scale()
-    grid = ri.grid_for(scale)
-    b = ri.padded_batch(grid, d)
+    grid = ch.Settings.at(scale)
+    b = ch.padded_batch(grid, d)
     print(f"scale: {scale}, device: {config.device()}, torch threads: {torch.get_num_threads()}")
     paths = [("torch code (MMTOKEN_FASTPATH=off)", "off")]
     if config.device().type == "cpu" and fastpath.njit is not None:
@@ -68,8 +70,8 @@ def main(loop_instances: int = 20, steps: int = 300, d: int = 8):
         os.environ["MMTOKEN_FASTPATH"] = flag
         print(f"{name}; d = {d}, {steps} steps:")
         row = compare(b, steps, grid.lr, loop_instances)
-        ri.clear_cache()
-        r, wall, cpu = timed(lambda: ri.run(scale))
+        ch.run.cache_clear()  # a cold sweep
+        r, wall, cpu = timed(lambda: ch.run(grid))
         print(
             f"  full sweep ({scale}): {len(r.table)} instances, {grid.steps} steps: wall {wall:.1f} s, "
             f"cpu {cpu:.1f} s (training {r.seconds_train:.1f} s, SVMs {r.seconds_svm:.1f} s)"

@@ -7,6 +7,9 @@ per-token numbers ``E p`` (attention logit) and ``E v`` (value), so a batch
 is evaluated by computing those once and gathering them per position.
 Padded positions get exactly zero attention.
 
+Parameters of the synthetic experiments: a seeded unit output vector
+(:func:`head`) and Gaussian initial tables at several scales (:func:`init`).
+
 Training: the closed-form first step on ``E`` at ``p = 0`` (:func:`one_step`),
 the ``p`` phase with ``E`` fixed as a paper-A problem (:func:`cls_problem`,
 :func:`train_cls`, :func:`train_cls_batch` for several tables with their own
@@ -17,6 +20,8 @@ step budgets), and joint gradient descent on ``(E, p)`` with ``v`` fixed
 from __future__ import annotations
 
 __all__ = [
+    "head",
+    "init",
     "gather_outputs",
     "attention",
     "forward",
@@ -39,6 +44,38 @@ import numpy as np
 import torch
 
 from . import config
+
+
+def head(d: int, *, seed: int) -> torch.Tensor:
+    """A fixed output vector ``v``: a seeded random unit vector, float64 ``(d,)``."""
+    if d < 1:
+        raise ValueError(f"d must be a positive dimension, got {d}")
+    g = torch.Generator().manual_seed(seed)
+    v = torch.randn(d, generator=g, dtype=torch.float64)
+    return v / v.norm()
+
+
+def init(V: int, scales, seeds: int, *, d: int, seed: int) -> torch.Tensor:
+    """Initial tables ``E^0`` with i.i.d. ``N(0, sigma0^2/d)`` entries (so ``||E_s^0|| ~ sigma0``).
+
+    One standard Gaussian draw per seed, rescaled to every ``sigma0`` in ``scales``
+    (so the tables of one seed differ only by their scale).
+
+    Parameters
+    ----------
+    V : vocabulary size; scales : ``(S,)`` initialisation scales ``sigma0``;
+    seeds : number of draws; d : embedding dimension; seed : seed of the draws.
+
+    Returns
+    -------
+    float64 ``(seeds, S, V, d)``.
+    """
+    scales = np.asarray(scales, float)
+    if V < 1 or d < 1 or seeds < 1 or scales.ndim != 1 or scales.size == 0:
+        raise ValueError(f"need V, d, seeds >= 1 and a 1-d list of scales, got V={V}, d={d}, seeds={seeds}")
+    g = torch.Generator().manual_seed(seed)
+    Z = torch.randn(seeds, 1, V, d, generator=g, dtype=torch.float64)
+    return Z * torch.as_tensor(scales)[None, :, None, None] / np.sqrt(d)
 
 
 def _check(E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor) -> None:

@@ -9,7 +9,22 @@ plane.
 
 from __future__ import annotations
 
-__all__ = ["PLANE", "E3", "Instance", "FIG1_STARTS", "fig1", "FIG2_SHIFTS", "fig2", "fig3", "fig4", "random_instances"]
+__all__ = [
+    "PLANE",
+    "E3",
+    "Instance",
+    "FIG1_STARTS",
+    "fig1",
+    "CE_X",
+    "CE_Y",
+    "CE_V",
+    "counterexample",
+    "FIG2_SHIFTS",
+    "fig2",
+    "fig3",
+    "fig4",
+    "random_instances",
+]
 
 from dataclasses import dataclass, field
 
@@ -89,6 +104,27 @@ def fig1(case: str = "global") -> Instance:
     xy = np.array([[[-0.1, 1.0], [1.0, 0.0], [0.0, 0.0]]])
     s = np.array([[1.0, 0.9, 0.9 if case == "global" else 0.0]])
     return Instance(_planar(xy, s), np.array([1.0]), E3, PLANE, FIG1_STARTS.copy(), f"fig1-{case}")
+
+
+CE_X = np.array([[[1.0, 0.0], [0.0, 0.0]], [[0.0, 1.0], [2.0, 0.0]]])
+"""Tokens ``(2, 2, 2)`` of the book's ``n = T = d = 2`` counterexample (chapter 3; Part III's W-model reuses them):
+input 1 ``x_11 = (1, 0)``, ``x_12 = (0, 0)``; input 2 ``x_21 = (0, 1)``, ``x_22 = (2, 0)``."""
+CE_Y = np.array([1.0, 1.0])
+"""Labels ``(2,)`` of the counterexample."""
+CE_V = np.array([1.0, 3.0])
+"""Head ``(2,)`` of the counterexample: scores ``gamma_1 = (1, 0)``, ``gamma_2 = (3, 2)``."""
+
+
+def counterexample() -> Instance:
+    """The book's ``n = T = d = 2`` instance on which two starts reach two max-margin directions (chapter 3).
+
+    Keys are the tokens (``W = I``); tokens :data:`CE_X`, labels :data:`CE_Y`, head :data:`CE_V`,
+    so the scores are ``(1, 0)`` and ``(3, 2)``. Starts ``(16, 2)``: 16 points on the unit circle,
+    every 22.5 degrees from ``(1, 0)``.
+    """
+    ang = np.arange(16) * (2 * np.pi / 16)
+    starts = np.stack([np.cos(ang), np.sin(ang)], -1).round(15)
+    return Instance(CE_X.copy(), CE_Y.copy(), CE_V.copy(), np.eye(2), starts, "counterexample")
 
 
 FIG2_SHIFTS = np.array([[1.0, 0.0, 0.0], [-1.0, 1.0, 0.0], [-0.5, -0.5, 0.0]])

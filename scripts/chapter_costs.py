@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mmtoken import config, grad, review_model, train, vit  # noqa: E402
-from mmtoken.experiments import random_instances, real_reviews, vit_sparsity  # noqa: E402
+from mmtoken.chapters import ch08_random  # noqa: E402
+from mmtoken.experiments import real_reviews, vit_sparsity  # noqa: E402
 from mmtoken.model import AttentionProblem  # noqa: E402
 
 SNIPPET = ROOT / "book" / "_snippets" / "gpu.md"
@@ -152,10 +153,10 @@ def _fit_step(params, rows, y, counts, names, batch) -> str:
 
 def random_work(scale: str) -> Work:
     """Chapter 8: normalized GD on every padded batch of the grid (one batch per key dimension ``d``)."""
-    grid = random_instances.grid_for(scale)
+    grid = ch08_random.Settings.at(scale)
     total = Work(0.0, 0.0, "float64")
     for d in grid.d:
-        b = random_instances.padded_batch(grid, d)
+        b = ch08_random.padded_batch(grid, d)
         pr = AttentionProblem(b["K"], b["gamma"], b["mask"])
         p0 = torch.zeros(pr.K.shape[0], d, dtype=pr.K.dtype)
 

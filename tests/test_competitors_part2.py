@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mmtoken import ledger
-from mmtoken.experiments import cls_margin as cm
+from mmtoken.chapters import ch11_cls_margin as cm
 
 
 def _main_run(c: float = cm.OFFSET, loss_excess: float = 0.0, freeze_at: float | None = None):
@@ -45,10 +45,11 @@ def test_rate_check_needs_the_second_norm():
 
 
 def test_small_init_check_reads_only_the_named_scales():
-    n = len(cm.SWEEP)
+    sweep = cm.Settings().sweep
+    n = len(sweep)
     corr = np.full(n, 0.9999)
-    corr[cm.SWEEP.index(0.01)] = 0.92
-    s = SimpleNamespace(scales=np.array(cm.SWEEP), budget=np.full(n, 1000), end_attn=np.ones(n), end_corr=corr)
+    corr[sweep.index(0.01)] = 0.92
+    s = SimpleNamespace(scales=np.array(sweep), budget=np.full(n, 1000), end_attn=np.ones(n), end_corr=corr)
     assert cm.small_init_check(s).passed
     assert not cm.small_init_check(s, (0.01,)).passed
 

@@ -15,6 +15,22 @@ def _setup(seed=0, d=6, scale=0.3, min_len=3):
     return data, E, v
 
 
+def test_head_and_init_are_seeded_and_scaled():
+    v = embedding.head(64, seed=1)
+    assert v.shape == (64,) and v.dtype == torch.float64 and abs(float(v.norm()) - 1) < 1e-15
+    assert torch.equal(v, embedding.head(64, seed=1)) and not torch.equal(v, embedding.head(64, seed=2))
+    E0 = embedding.init(45, [1e-3, 0.5], 3, d=64, seed=2)
+    assert E0.shape == (3, 2, 45, 64) and E0.dtype == torch.float64
+    # one draw per seed, rescaled to every scale; rows of norm about sigma0
+    assert torch.allclose(E0[:, 1], 500 * E0[:, 0], rtol=1e-12, atol=0)
+    assert not torch.equal(E0[0, 0], E0[1, 0])
+    assert abs(float(E0[:, 1].norm(dim=-1).mean()) - 0.5) < 0.05
+    with pytest.raises(ValueError, match="scales"):
+        embedding.init(45, [], 1, d=64, seed=2)
+    with pytest.raises(ValueError, match="d must be"):
+        embedding.head(0, seed=1)
+
+
 def test_padding_changes_nothing():
     data, E, v = _setup()
     p = torch.randn(E.shape[1], dtype=torch.float64)
@@ -223,14 +239,15 @@ def test_one_step_error_within_the_bound(scale):
 
 
 def test_budget_rule():
-    from mmtoken.experiments import cls_margin
+    from mmtoken.chapters import ch11_cls_margin as cm
 
+    s = cm.Settings()
     for margin in (0.0045, 0.022, 0.225):
-        K = cls_margin.budget(margin)
-        assert K % (10 * cls_margin.RECORD) == 0
-        assert K * cls_margin.LR * margin >= cls_margin.KAPPA  # reaches r = kappa at full speed
-        assert (K - 10 * cls_margin.RECORD) * cls_margin.LR * margin < cls_margin.KAPPA  # the smallest such
+        K = cm.budget(margin)
+        assert K % (10 * s.record) == 0
+        assert K * s.lr * margin >= s.kappa  # reaches r = kappa at full speed
+        assert (K - 10 * s.record) * s.lr * margin < s.kappa  # the smallest such
     # proportional to 1/margin up to the rounding
-    assert abs(cls_margin.budget(0.01) - 10 * cls_margin.budget(0.1)) <= 10 * 10 * cls_margin.RECORD
+    assert abs(cm.budget(0.01) - 10 * cm.budget(0.1)) <= 10 * 10 * s.record
     with pytest.raises(ValueError, match="positive"):
-        cls_margin.budget(0.0)
+        cm.budget(0.0)

@@ -1,4 +1,4 @@
-"""Invariants behind chapters 1, 2 and the saturation appendix (fast)."""
+"""Invariants behind chapter 2 and the saturation appendix (fast; chapter 1's: ``test_ch01_model.py``)."""
 
 import numpy as np
 import pytest
@@ -6,32 +6,8 @@ import torch
 
 from mmtoken import grad, instances, long_paths, public_code, smoothness, svm, train
 from mmtoken.chapters import ch02_global
-from mmtoken.experiments import saturation, w_equals_p
+from mmtoken.experiments import saturation
 from mmtoken.model import AttentionProblem
-
-
-def test_w_run_matches_p_run_and_gradient_is_rank_one():
-    inst = instances.fig1("global")
-    pr = w_equals_p.pair_run("t", inst, instances.PLANE, steps=30, lr=1.0, seed=0)
-    assert pr.logits_W.shape == pr.logits_p.shape == (31, 6, 3)
-    assert pr.max_logit_gap < 1e-12
-    assert pr.sv_ratio.max() < 1e-12
-    assert pr.perp_drift < 1e-12
-    # W(0) pbar = p(0): the start is honoured
-    np.testing.assert_allclose(pr.W0 @ pr.pbar, inst.starts, atol=1e-14)
-
-
-def test_w_run_detects_a_wrong_start():
-    """Two independent computations: a W(0) that does not map to p(0) must show a gap."""
-    inst = instances.fig1("global")
-    K = torch.as_tensor(inst.K, dtype=torch.float64)
-    gamma = torch.as_tensor(inst.gamma, dtype=torch.float64)
-    pbar = torch.tensor([1.0, 0.0], dtype=torch.float64)
-    W0 = torch.zeros(6, 2, 2, dtype=torch.float64)  # W(0) pbar = 0, not the starts
-    zW, _, _ = w_equals_p.w_run(K, gamma, W0, pbar, steps=5, lr=1.0)
-    h = train.train_p(inst.problem(), inst.starts, steps=5, lr=1.0, method="gd", record_probs=False)
-    zp = torch.einsum("ntm,ksm->ksnt", K, h.p)[:, :, 0]
-    assert (zW - zp).abs().max() > 0.1
 
 
 def test_instance_gmm_fig1_global_closed_form():
@@ -76,11 +52,6 @@ def test_autograd_run_dtype_argument():
     assert h.p.shape == (2, 6, 2) and h.p.dtype == torch.float64
     step = (h.p[1] - h.p[0]).norm(dim=-1)
     assert torch.all(step <= 0.3 + 1e-12)
-
-
-def test_pair_rejects_mismatched_keymap():
-    with pytest.raises(ValueError):
-        w_equals_p.pair_run("bad", instances.fig1("global"), np.eye(2), steps=1, lr=1.0, seed=0)
 
 
 # ---------------------------------------------------------------- smoothness (step condition)
@@ -212,33 +183,6 @@ def test_stationary_counterexample_against_closed_form():
     assert c.curvature < 0  # a maximum of L
     assert [r.feasible for r in c.reports] == [True, False, True]  # the middle key cannot be separated
     assert c.selected == [0, 2]
-
-
-# ---------------------------------------------------------------- W direction
-def test_w_svm_is_att_svm_times_pbar():
-    inst = instances.fig1("global")
-    pbar = w_equals_p.W_PBAR
-    W = svm.w_svm(inst.X, [0], pbar).x
-    q = svm.att_svm(inst.X, [0]).x
-    np.testing.assert_allclose(W, np.outer(q, pbar), atol=1e-6)
-
-
-def test_normalized_gd_on_w_is_normalized_gd_on_q():
-    inst = instances.fig1("global")
-    pr = AttentionProblem(inst.X, inst.gamma)
-    pbar = w_equals_p.W_PBAR
-    st, Ws = w_equals_p.normalized_gd_on_w(pr, pbar, np.zeros((3, 3)), steps=300, lr=0.1, record_every=100)
-    h = train.train_p(pr, np.zeros((1, 3)), steps=300, lr=0.1, record_every=100, record_probs=False)
-    np.testing.assert_allclose(Ws @ pbar, h.p.numpy()[:, 0], atol=1e-12)
-    np.testing.assert_allclose(Ws, np.einsum("sd,m->sdm", Ws @ pbar, pbar), atol=1e-12)  # rank one along pbar
-    assert list(st) == [0, 100, 200, 300]
-
-
-def test_frobenius_correlation():
-    A = np.arange(6.0).reshape(2, 3)
-    assert w_equals_p.frobenius_correlation(A, 2 * A) == pytest.approx(1.0)
-    assert w_equals_p.frobenius_correlation(A, -A) == pytest.approx(-1.0)
-    assert np.isnan(w_equals_p.frobenius_correlation(np.zeros((2, 3)), A))
 
 
 # ---------------------------------------------------------------- chapter 2's settings (mmtoken.chapters.ch02_global)

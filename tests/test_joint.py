@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import geometry, grad, instances, joint_path, losses, svm, train
+from mmtoken import geometry, grad, instances, joint_path, losses, random_batch, svm, train
 from mmtoken.chapters import ch05_joint as joint
 from mmtoken.chapters import ch06_nonlinear as nh
 from mmtoken.chapters import ch07_losses as loss_shapes
-from mmtoken.experiments import random_instances as ri
+from mmtoken.chapters import ch08_random
 from mmtoken.model import AttentionProblem
 
 
@@ -245,11 +245,11 @@ def test_reg_path_on_sphere_and_bad_radii():
 
 # ---------------------------------------------------------------- random instances (chapter 8)
 def test_padding_does_not_change_training():
-    grid = ri.Grid(n=(1, 3), T=(2, 4), d=(3,), count=3, steps=40, lr=0.2, cross_check=0)
-    b = ri.padded_batch(grid, 3)
+    grid = ch08_random.Settings(n=(1, 3), T=(2, 4), d=3, count=3, steps=40, lr=0.2, cross_check=0)
+    b = ch08_random.padded_batch(grid, 3)
     assert b["K"].shape == (12, 3, 4, 3) and len(b["meta"]) == 12
-    out = ri.train_batch(b["K"], b["gamma"], b["mask"], grid.steps, grid.lr)
-    loop = ri.train_one_by_one(b["K"], b["gamma"], b["mask"], grid.steps, grid.lr)
+    out = random_batch.train_batch(b["K"], b["gamma"], b["mask"], grid.steps, grid.lr)
+    loop = random_batch.train_one_by_one(b["K"], b["gamma"], b["mask"], grid.steps, grid.lr)
     assert np.allclose(out["p"], loop, atol=1e-12)
     for j, (n, T, _d, _k) in enumerate(b["meta"]):  # padding: same as training the real instance alone
         pr = AttentionProblem(b["K"][j, :n, :T], b["gamma"][j, :n, :T])
@@ -257,13 +257,40 @@ def test_padding_does_not_change_training():
         assert np.allclose(h.p[-1].numpy(), out["p"][j], atol=1e-12)
 
 
+def test_settings_one_size_is_a_grid_of_one_and_bad_values_are_named():
+    s = ch08_random.Settings(d=20)
+    assert (
+        s.d == (20,)
+        and s == ch08_random.Settings(d=[20])
+        and s.cells == [(2, 3, 20), (2, 5, 20), (4, 3, 20), (4, 5, 20)]
+    )
+    assert ch08_random.Settings.at("quick") == ch08_random.Settings()
+    assert ch08_random.Settings.at("paper").total == 48_000
+    for bad, name in (
+        (dict(T=1), "T must be"),
+        (dict(d=(4, 4)), "d must be"),
+        (dict(lr=0), "lr must be"),
+        (dict(count=0), "count must be"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            ch08_random.Settings(**bad)
+
+
+def test_run_with_changed_settings_describes_every_instance():
+    s = ch08_random.Settings(n=2, T=3, d=(3, 5), count=4, steps=30, cross_check=3)
+    r = ch08_random.run(s)
+    assert len(r.table) == 8 and sorted(set(r.table.d)) == [3, 5] and r.settings is s
+    assert r.cross_check_count == 3 and r.cross_check_max_gap < 1e-6
+    assert ch08_random.summary(r)["instances"] == 8
+
+
 def test_divergence_test_finds_the_finite_stationary_point():
     """Issue 25: the quick grid's (n, T, d) = (2, 5, 2) instance 40 saturates but stops at a finite stationary
     point (normalized GD cycles there); (4, 3, 2) instance 40, also of negative gap, diverges."""
-    grid = ri.QUICK
-    b = ri.padded_batch(grid, 2)
+    grid = ch08_random.Settings()
+    b = ch08_random.padded_batch(grid, 2)
     rows = [b["meta"].index((2, 5, 2, 40)), b["meta"].index((4, 3, 2, 40))]
-    out = ri.train_batch(b["K"][rows], b["gamma"][rows], b["mask"][rows], grid.steps, grid.lr)
+    out = random_batch.train_batch(b["K"][rows], b["gamma"][rows], b["mask"][rows], grid.steps, grid.lr)
     assert out["diverging"].tolist() == [False, True]
     assert not out["loss_falls"][0] and out["loss_falls"][1] and out["norm_grows"][1]
 
@@ -271,12 +298,12 @@ def test_divergence_test_finds_the_finite_stationary_point():
 def test_analyse_reports_gap_and_infeasible():
     K = np.array([[[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]])
     gamma = np.array([[1.0, 2.0, 0.0]])
-    rec = ri.analyse(K, gamma, np.array([0]), np.array([1.0, -1.0]))
+    rec = random_batch.analyse(K, gamma, np.array([0]), np.array([1.0, -1.0]))
     # p_mm((0)) = (1, 0)... both constraints x1 >= 1 and x1 - x2 >= 1 give (1, 0): neighbours tokens 1 and 2
     assert rec["feasible"] and not rec["global"]
     assert rec["gap"] == pytest.approx(-1.0)  # token 1 scores 2 > 1
     K2 = np.array([[[0.5, 0.5], [1.0, 1.0], [0.0, 0.0]]])  # token 0 is the midpoint: cannot be selected
-    rec2 = ri.analyse(K2, gamma, np.array([0]), np.array([1.0, 0.0]))
+    rec2 = random_batch.analyse(K2, gamma, np.array([0]), np.array([1.0, 0.0]))
     assert rec2["feasible"] is False and np.isnan(rec2["corr"])
 
 

@@ -1,4 +1,4 @@
-"""Chapters 3 (local convergence) and 4 (many inputs): invariants of the experiment modules' pieces.
+"""Chapters 3 (local convergence) and 4 (many inputs): invariants of the chapters' pieces.
 
 Fast: no full ``run()``; short trainings and closed forms only.
 """
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import cone_path, geometry, grad, instances, svm, train
+from mmtoken import cone_path, config, geometry, grad, instances, svm, train
+from mmtoken.chapters import ch03_local as lc
 from mmtoken.chapters import ch04_inputs as mi
-from mmtoken.experiments import local_convergence as lc
 from mmtoken.model import AttentionProblem
 
 
@@ -49,7 +49,7 @@ def test_fig1_classification_matches_hand_derivation():
 
 
 def test_counterexample_closed_forms():
-    ce = lc.counterexample_instance()
+    ce = instances.counterexample()
     assert ce.X.shape == (2, 2, 2) and ce.starts.shape == (16, 2)
     assert np.allclose(ce.gamma, [[1, 0], [3, 2]])
     reps = {r.alpha: r for r in geometry.enumerate_selections(ce.K, ce.gamma)}
@@ -62,7 +62,7 @@ def test_counterexample_closed_forms():
 
 
 def test_counterexample_two_limits_short_run():
-    ce = lc.counterexample_instance()
+    ce = instances.counterexample()
     starts = ce.starts[list(lc.COUNTER_STARTS)]
     with torch.inference_mode():
         h = train.train_p(ce.problem(), starts, steps=300, lr=0.1, record_every=300, record_probs=False)
@@ -77,7 +77,8 @@ def test_counterexample_two_limits_short_run():
 def test_stable_gradient_in_cone_points_back_for_lmm():
     # far out on the edge of the LMM cone, the descent direction increases the neighbour's margin
     inst = instances.fig1("local")
-    P = lc.cone_starts([1.0, 0.0], lc.CONE_MU, lc.CONE_R)
+    s = lc.Settings()
+    P = lc.cone_starts([1.0, 0.0], s.cone_mu, s.cone_r)
     g = grad.grad_p(inst.problem(), torch.as_tensor(P, dtype=torch.float64))
     step = -g.direction.numpy()
     assert (step[:, 0] > 0).all()  # along k_1 - k_2 = (1, 0)
@@ -154,7 +155,45 @@ def test_neighbour_cone_width_closed_form():
     inst = instances.fig1("local")
     mu0 = lc.neighbour_cone_width(inst.K, [1], [1.0, 0.0])
     assert mu0 == pytest.approx(1 - 1 / np.sqrt(1.01), abs=1e-6)
-    assert lc.REG_MU < mu0 and lc.CONE_MU < mu0
+    assert lc.Settings().reg_mu < mu0 and lc.Settings().cone_mu < mu0
+
+
+def test_settings_are_the_published_values_at_each_scale():
+    s = lc.settings("quick")
+    assert s == lc.Settings()
+    assert (s.lr, s.steps, s.counter_steps, s.cone_mu, s.cone_r, s.reg_mu) == (0.1, 2000, 1500, 0.002, 50.0, 0.002)
+    assert np.array_equal(np.array(s.starts), instances.FIG1_STARTS)
+    p = lc.settings("paper")
+    assert (p.steps, p.counter_steps, p.reg_radii, p.reg_iters, p.sweep_iters) == (20_000, 10_000, 13, 1000, 1000)
+    with config.use_scale("paper"):
+        assert lc.settings() == p
+
+
+def test_settings_reject_bad_values():
+    with pytest.raises(ValueError, match="Settings.steps"):
+        lc.Settings(steps=0)
+    with pytest.raises(ValueError, match="Settings.cone_mu"):
+        lc.Settings(cone_mu=0.0)
+    with pytest.raises(ValueError, match="Settings.starts"):
+        lc.Settings(starts=((0.0, 1.0, 2.0),))
+
+
+def test_per_settings_memoises_and_follows_the_scale():
+    calls = []
+    f = lc.per_settings(lambda s: calls.append(s) or s.steps)
+    with config.use_scale("quick"):
+        assert f() == 2000 and f(lc.Settings()) == 2000  # one computation for both
+    with config.use_scale("paper"):
+        assert f() == 20_000
+    assert len(calls) == 2
+
+
+def test_run_with_other_settings_is_its_own_run():
+    s = lc.Settings(steps=40, record_every=20, starts=((0.0, 1.0), (0.0, -1.5)))
+    r = lc.run(s)
+    assert r.s is s and r.fig1.paths.shape == (3, 2, 2) and r.cones.paths.shape == (3, 12, 2)
+    assert np.allclose(r.fig1.paths[0], s.starts)
+    assert lc.run(s) is r  # memoised on its settings
 
 
 # ---------------------------------------------------------------- chapter 4

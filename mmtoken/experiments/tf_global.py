@@ -67,9 +67,9 @@ import numpy as np
 import torch
 
 from .. import geometry, grad, smoothness, svm, tfsvm, train
+from ..instances import CE_V, CE_X, CE_Y
 from ..ledger import Measured, claim
 from ..plotting import panel_titles, style, two_panels
-from .local_convergence import CE_V, CE_X, CE_Y
 
 CHAPTER = "14_overparam"
 CE_ANGLES = (0.5, 0.2, 0.05)

@@ -55,10 +55,10 @@ import numpy as np
 import pandas as pd
 
 from .. import config, svm, tfsvm
+from .. import random_batch as ri
 from ..corpus_stats import spearman
 from ..ledger import Measured, claim
 from ..plotting import panel_titles, style, two_panels
-from . import random_instances as ri
 
 CHAPTER = "14_overparam"
 FEAS_TOL = 1e-8
