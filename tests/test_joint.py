@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from mmtoken import geometry, grad, instances, joint_path, losses, random_batch, svm, train
+from mmtoken.chapters import ch05_joint as joint
+from mmtoken.chapters import ch06_nonlinear as nh
 from mmtoken.chapters import ch07_losses as loss_shapes
 from mmtoken.chapters import ch08_random
-from mmtoken.experiments import joint
-from mmtoken.experiments import nonlinear_head as nh
 from mmtoken.model import AttentionProblem
 
 
@@ -24,10 +24,27 @@ def test_fig3_svms_closed_forms():
 
 
 def test_short_joint_run_separates_the_two_predictions():
-    r = joint.joint_run("loose", steps=300, every=100)
+    r = joint.joint_run("loose", joint.Settings(steps=300, every=100))
     assert r.alpha.tolist() == [1, 1, 1] and r.gd_alpha.tolist() == [1, 1, 1]
     assert r.corr_p_relax[-1] > 0.999 > r.corr_p_mm[-1]
     assert r.p.shape == (4, 2) and r.probs.shape == (4, 3, 2)
+
+
+def test_settings_follow_the_scale_and_refuse_an_unknown_one():
+    assert joint.settings("quick") == joint.Settings()
+    paper = joint.settings("paper")
+    assert (paper.steps, paper.every, paper.iters, paper.R_max, paper.n_radii) == (10_000, 10, 2000, 256.0, 9)
+    with pytest.raises(ValueError, match="scale"):
+        joint.settings("huge")
+
+
+def test_joint_run_starts_from_the_settings_v0():
+    a = joint.joint_run("loose", joint.Settings(steps=50, every=50))
+    b = joint.joint_run("loose", joint.Settings(steps=50, every=50, v0=(1.0, 0.0)))
+    assert np.allclose(a.v[0], [-1.0, 0.0]) and np.allclose(b.v[0], [1.0, 0.0])
+    assert not np.allclose(a.v[-1], b.v[-1])
+    with pytest.raises(ValueError, match="k"):
+        joint.start_pairs(0)
 
 
 def test_joint_reference_is_fixed_from_the_head_margins():
