@@ -1,0 +1,35 @@
+"""Issue 24: a reader sees the computation. At least half of the main-text code cells of each theory chapter
+in the book's form show set-up or algorithm (``scripts/cell_counts.py`` says what counts, and prints the
+table for every chapter)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import cell_counts  # noqa: E402
+
+CHAPTERS = {md.stem: md for md in cell_counts.chapters()}
+THEORY = [stem for stem in CHAPTERS if stem[:2] in cell_counts.THEORY]
+
+
+@pytest.mark.parametrize("stem", THEORY)
+def test_half_the_cells_of_a_converted_theory_chapter_show_the_experiment(stem):
+    c = cell_counts.count(CHAPTERS[stem])
+    if not c.converted:
+        pytest.xfail(f"{stem} is not in the book's form yet (issue 24)")
+    assert c.share >= 0.5, f"{stem}: {c.setup} of {c.total} main-text code cells show set-up or algorithm"
+
+
+def test_what_counts():
+    mods = cell_counts.primitive_modules(__import__("ast").parse("from mmtoken import train, report, svm"))
+    assert mods == {"train", "svm"}  # report is the book's, not the library's
+    assert cell_counts.shows_setup("h = train.train_p(problem, p0, steps=10)", mods)
+    assert not cell_counts.shows_setup("fig = train.plot_paths(h)", mods)  # a figure
+    assert not cell_counts.shows_setup("r = gc.run()", mods)  # an opaque chapter module
+    assert not cell_counts.shows_setup("print(report.chapter_claims(['A']))", mods)
+    assert cell_counts.shows_setup("#| export\n@dataclass(frozen=True)\nclass Settings:\n    lr: float = 0.1", mods)
+    assert cell_counts.shows_setup("r = run(Settings(lr=0.5))", mods)
+    assert not cell_counts.shows_setup("r = run(Settings())", mods)  # the defaults show no setting
