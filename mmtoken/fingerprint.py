@@ -293,12 +293,12 @@ def roots_of(func: Callable) -> list[Node]:
     module's code lives in that module (:func:`mmtoken.chapters.notebook_home`); other notebook code
     in the whole module, if any, with :func:`outside_key` telling it apart. A wrapped function
     (``functools.lru_cache``, ``functools.wraps``) is the function it wraps."""
+    from .chapters import home_of
+
     func = inspect.unwrap(func)
     module = func.__module__
-    if module == "__main__":
-        from .chapters import notebook_home
-
-        home = notebook_home(func.__globals__)
+    home = home_of(func)
+    if home is not None:
         if home.module is None:
             return []
         if home.changed is not None:
@@ -313,12 +313,10 @@ def roots_of(func: Callable) -> list[Node]:
 def outside_key(func: Callable) -> str | None:
     """For code run in a notebook that is not a generated module's (a cell the reader edited, or a
     notebook outside the chapters): a digest of what the kernel ran; ``None`` for the package's code."""
-    func = inspect.unwrap(func)
-    if func.__module__ != "__main__":
-        return None
-    from .chapters import notebook_home
+    from .chapters import home_of
 
-    return notebook_home(func.__globals__).changed
+    home = home_of(func)
+    return None if home is None else home.changed
 
 
 def of(*funcs: Callable, extra: Iterable[Node] = ()) -> str:

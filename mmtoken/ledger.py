@@ -287,12 +287,11 @@ def _recordable(c: Claim) -> bool:
     exported cells are the generated module's (:func:`mmtoken.chapters.notebook_home`); not those a
     test defines on the fly, nor a notebook whose exported code the reader changed: the ledger
     judges the book's code with its own settings only."""
+    from .chapters import home_of
     from .resultcache import module_file
 
-    if c.func.__module__ == "__main__":
-        from .chapters import notebook_home
-
-        home = notebook_home(c.func.__globals__)
+    home = home_of(c.func)
+    if home is not None:
         return home.module is not None and home.changed is None
     return module_file(c.func.__module__) is not None
 

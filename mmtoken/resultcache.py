@@ -454,13 +454,12 @@ def experiment_result(
     input there; a result whose inputs differ by scale should carry the scale in ``name`` too,
     so that both scales keep their file).
     """
+    from .chapters import home_of
     from .config import data_dir
     from .fingerprint import of as code_of
 
-    if module == "__main__":  # run in a chapter's notebook: the generated module's file, or one of its own
-        from .chapters import notebook_home
-
-        home = notebook_home(getattr(compute, "__globals__", {}))
+    home = home_of(compute)
+    if home is not None:  # run in a chapter's notebook: the generated module's file, or one of its own
         module = home.module or "notebook"
         if home.changed is not None:
             name = f"{name}-{home.changed[:8]}"
