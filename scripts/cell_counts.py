@@ -33,8 +33,9 @@ BOOK_MODULES = frozenset(
     {"report", "plotting", "config", "chapters", "experiments", "ledger", "resultcache", "fingerprint"}
 )
 """Modules of the book, not of the library: calling them shows no experiment."""
-THEORY = ("01", "02", "03", "04", "05", "06", "07", "08", "10", "11", "13", "14", "15")
-"""The theory chapters (by number) issue 24's "at least half" applies to."""
+THEORY = ("tour", "01", "02", "03", "04", "05", "06", "07", "08", "10", "11", "13", "14", "15")
+"""The theory chapters issue 24's "at least half" applies to: the tour (``book/tour.md``, no number) and the
+numbered ones, by number (:func:`is_theory`)."""
 
 
 @dataclass
@@ -125,6 +126,11 @@ def count(md: Path) -> Count:
         setup += shows_setup(src, modules)
     converted = "#| default_exp" in md.read_text(encoding="utf-8")
     return Count(md.stem, setup, len(cells) - setup, converted)
+
+
+def is_theory(md: Path) -> bool:
+    """Whether chapter ``md`` is one of :data:`THEORY` (``tour.md``, ``02_global.md``, ...)."""
+    return md.stem.split("_")[0] in THEORY
 
 
 def chapters() -> list[Path]:

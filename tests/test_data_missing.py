@@ -6,7 +6,7 @@ import pytest
 from mmtoken import config, ledger, report, resultcache
 from mmtoken.datasets import DatasetMissing
 
-HERE = "mmtoken.experiments.tour"  # a package module: claims "defined" there are recorded
+HERE = "mmtoken.chapters.ch00_tour"  # a package module: claims "defined" there are recorded
 
 
 @pytest.fixture

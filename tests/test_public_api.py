@@ -20,7 +20,7 @@ MODULES = sorted(m.name for m in pkgutil.walk_packages(mmtoken.__path__, "mmtoke
 
 
 def test_every_module_is_listed():
-    assert {"mmtoken.svm", "mmtoken.geometry", "mmtoken.instances", "mmtoken.experiments.tour"} <= set(MODULES)
+    assert {"mmtoken.svm", "mmtoken.geometry", "mmtoken.instances", "mmtoken.chapters.ch00_tour"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from mmtoken import instances, public_code, train
-from mmtoken.experiments import tour
+from mmtoken.chapters import ch00_tour as tour
 
 
 class _OnePrompt(nn.Module):
@@ -99,7 +99,7 @@ def test_replica_rejects_bad_input():
 
 
 def test_picture_departure_is_measured_from_the_paths():
-    r = tour.published_picture(steps=200)
+    r = tour.published_picture(tour.Settings(steps=200))
     first = r.first_departure(0.05)
     gap = r.gap
     for j, k in enumerate(first):
