@@ -8,8 +8,6 @@ here, and their chapters (claim ids start with the prefix):
 module                    chapter                             claim prefix
 ========================  ==================================  ==============================
 ``tour``                  ``book/tour`` (a quick tour)        ``core.``
-``vit_sparsity``          9 ``part1/09_vit_sparsity``         ``A.vit.``
-``vit_tuning``            9 (the recipe chosen on validation)
 ``real_reviews``          12 ``part2/12_real_reviews``        ``B.<data>.``
 ``tf_global``             14 ``part3/14_overparam``           ``C.global.``
 ``tf_overparam``          14 ``part3/14_overparam``           ``C.overparam.``
