@@ -1,7 +1,7 @@
 """The experiment modules of the chapters not yet in the book's form: ``run(scale)``, ``FIGURES``, claims.
 
 A chapter in the book's form writes its experiment in its own ``#| export`` cells, generated into
-:mod:`mmtoken.chapters` (chapters 1-8, 10, 11, 13 and 15 so far; see issue 24). The modules left
+:mod:`mmtoken.chapters` (chapters 1-8, 10, 11 and 13-15 so far; see issue 24). The modules left
 here, and their chapters (claim ids start with the prefix):
 
 ========================  ==================================  ==============================
@@ -9,8 +9,6 @@ module                    chapter                             claim prefix
 ========================  ==================================  ==============================
 ``tour``                  ``book/tour`` (a quick tour)        ``core.``
 ``real_reviews``          12 ``part2/12_real_reviews``        ``B.<data>.``
-``tf_global``             14 ``part3/14_overparam``           ``C.global.``
-``tf_overparam``          14 ``part3/14_overparam``           ``C.overparam.``
 ``saturation``            appendix ``appendix/saturation``    ``A.numerics.``
 ========================  ==================================  ==============================
 
