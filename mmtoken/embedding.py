@@ -48,7 +48,6 @@ import torch
 
 from . import config, synthetic
 
-
 CORPUS_FIELDS = ("n", "T", "n_pos", "n_neg", "n_neutral", "min_len", "pos_frac", "data_seed")
 """The settings fields :func:`corpus` reads (chapters 10 and 11 keep them under these names)."""
 

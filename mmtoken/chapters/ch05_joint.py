@@ -9,12 +9,11 @@ __all__ = ['CHAPTER', 'CASES', 'FIGURES', 'Settings', 'settings', 'JointReferenc
 
 # %% book/part1/05_joint.ipynb #4f98cdb8
 import functools
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-
-import itertools
 
 from mmtoken import config, geometry, grad, instances, losses, model, svm, train
 from mmtoken.ledger import Measured, claim
