@@ -1,17 +1,13 @@
 """The experiment modules of the chapters not yet in the book's form: ``run(scale)``, ``FIGURES``, claims.
 
 A chapter in the book's form writes its experiment in its own ``#| export`` cells, generated into
-:mod:`mmtoken.chapters` (chapters 1-8, 10, 11, 13 and 15 so far; see issue 24). The modules left
+:mod:`mmtoken.chapters` (the tour, chapters 1-11 and 13-15 so far; see issue 24). The modules left
 here, and their chapters (claim ids start with the prefix):
 
 ========================  ==================================  ==============================
 module                    chapter                             claim prefix
 ========================  ==================================  ==============================
-``vit_sparsity``          9 ``part1/09_vit_sparsity``         ``A.vit.``
-``vit_tuning``            9 (the recipe chosen on validation)
 ``real_reviews``          12 ``part2/12_real_reviews``        ``B.<data>.``
-``tf_global``             14 ``part3/14_overparam``           ``C.global.``
-``tf_overparam``          14 ``part3/14_overparam``           ``C.overparam.``
 ``saturation``            appendix ``appendix/saturation``    ``A.numerics.``
 ========================  ==================================  ==============================
 
