@@ -13,7 +13,6 @@ module                    chapter                             claim prefix
 ``real_reviews``          12 ``part2/12_real_reviews``        ``B.<data>.``
 ``tf_global``             14 ``part3/14_overparam``           ``C.global.``
 ``tf_overparam``          14 ``part3/14_overparam``           ``C.overparam.``
-``saturation``            appendix ``appendix/saturation``    ``A.numerics.``
 ========================  ==================================  ==============================
 
 :func:`mmtoken.chapters.load_all` imports these and the generated modules (registering their claims);
