@@ -7,8 +7,9 @@ per-token numbers ``E p`` (attention logit) and ``E v`` (value), so a batch
 is evaluated by computing those once and gathering them per position.
 Padded positions get exactly zero attention.
 
-Parameters of the synthetic experiments: a seeded unit output vector
-(:func:`head`) and Gaussian initial tables at several scales (:func:`init`).
+Parameters of the synthetic experiments: the corpus of a chapter's settings
+(:func:`corpus`), a seeded unit output vector (:func:`head`) and Gaussian
+initial tables at several scales (:func:`init`).
 
 Training: the closed-form first step on ``E`` at ``p = 0`` (:func:`one_step`),
 the ``p`` phase with ``E`` fixed as a paper-A problem (:func:`cls_problem`,
@@ -20,6 +21,8 @@ step budgets), and joint gradient descent on ``(E, p)`` with ``v`` fixed
 from __future__ import annotations
 
 __all__ = [
+    "CORPUS_FIELDS",
+    "corpus",
     "head",
     "init",
     "gather_outputs",
@@ -43,7 +46,33 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import config
+from . import config, synthetic
+
+CORPUS_FIELDS = ("n", "T", "n_pos", "n_neg", "n_neutral", "min_len", "pos_frac", "data_seed")
+"""The settings fields :func:`corpus` reads (chapters 10 and 11 keep them under these names)."""
+
+
+def corpus(s) -> synthetic.SyntheticData:
+    """Paper B's synthetic corpus for the settings ``s`` of a chapter: ``s.n`` sequences of padded length ``s.T``.
+
+    ``s`` is any object with the attributes :data:`CORPUS_FIELDS` (a chapter's frozen ``Settings``):
+    ``n_pos, n_neg, n_neutral`` the vocabulary sizes of the three token kinds, ``min_len`` the shortest
+    sequence, ``pos_frac`` the fraction of positive sequences and ``data_seed`` the generator's seed
+    (see :func:`mmtoken.synthetic.generate`, which checks their values).
+    """
+    missing = [f for f in CORPUS_FIELDS if not hasattr(s, f)]
+    if missing:
+        raise TypeError(f"s must have the corpus fields {CORPUS_FIELDS}; {type(s).__name__} lacks {missing}")
+    return synthetic.generate(
+        s.n,
+        s.T,
+        n_pos=s.n_pos,
+        n_neg=s.n_neg,
+        n_neutral=s.n_neutral,
+        min_len=s.min_len,
+        pos_frac=s.pos_frac,
+        seed=s.data_seed,
+    )
 
 
 def head(d: int, *, seed: int) -> torch.Tensor:

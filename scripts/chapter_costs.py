@@ -40,8 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mmtoken import config, grad, review_model, train, vit  # noqa: E402
-from mmtoken.chapters import ch08_random  # noqa: E402
-from mmtoken.experiments import real_reviews, vit_sparsity  # noqa: E402
+from mmtoken.chapters import ch08_random, ch09_vit_sparsity  # noqa: E402
+from mmtoken.experiments import real_reviews  # noqa: E402
 from mmtoken.model import AttentionProblem  # noqa: E402
 
 SNIPPET = ROOT / "book" / "_snippets" / "gpu.md"
@@ -168,7 +168,7 @@ def vit_work(scale: str, batch: int = 2) -> Work:
     """Chapter 9: forward, backward and AdamW step of every run of the study, at the configured batch size."""
     total = Work(0.0, 0.0, "float32")
     n_train = {"fashion-mnist": 60_000, "cifar-10": 50_000}
-    for group in vit_sparsity.controls(scale).values():
+    for group in ch09_vit_sparsity.controls(ch09_vit_sparsity.settings(scale)).values():
         for exp in group:
             c, tc = exp.model, exp.train
             model = vit.ViT(c)

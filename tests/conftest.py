@@ -1,4 +1,5 @@
 import os
+import sys
 
 import matplotlib
 import pytest
@@ -22,10 +23,16 @@ _AT_START = {k: os.environ.get(k) for k in _GUARDED}
 def _environment_unchanged():
     """After every test, MMTOKEN_DATA and MMTOKEN_SCALE are what the session started with: a fixture of any scope
     that changes them must undo it before its tests run (a leaked data folder once made a notebook run later on
-    the same worker read an empty results cache)."""
+    the same worker read an empty results cache); and every registered claim is still the one it was."""
+    ledger = sys.modules.get("mmtoken.ledger")
+    before = {k: c.func for k, c in ledger.REGISTRY.items()} if ledger else {}
     yield
     now = {k: os.environ.get(k) for k in _GUARDED}
     assert now == _AT_START, f"the environment was left changed: {_AT_START} -> {now}"
+    # a claim replaced in the registry (say by running a chapter's cells in a namespace) would be judged, by the
+    # next test on this worker, with code that is not the chapter's
+    replaced = sorted(k for k, f in before.items() if k in ledger.REGISTRY and ledger.REGISTRY[k].func is not f)
+    assert not replaced, f"the claims registry was left changed: {replaced}"
 
 
 # Fixtures that the tests of more than one module use. They import the package (and torch) only when a test asks

@@ -1,5 +1,7 @@
 """Paper B's model: padding, the closed-form one step, the p phase as a paper-A problem."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -29,6 +31,40 @@ def test_head_and_init_are_seeded_and_scaled():
         embedding.init(45, [], 1, d=64, seed=2)
     with pytest.raises(ValueError, match="d must be"):
         embedding.head(0, seed=1)
+
+
+def test_corpus_draws_the_settings_data_model():
+    """The corpus of chapters 10 and 11: the settings' fields passed to ``synthetic.generate``, seed included."""
+    from mmtoken.chapters import ch10_one_step, ch11_cls_margin
+
+    s = ch10_one_step.Settings()
+    ds = embedding.corpus(s)
+    ref = synthetic.generate(
+        s.n,
+        s.T,
+        n_pos=s.n_pos,
+        n_neg=s.n_neg,
+        n_neutral=s.n_neutral,
+        min_len=s.min_len,
+        pos_frac=s.pos_frac,
+        seed=s.data_seed,
+    )
+    assert torch.equal(ds.tokens, ref.tokens) and torch.equal(ds.labels, ref.labels) and torch.equal(ds.mask, ref.mask)
+    assert int(ds.mask.sum(1).min()) >= s.min_len and ds.n == s.n
+    # chapter 11 draws chapter 10's corpus
+    assert torch.equal(embedding.corpus(ch11_cls_margin.Settings()).tokens, ds.tokens)
+    other = embedding.corpus(dataclasses.replace(s, data_seed=s.data_seed + 1))
+    assert not torch.equal(other.tokens, ds.tokens)
+
+
+def test_corpus_names_the_missing_fields():
+    @dataclasses.dataclass(frozen=True)
+    class Partial:
+        n: int = 20
+        T: int = 6
+
+    with pytest.raises(TypeError, match="n_pos.*data_seed"):
+        embedding.corpus(Partial())
 
 
 def test_padding_changes_nothing():

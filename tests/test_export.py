@@ -60,11 +60,16 @@ def _notebook(module: str, edit: dict[int, str] | None = None, extra: str = "") 
     cells = ["#| export\n" + c for c in chapters.exported_cells(module)]
     for i, text in (edit or {}).items():
         cells[i] = text
-    for k, text in enumerate(cells + ([extra] if extra else [])):
-        name = f"<cell-{module}-{k}-{hash(text)}>"
-        linecache.cache[name] = (len(text), None, text.splitlines(True), name)
-        exec(compile(text, name, "exec"), ns)
-        ns["In"].append(text)
+    registry = dict(ledger.REGISTRY)
+    try:
+        for k, text in enumerate(cells + ([extra] if extra else [])):
+            name = f"<cell-{module}-{k}-{hash(text)}>"
+            linecache.cache[name] = (len(text), None, text.splitlines(True), name)
+            exec(compile(text, name, "exec"), ns)
+            ns["In"].append(text)
+    finally:  # the cells' @claim lines registered the namespace's claims over the module's: undo that
+        ledger.REGISTRY.clear()
+        ledger.REGISTRY.update(registry)
     return ns
 
 

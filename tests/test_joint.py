@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import geometry, grad, instances, joint_path, losses, random_batch, svm, train
+from mmtoken import geometry, grad, instances, losses, random_batch, svm, train
 from mmtoken.chapters import ch05_joint as joint
 from mmtoken.chapters import ch06_nonlinear as nh
 from mmtoken.chapters import ch07_losses as loss_shapes
@@ -48,25 +48,25 @@ def test_joint_run_starts_from_the_settings_v0():
 
 
 def test_joint_reference_is_fixed_from_the_head_margins():
-    ref = joint_path.joint_reference(instances.fig3("loose").X, instances.fig3("loose").Y)
+    ref = joint.joint_reference(instances.fig3("loose").X, instances.fig3("loose").Y)
     feasible = [a for a, m in ref.margins if m is not None]
     assert feasible == [(1, 1, 1)]  # a zero token has label margin 0
     assert ref.support == [0, 1] and np.allclose(ref.excess, [0.0, 0.0, 0.5])
     assert np.allclose(ref.p_relax, [1.0, 0.0], atol=1e-6) and np.allclose(ref.p_mm, [1.25, 0.25], atol=1e-6)
-    tight = joint_path.joint_reference(instances.fig3("tight").X, instances.fig3("tight").Y)
+    tight = joint.joint_reference(instances.fig3("tight").X, instances.fig3("tight").Y)
     assert tight.all_support and np.allclose(tight.p_mm, tight.p_relax, atol=1e-6)
 
 
 def test_joint_reference_refuses_a_tie():
     X = np.array([[[1.0, 0.0], [1.0, 0.0]], [[-1.0, 0.0], [0.0, 3.0]]])  # input 0: two identical tokens
     with pytest.raises(ValueError, match="more than one selection"):
-        joint_path.joint_reference(X, np.array([1.0, -1.0]))
+        joint.joint_reference(X, np.array([1.0, -1.0]))
 
 
 def test_limit_direction_closed_forms():
     inst = instances.fig3("loose")
     ref = joint.reference("loose")
-    lim = lambda rho: joint_path.limit_direction(inst.K, ref.alpha, ref.support, ref.excess, rho)
+    lim = lambda rho: joint.limit_direction(inst.K, ref.alpha, ref.support, ref.excess, rho)
     for rho in (1.0, 3.0):  # rho >= rho* = 1: the relaxed SVM
         assert geometry.correlation(lim(rho), ref.p_relax) > 1 - 1e-7
     assert geometry.correlation(lim(0.0), ref.p_mm) > 1 - 1e-7
@@ -79,15 +79,15 @@ def test_limit_direction_closed_forms():
 def test_joint_path_lies_on_both_spheres_and_reaches_the_predictions():
     inst = instances.fig3("loose")
     a0, b0 = joint.start_pairs()
-    V, P = joint_path.joint_regularization_path(inst.X, inst.Y, [2.0, 24.0], [2.0, 24.0], a0, b0, iters=300)
+    V, P = joint.joint_regularization_path(inst.X, inst.Y, [2.0, 24.0], [2.0, 24.0], a0, b0, iters=300)
     assert V.shape == (2, 16, 2) and P.shape == (2, 16, 2)
     assert torch.allclose(V.norm(dim=-1), torch.tensor([[2.0], [24.0]], dtype=V.dtype).expand(2, 16))
     assert torch.allclose(P.norm(dim=-1), torch.tensor([[2.0], [24.0]], dtype=P.dtype).expand(2, 16))
-    v, p = joint_path.best_of_starts(inst.X, inst.Y, V, P)
+    v, p = joint.best_of_starts(inst.X, inst.Y, V, P)
     ref = joint.reference("loose")
     assert geometry.correlation(v[-1].numpy(), ref.v_mm) > 0.999
     assert geometry.correlation(p[-1].numpy(), ref.p_relax) > 0.999
-    sv, sp = joint_path.radial_slopes(inst.X, inst.Y, v, p)
+    sv, sp = joint.radial_slopes(inst.X, inst.Y, v, p)
     assert bool((sv < 0).all() and (sp < 0).all())
 
 
@@ -98,11 +98,11 @@ def test_joint_loss_comparison_resolves_tiny_differences_and_selection_changes()
     v = torch.tensor([0.0, 40.0], dtype=torch.float64)
     p_a = 40 * torch.tensor([1.0, 0.0], dtype=torch.float64)
     p_b = 40 * torch.tensor([np.cos(1e-3), np.sin(1e-3)], dtype=torch.float64)  # a tiny rotation toward p_mm
-    la, lb = joint_path.joint_loss(X, Y, X, v, p_a, loss), joint_path.joint_loss(X, Y, X, v, p_b, loss)
+    la, lb = joint.joint_loss(X, Y, X, v, p_a, loss), joint.joint_loss(X, Y, X, v, p_b, loss)
     assert float(la.total) == float(lb.total)  # the direct loss cannot tell them apart ...
     assert bool(la.lower_than(lb)) != bool(lb.lower_than(la))  # ... the split can, consistently
     p_c = 40 * torch.tensor([0.0, -1.0], dtype=torch.float64)  # other selection: compared directly
-    lc = joint_path.joint_loss(X, Y, X, v, p_c, loss)
+    lc = joint.joint_loss(X, Y, X, v, p_c, loss)
     assert bool(la.lower_than(lc)) and not bool(lc.lower_than(la))
 
 
@@ -110,9 +110,9 @@ def test_joint_path_rejects_bad_radii():
     inst = instances.fig3("loose")
     a0, b0 = joint.start_pairs()
     with pytest.raises(ValueError, match="radii"):
-        joint_path.joint_regularization_path(inst.X, inst.Y, [1.0, 2.0], [1.0], a0, b0, iters=1)
+        joint.joint_regularization_path(inst.X, inst.Y, [1.0, 2.0], [1.0], a0, b0, iters=1)
     with pytest.raises(ValueError, match="pair up"):
-        joint_path.joint_regularization_path(inst.X, inst.Y, [1.0], [1.0], a0, b0[:3], iters=1)
+        joint.joint_regularization_path(inst.X, inst.Y, [1.0], [1.0], a0, b0[:3], iters=1)
 
 
 # ---------------------------------------------------------------- losses (chapter 7)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import cone_path, config, geometry, grad, instances, svm, train
+from mmtoken import config, geometry, grad, instances, svm, train
 from mmtoken.chapters import ch03_local as lc
 from mmtoken.chapters import ch04_inputs as mi
 from mmtoken.model import AttentionProblem
@@ -90,7 +90,7 @@ def test_project_to_cone():
     w = torch.nn.functional.normalize(
         torch.randn(200, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64), dim=-1
     )
-    out = cone_path.project_to_cone(w, q, 0.1)
+    out = lc.project_to_cone(w, q, 0.1)
     c_in, c_out = (w * q).sum(-1), (out * q).sum(-1)
     assert torch.allclose(out.norm(dim=-1), torch.ones(200, dtype=torch.float64))
     inside = c_in >= 0.9
@@ -105,7 +105,7 @@ def test_cone_path_stays_on_sphere_and_in_cone():
     inst = instances.fig1("local")
     q = np.array([[-1.0, -1.1]])  # p_mm of the origin token (not locally optimal)
     radii = np.array([3.0, 20.0])
-    pts = cone_path.cone_regularization_path(
+    pts = lc.cone_regularization_path(
         AttentionProblem(inst.K[None], inst.gamma[None]), radii, q, 0.01, iters=80
     ).numpy()
     assert pts.shape == (2, 1, 1, 2)
@@ -121,7 +121,7 @@ def test_cone_path_with_a_wide_cone_is_the_regularization_path():
     pr = inst.problem()
     radii = np.array([2.0, 8.0])
     gmm = svm.att_svm(inst.K, [0]).x
-    a = cone_path.cone_regularization_path(pr, radii, gmm, 0.999, iters=300).numpy()[:, 0]
+    a = lc.cone_regularization_path(pr, radii, gmm, 0.999, iters=300).numpy()[:, 0]
     b = train.best_of_starts(pr, train.regularization_path(pr, radii, np.array([gmm]), iters=300)).numpy()
     np.testing.assert_allclose(a, b, atol=1e-6)
 
@@ -129,13 +129,13 @@ def test_cone_path_with_a_wide_cone_is_the_regularization_path():
 def test_cone_path_rejects_bad_arguments():
     pr = instances.fig1("local").problem()
     with pytest.raises(ValueError, match="mu"):
-        cone_path.cone_regularization_path(pr, [1.0], [1.0, 0.0], 0.0)
+        lc.cone_regularization_path(pr, [1.0], [1.0, 0.0], 0.0)
     with pytest.raises(ValueError, match="dimension"):
-        cone_path.cone_regularization_path(pr, [1.0], [1.0, 0.0, 0.0], 0.1)
+        lc.cone_regularization_path(pr, [1.0], [1.0, 0.0, 0.0], 0.1)
     with pytest.raises(ValueError, match="radii"):
-        cone_path.cone_regularization_path(pr, [-1.0], [1.0, 0.0], 0.1)
+        lc.cone_regularization_path(pr, [-1.0], [1.0, 0.0], 0.1)
     with pytest.raises(ValueError, match="w0"):
-        cone_path.cone_regularization_path(pr, [1.0], [1.0, 0.0], 0.1, np.ones((2, 1, 2)))
+        lc.cone_regularization_path(pr, [1.0], [1.0, 0.0], 0.1, np.ones((2, 1, 2)))
 
 
 def test_best_over_radii_keeps_the_least_loss():
@@ -143,11 +143,11 @@ def test_best_over_radii_keeps_the_least_loss():
     pr = inst.problem()
     # the origin token's direction: the loss grows with the radius, so the inner radius wins
     pts = torch.as_tensor(np.array([[[-1.0, -1.1]]]) * np.array([1.0, 2.0, 4.0])[:, None, None])
-    best = cone_path.best_over_radii(pr, pts).numpy()
+    best = lc.best_over_radii(pr, pts).numpy()
     np.testing.assert_allclose(best, pts.numpy()[[0, 0, 0]])
     # the LMM direction: the loss falls with the radius
     pts = torch.as_tensor(np.array([[[1.0, 0.0]]]) * np.array([1.0, 2.0, 4.0])[:, None, None])
-    np.testing.assert_allclose(cone_path.best_over_radii(pr, pts).numpy(), pts.numpy())
+    np.testing.assert_allclose(lc.best_over_radii(pr, pts).numpy(), pts.numpy())
 
 
 def test_neighbour_cone_width_closed_form():

@@ -33,11 +33,10 @@ def data(tmp_path, monkeypatch):
 
 
 def test_closure_follows_imports_and_nothing_else():
-    vit = set(resultcache.module_closure("mmtoken.experiments.vit_sparsity"))
+    vit = set(resultcache.module_closure("mmtoken.chapters.ch09_vit_sparsity"))
     assert {
         "mmtoken",
-        "mmtoken.experiments",
-        "mmtoken.experiments.vit_sparsity",
+        "mmtoken.chapters.ch09_vit_sparsity",
         "mmtoken.vit",
         "mmtoken.vit_runs",
         "mmtoken.ledger",
@@ -61,9 +60,9 @@ def test_closure_finds_lazy_imports_inside_functions(tmp_path):
 
 
 def test_source_fingerprint_is_a_digest_of_the_closure():
-    a = resultcache.source_fingerprint("mmtoken.experiments.vit_sparsity")
+    a = resultcache.source_fingerprint("mmtoken.chapters.ch09_vit_sparsity")
     b = resultcache.source_fingerprint("mmtoken.experiments.real_reviews")
-    assert len(a) == 64 and a != b and a == resultcache.source_fingerprint("mmtoken.experiments.vit_sparsity")
+    assert len(a) == 64 and a != b and a == resultcache.source_fingerprint("mmtoken.chapters.ch09_vit_sparsity")
 
 
 def test_closure_rejects_a_module_outside_the_package():

@@ -9,7 +9,7 @@ import torch
 from toy_vit import bright_patch_data, small
 
 from mmtoken import vit
-from mmtoken.experiments import vit_sparsity as vs
+from mmtoken.chapters import ch09_vit_sparsity as vs
 
 # --------------------------------------------------------------------------- the model
 
@@ -175,7 +175,7 @@ def test_train_bad_input():
 
 def test_paper_model_takes_one_step_on_cifar_shaped_input():
     torch.manual_seed(0)
-    exp = vs.experiment("paper")
+    exp = vs.experiment(vs.settings("paper"))
     assert (exp.dataset, exp.model.grid, exp.model.channels) == ("cifar-10", 16, 3)
     model = vit.ViT(exp.model)
     x = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)

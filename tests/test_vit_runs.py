@@ -16,8 +16,8 @@ from toy_vit import TINY, bright_patch_data, small, tiny_arrays
 
 from mmtoken import vit
 from mmtoken import vit_runs as runs
+from mmtoken.chapters import ch09_vit_sparsity as vs
 from mmtoken.datasets.download import sha256_file
-from mmtoken.experiments import vit_sparsity as vs
 
 # --------------------------------------------------------------------------- splits and statistics
 

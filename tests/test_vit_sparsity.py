@@ -1,5 +1,5 @@
-"""mmtoken.experiments.vit_sparsity (chapter 9's module): the verdicts, the plots of a tiny study, the held-out
-seeds and the controls."""
+"""mmtoken.chapters.ch09_vit_sparsity (chapter 9's generated module): the verdicts, the plots of a tiny study, the
+held-out seeds and the controls, the settings that name the cached runs."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from dataclasses import replace
 import pytest
 from toy_vit import TINY
 
+from mmtoken import vit
 from mmtoken import vit_runs as runs
-from mmtoken.experiments import vit_sparsity as vs
+from mmtoken.chapters import ch09_vit_sparsity as vs
 
 
 def test_verdicts_exclude_collapse_and_compare_like_with_like():
@@ -110,13 +111,90 @@ def test_plots_draw_from_a_tiny_study(tiny_data):
     assert set(vs.FIGURES) == {"fig-vit-training", "fig-vit-maps", "fig-vit-norms", "fig-vit-sparsity", "fig-vit-where"}
 
 
+# The recipe of the chapter's cached runs, written out: their cache keys are digests of these configurations
+# (with the code and the data), so a change of a default would retrain every run (and is caught here).
+QUICK = runs.Experiment(
+    dataset="fashion-mnist",
+    model=vit.ViTConfig(image_size=28, channels=1, patch=4, width=48, depth=2, heads=1, mlp_ratio=2, init_std=0.02),
+    train=vit.TrainConfig(
+        epochs=9, batch_size=128, lr=1e-3, weight_decay=0.0, warmup=0.1, grad_clip=1.0, seed=10, threads=1
+    ),
+)
+PAPER = runs.Experiment(
+    dataset="cifar-10",
+    model=vit.ViTConfig(image_size=32, channels=3, patch=2, width=384, depth=6, heads=6, mlp_ratio=2, init_std=0.02),
+    train=vit.TrainConfig(
+        epochs=100,
+        batch_size=256,
+        lr=3e-3,
+        weight_decay=0.0,
+        warmup=0.05,
+        grad_clip=1.0,
+        augment=True,
+        seed=10,
+        threads=None,
+    ),
+    n_validation=5000,
+    logs_per_epoch=2,
+    logs_first_epoch=16,
+    map_epochs=(0, 1, 2, 5, 10, 25, 50, 100),
+    foreground=None,
+)
+
+
+def test_the_default_settings_are_the_recipe_of_the_cached_runs():
+    assert vs.experiment(vs.Settings()) == QUICK and vs.settings("quick") == vs.Settings()
+    assert vs.experiment(vs.settings("paper")) == PAPER
+    assert runs.fingerprint(vs.experiment(), "") == runs.fingerprint(QUICK, "")
+
+
+def test_a_setting_changes_the_run_and_its_key_not_the_chapters():
+    one = vs.experiment(vs.Settings(epochs=1))
+    assert one.train.epochs == 1 and one != QUICK
+    assert runs.fingerprint(one, "")["config"] != runs.fingerprint(QUICK, "")["config"]
+    few = vs.experiment(vs.Settings(n_validation=40_000))
+    assert few.n_validation == 40_000 and runs.fingerprint(few, "")["config"] != runs.fingerprint(QUICK, "")["config"]
+    assert vs.experiment(vs.Settings(), seed=11) == QUICK.with_seed(11)
+    assert not vs.experiment(vs.Settings(), test=False).test
+    with pytest.raises(ValueError, match="Settings.dataset"):
+        vs.experiment(vs.Settings(dataset="mnist"))
+
+
 def test_the_study_is_judged_on_held_out_seeds_and_the_controls_never_see_test_data():
-    groups = vs.controls("quick")
+    groups = vs.controls(vs.settings("quick"))
     assert [e.train.seed for e in groups["seeds"]] == list(vs.HELD_OUT_SEEDS) == [10, 11, 12]
-    assert all(e.test for e in groups["seeds"]) and groups["seeds"][0] == vs.QUICK
+    assert all(e.test for e in groups["seeds"]) and groups["seeds"][0] == QUICK
     (small,) = groups["smaller_lr"]
-    assert small.train.lr == pytest.approx(vs.QUICK.train.lr / vs.SMALLER_LR)
-    assert small == replace(vs.QUICK, train=replace(vs.QUICK.train, lr=small.train.lr))
+    assert small.train.lr == pytest.approx(QUICK.train.lr / vs.Settings().smaller_lr)
+    assert small == replace(QUICK, train=replace(QUICK.train, lr=small.train.lr))
     (broken,) = groups["collapse"]
     assert not broken.test and broken.train.seed in vs.DEV_SEEDS and broken.train.epochs == 1
+    assert broken.train.lr == pytest.approx(20 * QUICK.train.lr) and broken.train.grad_clip is None
+    assert broken.train.warmup == 0.0 and broken.map_epochs is None
     assert not set(vs.DEV_SEEDS) & set(vs.HELD_OUT_SEEDS)
+    paper = vs.controls(vs.settings("paper"))
+    assert {e.dataset for g in paper.values() for e in g} == {"cifar-10"} and paper["seeds"][0] == PAPER
+    assert paper["collapse"][0].map_epochs is None  # one epoch: the paper's map epochs would not fit
+
+
+def test_the_study_is_memoised_on_its_settings(monkeypatch):
+    """``run(s)`` trains (or loads) each settings' runs once; other settings are another study."""
+    asked = []
+
+    class Fake:
+        def __init__(self, exp):
+            self.experiment = exp
+
+    def fake(exps):
+        asked.append(list(exps))
+        return [Fake(e) for e in asked[-1]]
+
+    monkeypatch.setattr(vs.vit_runs, "run_experiments", fake)
+    run = vs.run.__wrapped__  # a memo of its own: the fake runs must not be what later tests read
+    memo = vs.functools.lru_cache(maxsize=None)(run)
+    monkeypatch.setattr(vs, "run", memo)
+    a, b = memo(vs.Settings(epochs=2)), memo(vs.Settings(epochs=2))
+    c = memo(vs.Settings(epochs=3))
+    assert a is b and c is not a and len(asked) == 2
+    assert list(a.seeds) == list(vs.HELD_OUT_SEEDS) and a.seeds[10].experiment.train.epochs == 2
+    assert list(a.collapse) == [vs.Settings().collapse_seed]

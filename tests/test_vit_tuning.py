@@ -1,4 +1,5 @@
-"""mmtoken.experiments.vit_tuning: the validation record, the rule that chooses the recipe, the guards of tune."""
+"""Chapter 9's choice of recipe (mmtoken.chapters.ch09_vit_sparsity): the validation record, the rule that chooses
+the recipe, the guards of tune."""
 
 from __future__ import annotations
 
@@ -6,27 +7,27 @@ from dataclasses import replace
 
 import pytest
 
-from mmtoken.experiments import vit_sparsity as vs
-from mmtoken.experiments import vit_tuning as vt
+from mmtoken.chapters import ch09_vit_sparsity as vs
 
 
 def test_the_recipe_is_the_one_the_validation_record_chooses():
-    """QUICK is the rule's choice from the record, and the record matches the candidates' current configurations."""
-    cands = vt.tuning_candidates()
+    """The default settings are the rule's choice from the record, and the record matches the candidates' current
+    configurations."""
+    cands = vs.tuning_candidates()
     seeds = set()
-    for row in vt.TUNING_RECORD:
+    for row in vs.TUNING_RECORD:
         assert row["seed"] in vs.DEV_SEEDS and row["seed"] not in vs.HELD_OUT_SEEDS
         exp = cands[row["label"]].with_seed(row["seed"])
         assert not exp.test, "tuning never looks at the test split"
-        assert vt.config_digest(exp) == row["config"], f"{row['label']}: the candidate changed since it was tuned"
+        assert vs.config_digest(exp) == row["config"], f"{row['label']}: the candidate changed since it was tuned"
         assert len(row["val_acc"]) == exp.train.epochs + 1
         seeds.add(row["seed"])
-    assert seeds == set(vt.TUNING_SEEDS) and set(cands) == {r["label"] for r in vt.TUNING_RECORD}
-    chosen = vt.choose()
-    assert replace(cands[chosen], test=True).with_seed(vs.HELD_OUT_SEEDS[0]) == vs.QUICK
-    table = vt.tuning_table()
-    assert table.loc[chosen, "cpu_seconds"] <= vt.CPU_BUDGET
-    within = table[table["cpu_seconds"] <= vt.CPU_BUDGET]
+    assert seeds == set(vs.TUNING_SEEDS) and set(cands) == {r["label"] for r in vs.TUNING_RECORD}
+    chosen = vs.choose()
+    assert replace(cands[chosen], test=True).with_seed(vs.HELD_OUT_SEEDS[0]) == vs.experiment(vs.Settings())
+    table = vs.tuning_table()
+    assert table.loc[chosen, "cpu_seconds"] <= vs.CPU_BUDGET
+    within = table[table["cpu_seconds"] <= vs.CPU_BUDGET]
     assert table.loc[chosen, "worst"] == within["worst"].max()
 
 
@@ -38,15 +39,15 @@ def test_choose_needs_a_candidate_within_budget():
         {"label": "c", "seed": 0, "val_acc": [0.1, 0.75], "cpu_seconds": 100.0},
         {"label": "c", "seed": 1, "val_acc": [0.1, 0.74], "cpu_seconds": 100.0},
     ]
-    assert vt.choose(rows, budget=200) == "c"  # best worst seed within budget
-    assert vt.choose(rows, budget=1000) == "c"  # "a" was trained on one seed only: no worst seed
-    assert vt.choose(rows + [{**rows[0], "seed": 1}], budget=1000) == "a"
+    assert vs.choose(rows, budget=200) == "c"  # best worst seed within budget
+    assert vs.choose(rows, budget=1000) == "c"  # "a" was trained on one seed only: no worst seed
+    assert vs.choose(rows + [{**rows[0], "seed": 1}], budget=1000) == "a"
     with pytest.raises(ValueError, match="budget"):
-        vt.choose(rows, budget=10)
+        vs.choose(rows, budget=10)
 
 
 def test_tune_refuses_held_out_seeds_and_unknown_labels():
     with pytest.raises(ValueError, match="held-out"):
-        vt.tune(["lr 1e-3"], seeds=[0, 10])
+        vs.tune(["lr 1e-3"], seeds=[0, 10])
     with pytest.raises(ValueError, match="TUNING_GRID"):
-        vt.tune(["lr 42"])
+        vs.tune(["lr 42"])

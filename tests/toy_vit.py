@@ -1,4 +1,4 @@
-"""Toy ViT pieces shared by the tests of the ViT modules (vit, vit_runs, experiments.vit_sparsity): a small
+"""Toy ViT pieces shared by the tests of the ViT modules (vit, vit_runs, chapters.ch09_vit_sparsity): a small
 model configuration, images whose class is the position of one bright patch, and a tiny cached experiment."""
 
 from __future__ import annotations

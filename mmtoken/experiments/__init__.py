@@ -1,18 +1,14 @@
 """The experiment modules of the chapters not yet in the book's form: ``run(scale)``, ``FIGURES``, claims.
 
 A chapter in the book's form writes its experiment in its own ``#| export`` cells, generated into
-:mod:`mmtoken.chapters` (chapters 1-8, 10, 11, 13 and 15 so far; see issue 24). The modules left
+:mod:`mmtoken.chapters` (chapters 1-8, 10, 11 and 13-15 so far; see issue 24). The modules left
 here, and their chapters (claim ids start with the prefix):
 
 ========================  ==================================  ==============================
 module                    chapter                             claim prefix
 ========================  ==================================  ==============================
 ``tour``                  ``book/tour`` (a quick tour)        ``core.``
-``vit_sparsity``          9 ``part1/09_vit_sparsity``         ``A.vit.``
-``vit_tuning``            9 (the recipe chosen on validation)
 ``real_reviews``          12 ``part2/12_real_reviews``        ``B.<data>.``
-``tf_global``             14 ``part3/14_overparam``           ``C.global.``
-``tf_overparam``          14 ``part3/14_overparam``           ``C.overparam.``
 ========================  ==================================  ==============================
 
 :func:`mmtoken.chapters.load_all` imports these and the generated modules (registering their claims);

@@ -1,4 +1,4 @@
-"""Over-parameterisation in W (mmtoken.experiments.tf_overparam)."""
+"""Over-parameterisation in W (chapter 14, mmtoken.chapters.ch14_overparam)."""
 
 import itertools
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mmtoken import gen_svm
-from mmtoken.experiments import tf_overparam as op
+from mmtoken.chapters import ch14_overparam as op
 
 
 def test_instances_shapes_and_scores():

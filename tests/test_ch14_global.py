@@ -1,10 +1,13 @@
-"""Global convergence in W (mmtoken.experiments.tf_global): the counterexample and the true cases."""
+"""Global convergence in W (chapter 14, mmtoken.chapters.ch14_overparam): the counterexample and the true cases."""
 
 import numpy as np
 import pytest
 
-from mmtoken import geometry, smoothness, tfsvm
-from mmtoken.experiments import tf_global as tg
+from mmtoken import geometry, instances, smoothness, tfsvm
+from mmtoken.chapters import ch14_overparam as tg
+
+S = tg.Settings()
+W0 = np.array(S.w0)
 
 
 def test_ortho_instances_have_the_theorems_hypotheses():
@@ -18,7 +21,7 @@ def test_ortho_instances_have_the_theorems_hypotheses():
 
 
 def test_nearest_selection_is_another_feasible_selection():
-    K = tfsvm.w_keys(tg.CE_X, np.eye(2)).numpy()
+    K = tfsvm.w_keys(instances.CE_X, np.eye(2)).numpy()
     sel, x = tg.nearest_selection(K, [0, 0])
     assert sel != (0, 0) and x.shape == (4,)
     assert geometry.classify(K, np.array([[1.0, 0.0], [3.0, 2.0]]), list(sel)).feasible
@@ -27,11 +30,11 @@ def test_nearest_selection_is_another_feasible_selection():
 @pytest.mark.slow
 def test_the_counterexample_meets_the_former_box_and_ends_local():
     """The false n-input box's hypotheses hold on every angle, and plain GD within 1/L ends on (0, 1)."""
-    ce = tg.counterexample((0.5,))
+    ce = tg.counterexample(tg.Settings(angles=(0.5,)))
     Z = tg.ce_queries(0.5)
     assert abs(np.linalg.det(Z)) > 0.1  # independent queries: the lemma holds, every selection feasible
-    prob = tfsvm.w_problem(tg.CE_X, tg.CE_Y, tg.CE_V, Z)
-    assert tg.CE_LR <= 1.0 / smoothness.smoothness_bound(prob.K.numpy(), prob.gamma.numpy())
+    prob = tfsvm.w_problem(instances.CE_X, instances.CE_Y, instances.CE_V, Z)
+    assert S.ce_lr <= 1.0 / smoothness.smoothness_bound(prob.K.numpy(), prob.gamma.numpy())
     assert tuple(ce.plain["selection"][0]) == (0, 1)
     assert tg.counterexample_check("local", ce).passed and not tg.counterexample_check("global", ce).passed
     # the regularization path, paper A's Theorem 1 on the W keys, reaches the global SVM there
@@ -43,9 +46,9 @@ def test_the_counterexample_meets_the_former_box_and_ends_local():
 
 @pytest.mark.slow
 def test_orthogonal_queries_make_gd_global_from_the_same_start():
-    prob = tfsvm.w_problem(tg.CE_X, tg.CE_Y, tg.CE_V, np.eye(2))
-    run = tg.plain_gd(prob, tg.CE_W0[None], tg.CE_LR, steps=20_000)
+    prob = tfsvm.w_problem(instances.CE_X, instances.CE_Y, instances.CE_V, np.eye(2))
+    run = tg.plain_gd(prob, W0[None], S.ce_lr, steps=20_000)
     assert tuple(run["selection"][0]) == (0, 0)
-    gmm = tfsvm.frobenius_svm(tg.CE_X, np.eye(2), [0, 0]).x.ravel()
+    gmm = tfsvm.frobenius_svm(instances.CE_X, np.eye(2), [0, 0]).x.ravel()
     c = geometry.correlation(run["W"].reshape(2, -1), gmm)
     assert c[-1] > c[0] > 0.9
