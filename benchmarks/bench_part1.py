@@ -8,9 +8,9 @@ import torch
 from common import print_timings
 
 from mmtoken import config, svm
+from mmtoken.chapters import app_saturation as saturation
 from mmtoken.chapters import ch01_model
 from mmtoken.chapters import ch02_global as ch
-from mmtoken.experiments import saturation
 
 
 def main():
@@ -22,7 +22,7 @@ def main():
         ("02 Fig. 1 global, published 1000 steps (6 starts)", lambda: ch.published_run(s)),
         ("02 continuation to 10k/200k steps (6 starts)", lambda: ch.long_run(s)),
         ("02 regularization path (radii x 12 starts)", lambda: ch.reg_path(s.instance, s.reg_radii, s.reg_iters)),
-        ("app. saturation trap (3 gradients x 6 starts)", lambda: saturation.run(scale)),
+        ("app. saturation trap (3 gradients x 6 starts)", lambda: saturation.run(saturation.settings(scale))),
     ]
     print_timings(rows, scale, torch.get_num_threads())
 

@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import config, explore, geometry, grad, svm, train
+from mmtoken import config, geometry, grad, svm, train
+from mmtoken.chapters import app_your_instance as explore
 from mmtoken.datasets import cli, corpus, images, parsers, text
 from mmtoken.datasets.download import DatasetError, DatasetMissing
 from mmtoken.losses import get_loss
@@ -391,7 +392,7 @@ add(
     Err("points contains"),
 )
 
-# ----------------------------------------------------------------------------- explore.analyze
+# ----------------------------------------------------------------------------- analyze (app_your_instance)
 AN = dict(steps=20)
 for n in (0, -1, 2.5, "3"):
     add(f"analyze n_starts={n!r}", lambda ctx, n=n: explore.analyze(X, Y, V, n_starts=n, **AN), Err("n_starts must be"))
@@ -422,6 +423,10 @@ for c in (1e-5, 1e5):
         Ok(lambda a: bool(a.table["feasible"].all())),
     )
 add("analyze plot first", lambda ctx: explore.analyze(X, Y, V, **AN).plot(first=-1), Err("first must be"))
+add("analyze Settings steps", lambda ctx: explore.Settings(steps=-1), Err("steps must be"))
+add("analyze Settings loss", lambda ctx: explore.Settings(loss="hinge"), Err("unknown loss"))
+add("analyze s not Settings", lambda ctx: explore.analyze(X, Y, V, np.eye(2)), Err("s must be a Settings", TypeError))
+add("analyze unknown setting", lambda ctx: explore.analyze(X, Y, V, stepz=5), Err("stepz", TypeError))
 
 # ----------------------------------------------------------------------------- model, grad, losses
 add("problem K 2-d", lambda ctx: AttentionProblem(K[0], GAMMA[0]), Err("K must have shape"))

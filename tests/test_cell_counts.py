@@ -26,6 +26,17 @@ def test_the_tour_is_a_theory_chapter():
     assert "tour" in THEORY and "02_global" in THEORY and "your_instance" not in THEORY
 
 
+APPENDICES = [ROOT / "book" / "appendix" / f"{name}.md" for name in ("saturation", "your_instance")]
+
+
+@pytest.mark.parametrize("md", APPENDICES, ids=lambda p: p.stem)
+def test_half_the_cells_of_a_converted_appendix_show_the_experiment(md):
+    """The appendices with an experiment (the saturation trap, your own instance) are in the form too."""
+    c = cell_counts.count(md)
+    assert c.converted, f"{md.stem} is not in the book's form (no #| default_exp cell)"
+    assert c.share >= 0.5, f"{md.stem}: {c.setup} of {c.total} main-text code cells show set-up or algorithm"
+
+
 def test_what_counts():
     mods = cell_counts.primitive_modules(__import__("ast").parse("from mmtoken import train, report, svm"))
     assert mods == {"train", "svm"}  # report is the book's, not the library's

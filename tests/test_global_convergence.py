@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from mmtoken import grad, instances, long_paths, public_code, smoothness, svm, train
+from mmtoken.chapters import app_saturation as saturation
 from mmtoken.chapters import ch02_global
-from mmtoken.experiments import saturation
 from mmtoken.model import AttentionProblem
 
 

@@ -293,8 +293,8 @@ def _tfsvm_scales(seed, u, separate):
 
 
 def test_analyze_moves_at_key_scale_1e200():
-    """explore.analyze on tokens of size 1e200 trains (before: the start was reported as where GD went)."""
-    from mmtoken import explore
+    """analyze on tokens of size 1e200 trains (before: the start was reported as where GD went)."""
+    from mmtoken.chapters import app_your_instance as explore
 
     rng = np.random.default_rng(3)
     X, Y, v = rng.normal(size=(3, 3, 2)), np.array([1.0, -1.0, 1.0]), rng.normal(size=2)
@@ -332,7 +332,7 @@ def test_every_verdict_is_invariant_under_permuting_tokens(seed, size, levels):
 
 def test_analyze_equal_scores_mirror_images_get_the_same_verdicts():
     """T = 2, equal scores: the two selections are mirror images; both globally optimal, and the tie said."""
-    from mmtoken import explore
+    from mmtoken.chapters import app_your_instance as explore
 
     X = np.array([[[1.0, 0.0], [-1.0, 0.0]]])
     v = np.array([0.0, 1.0])  # scores x^T v = 0 for both tokens: a tie

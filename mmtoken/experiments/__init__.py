@@ -8,7 +8,6 @@ here, and their chapters (claim ids start with the prefix):
 module                    chapter                             claim prefix
 ========================  ==================================  ==============================
 ``real_reviews``          12 ``part2/12_real_reviews``        ``B.<data>.``
-``saturation``            appendix ``appendix/saturation``    ``A.numerics.``
 ========================  ==================================  ==============================
 
 :func:`mmtoken.chapters.load_all` imports these and the generated modules (registering their claims);
