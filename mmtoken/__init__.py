@@ -5,9 +5,9 @@ The package, by topic (one idea per module):
 - set-up: :mod:`config` (size switch, device, seeds, progress), :mod:`validate` (argument checks).
 - paper A's selection core: :mod:`model` (the attention model), :mod:`losses`, :mod:`grad`
   (saturation-safe gradients), :mod:`fastpath` (compiled CPU kernel), :mod:`train` (GD, normalized GD,
-  joint training, regularization paths and the one sphere-descent step), :mod:`cone_path` (local paths),
-  :mod:`joint_path` (the joint path), :mod:`smoothness` (the step condition), :mod:`svm` (Att-SVM and
-  the other hard-margin problems), :mod:`geometry` (optimal tokens, neighbours, cones, correlations),
+  joint training, regularization paths and the one sphere-descent step), :mod:`smoothness` (the step
+  condition), :mod:`svm` (Att-SVM and the other hard-margin problems), :mod:`geometry` (optimal tokens,
+  neighbours, cones, correlations),
   :mod:`instances` (the published configurations, :meth:`instances.Instance.gmm`), :mod:`public_code`
   (a replica of the public code, for comparison).
 - paper B's embeddings: :mod:`embedding` (the model with trained embeddings), :mod:`synthetic` (the
@@ -22,9 +22,10 @@ The package, by topic (one idea per module):
   condition, the planar regularization path), :mod:`random_batch` (normalized GD on a padded batch of
   random instances, and what it selected).
 - the book: :mod:`chapters` (each chapter's experiment, generated from the book's ``#| export``
-  cells: settings, ``run``, figures, claims), :mod:`experiments` (the chapters not yet in that form),
+  cells: settings, ``run``, figures, claims; the local and joint paths of chapters 3 and 5 and "your own
+  instance" live there), :mod:`experiments` (chapter 12, not yet in that form),
   :mod:`ledger` (claims), :mod:`resultcache` (the one results cache), :mod:`report` (rendering),
-  :mod:`plotting` (theme and figure types), :mod:`explore` (your own instance), ``python -m mmtoken``
+  :mod:`plotting` (theme and figure types), ``python -m mmtoken``
   (:mod:`__main__`).
 
 A chapter's experiment is read in the chapter and run from there; outside the book, import its
