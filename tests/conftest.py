@@ -52,7 +52,7 @@ def review_data_dir(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
     """One seed of every run on the toy review data, and the seed-free profile (computed once: review_runs and
-    experiments.real_reviews are both tested on it)."""
+    chapters.ch12_real_reviews are both tested on it)."""
     import torch
     from toy_reviews import TINY, toy_dataset
 

@@ -22,6 +22,18 @@ def test_half_the_cells_of_a_converted_theory_chapter_show_the_experiment(stem):
     assert c.share >= 0.5, f"{stem}: {c.setup} of {c.total} main-text code cells show set-up or algorithm"
 
 
+HEAVY = ["09_vit_sparsity", "12_real_reviews"]
+"""The chapters on real data: not theory chapters, in the form all the same (their training runs are package
+primitives the cells call)."""
+
+
+@pytest.mark.parametrize("stem", HEAVY)
+def test_the_real_data_chapters_are_in_the_form(stem):
+    c = cell_counts.count(CHAPTERS[stem])
+    assert c.converted, f"{stem} is not in the book's form (no #| default_exp cell)"
+    assert c.share >= 0.5, f"{stem}: {c.setup} of {c.total} main-text code cells show set-up or algorithm"
+
+
 def test_the_tour_is_a_theory_chapter():
     assert "tour" in THEORY and "02_global" in THEORY and "your_instance" not in THEORY
 

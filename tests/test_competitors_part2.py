@@ -72,7 +72,7 @@ def test_small_init_check_reads_only_the_named_scales():
 )
 def test_part2_claims_pass_and_their_competitors_fail(cid):
     import mmtoken.chapters.ch09_vit_sparsity  # noqa: F401  (registers A.vit.*)
-    import mmtoken.experiments.real_reviews  # noqa: F401  (registers B.regime.*)
+    import mmtoken.chapters.ch12_real_reviews  # noqa: F401  (registers B.regime.*)
 
     c = next(c for c in ledger.select([cid]) if c.id == cid)
     assert c.competitor and c.against is not None

@@ -44,12 +44,12 @@ def test_closure_follows_imports_and_nothing_else():
     } <= vit
     # another chapter's code is not part of it: editing chapter 12 does not invalidate the ViT's results
     assert not vit & {
-        "mmtoken.experiments.real_reviews",
+        "mmtoken.chapters.ch12_real_reviews",
         "mmtoken.review_model",
         "mmtoken.embedding",
         "mmtoken.chapters.ch02_global",
     }
-    reviews = set(resultcache.module_closure("mmtoken.experiments.real_reviews"))
+    reviews = set(resultcache.module_closure("mmtoken.chapters.ch12_real_reviews"))
     assert {"mmtoken.review_model", "mmtoken.review_runs", "mmtoken.datasets.text"} <= reviews
     assert "mmtoken.vit" not in reviews
 
@@ -61,7 +61,7 @@ def test_closure_finds_lazy_imports_inside_functions(tmp_path):
 
 def test_source_fingerprint_is_a_digest_of_the_closure():
     a = resultcache.source_fingerprint("mmtoken.chapters.ch09_vit_sparsity")
-    b = resultcache.source_fingerprint("mmtoken.experiments.real_reviews")
+    b = resultcache.source_fingerprint("mmtoken.chapters.ch12_real_reviews")
     assert len(a) == 64 and a != b and a == resultcache.source_fingerprint("mmtoken.chapters.ch09_vit_sparsity")
 
 
@@ -195,7 +195,7 @@ def test_importing_every_module_creates_no_folder(tmp_path):
         "from mmtoken import config, ledger\n"
         "from mmtoken.datasets.download import cache_dir\n"
         "config.data_dir(); cache_dir('vit'); ledger.records_dir('quick')\n"
-        "from mmtoken.experiments import real_reviews\n"
+        "from mmtoken.chapters import ch12_real_reviews  # noqa: F401\n"
         "assert 'B.yelp.accuracy' in ledger.REGISTRY\n"
     )
     env = dict(os.environ, MMTOKEN_DATA=str(where), MPLBACKEND="Agg")

@@ -1,9 +1,10 @@
-"""Every experiment's ``run()`` follows the current scale (``config.set_scale`` / ``config.use_scale``).
+"""Every chapter's published settings follow the current scale (``config.set_scale`` / ``config.use_scale``).
 
-``run(scale=None)`` must read :func:`mmtoken.config.scale` each time it is
-called: a ``run`` memoised on its arguments would return the first scale's
-result after ``set_scale`` (the bug chapter 9 had). The generic test stops
-each ``run()`` at the moment it reads the scale, so nothing is computed.
+``settings(scale=None)`` must read :func:`mmtoken.config.scale` each time it is
+called: a memoised result would keep the first scale's after ``set_scale`` (the
+bug chapter 9 had). The generic test stops each call at the moment it reads the
+scale, so nothing is computed; ``run`` itself is memoised on the settings, which
+differ between the scales.
 """
 
 import inspect
@@ -15,9 +16,7 @@ from mmtoken import chapters, config
 from mmtoken.chapters import load_all
 
 ALL = {name: m for name, m in load_all().items() if callable(getattr(m, "run", None))}
-MODULES = {name: m for name, m in ALL.items() if not m.__name__.startswith(chapters.PACKAGE + ".")}
-"""Modules of :mod:`mmtoken.experiments`: ``run(scale=None)``."""
-FORM = {name: m for name, m in ALL.items() if name not in MODULES}
+FORM = {name: m for name, m in ALL.items() if m.__name__.startswith(chapters.PACKAGE + ".")}
 """Generated chapter modules: ``run(settings)``, the published settings at the current scale from
 ``settings(scale=None)`` (or ``Settings.at(scale=None)``)."""
 
@@ -27,22 +26,7 @@ class ReadScale(Exception):
 
 
 def test_every_chapter_module_has_a_run():
-    assert "real_reviews" in MODULES and "ch09_vit_sparsity" in FORM
-
-
-@pytest.mark.parametrize("name", sorted(MODULES))
-def test_run_reads_the_current_scale_on_every_call(name, monkeypatch):
-    run = MODULES[name].run
-    assert not hasattr(run, "cache_info"), f"{name}.run is memoised on its arguments: run() ignores set_scale"
-    assert "scale" in inspect.signature(run).parameters, f"{name}.run takes no scale"
-
-    def scale():
-        raise ReadScale
-
-    monkeypatch.setattr(config, "scale", scale)
-    for _ in range(2):  # every call, not only the first
-        with pytest.raises(ReadScale):
-            run()
+    assert {"ch09_vit_sparsity", "ch12_real_reviews"} <= set(FORM) and FORM == ALL  # no experiments module left
 
 
 @pytest.mark.parametrize("name", sorted(FORM))
@@ -74,13 +58,17 @@ def test_vit_sparsity_settings_follow_use_scale():
     assert vs.settings("quick") != vs.settings("paper") and hash(vs.settings("paper")) == hash(vs.settings("paper"))
 
 
-def test_real_reviews_run_follows_use_scale(monkeypatch):
-    rr = MODULES["real_reviews"]
+def test_real_reviews_settings_follow_use_scale(monkeypatch):
+    """Chapter 12 at the current scale: ``run(settings())`` runs each data set with the setup of that scale (the
+    full vocabulary and twice the dimension at paper scale)."""
+    rr = FORM["ch12_real_reviews"]
     seen = []
-    monkeypatch.setattr(rr, "run_dataset", lambda name, scale: seen.append((name, scale)) or np.zeros(1))
+    monkeypatch.setattr(rr, "run_dataset", lambda setup, seeds: seen.append(setup) or np.zeros(1))
     with config.use_scale("paper"):
-        rr.run()
+        rr.run(rr.settings())
     with config.use_scale("quick"):
-        rr.run()
-    scales = [s for _, s in seen]
-    assert scales and set(scales[: len(scales) // 2]) == {"paper"} and set(scales[len(scales) // 2 :]) == {"quick"}
+        rr.run(rr.settings())
+    half = len(seen) // 2
+    assert seen and seen[:half] == [rr.settings("paper").setup(s.dataset) for s in seen[:half]]
+    assert seen[half:] == [rr.Settings().setup(s.dataset) for s in seen[half:]]
+    assert {s.min_count for s in seen[:half]} == {1} and seen[0] != seen[half]

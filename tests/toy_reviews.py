@@ -1,5 +1,5 @@
 """Toy review data shared by the tests of chapter 12's modules (review_phase_two, review_runs, review_search,
-review_regime, experiments.real_reviews) and of the tokenizer's cache: reviews drawn from paper B's data model,
+review_regime, chapters.ch12_real_reviews) and of the tokenizer's cache: reviews drawn from paper B's data model,
 and a setup small enough to train every run in seconds."""
 
 from __future__ import annotations

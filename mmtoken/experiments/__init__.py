@@ -1,14 +1,9 @@
 """The experiment modules of the chapters not yet in the book's form: ``run(scale)``, ``FIGURES``, claims.
 
 A chapter in the book's form writes its experiment in its own ``#| export`` cells, generated into
-:mod:`mmtoken.chapters` (the tour, chapters 1-11 and 13-15 so far; see issue 24). The modules left
-here, and their chapters (claim ids start with the prefix):
-
-========================  ==================================  ==============================
-module                    chapter                             claim prefix
-========================  ==================================  ==============================
-``real_reviews``          12 ``part2/12_real_reviews``        ``B.<data>.``
-========================  ==================================  ==============================
+:mod:`mmtoken.chapters` (every chapter and appendix with an experiment now is; see issue 24). No module
+is left here: :func:`modules` returns an empty list, and this package is kept only until the
+integrator removes it.
 
 :func:`mmtoken.chapters.load_all` imports these and the generated modules (registering their claims);
 it is what ``python -m mmtoken claims`` and ``python -m mmtoken figures`` call.

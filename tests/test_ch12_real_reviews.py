@@ -1,16 +1,18 @@
-"""mmtoken.experiments.real_reviews (chapter 12's module): its tables and plots on a tiny run, its setups,
-its claims.
+"""mmtoken.chapters.ch12_real_reviews (chapter 12's generated module): its tables and plots on a tiny run, its
+settings, its claims.
 
 The computation behind it has its own tests: test_review_model.py, test_review_phase_two.py, test_corpus_stats.py,
 test_review_runs.py, test_review_search.py, test_review_regime.py; the results cache: test_resultcache.py."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from toy_reviews import TINY
 
 from mmtoken import ledger, review_model
-from mmtoken.experiments import real_reviews as rr
+from mmtoken.chapters import ch12_real_reviews as rr
 
 pytestmark = pytest.mark.usefixtures("review_data_dir")
 
@@ -28,6 +30,9 @@ def _fake_result(tiny):
 def test_tables_and_plots(tiny):
     res = _fake_result(tiny)
     table = rr.baseline_table(res)
+    assert list(rr.by_dataset(res, rr.profile_rows).columns) == ["toy"]
+    for rows in (rr.one_step_rows, rr.two_phase_rows, rr.joint_rows, rr.v_trained_rows, rr.data_model_rows):
+        assert rows(res.datasets["toy"]) and all(isinstance(k, str) for k in rows(res.datasets["toy"]))
     assert len(table) == len(rr.MODELS) and "beats v fixed" in table.columns
     assert rr.span([0.8, 0.8]) == "0.800" and rr.span([0.7, 0.81]) == "0.700 - 0.810"
     assert list(rr.seed_table(res.datasets["toy"]).index) == [10, 11]
@@ -61,12 +66,27 @@ def test_tables_and_plots(tiny):
     plt.close("all")
 
 
-def test_setups_and_unknown_dataset():
-    assert rr.setup("imdb", "quick") == rr.QUICK["imdb"]
-    assert rr.setup("yelp", "quick").max_train == 50_000 and rr.setup("yelp", "quick").d == rr.QUICK["imdb"].d
-    assert rr.setup("rt", "paper").min_count == 1
+def test_settings_and_unknown_dataset():
+    s = rr.Settings()
+    assert rr.settings("quick") == s and s.setup("imdb") == s.imdb and s.seeds == (10, 11, 12, 13, 14)
+    assert s.yelp.max_train == 50_000 and s.yelp.dataset == "yelp"
+    assert dataclasses.replace(s.yelp, dataset="imdb", max_train=None, max_test=None) == s.imdb  # IMDB's choices
+    paper = rr.settings("paper")
+    assert paper.rt.min_count == 1 and paper.rt.max_len == 64 and paper.imdb.max_len == 1024
+    assert paper.imdb.d == 2 * s.imdb.d and paper.yelp.max_train is None and hash(paper) == hash(rr.settings("paper"))
     with pytest.raises(ValueError, match="sst2"):
-        rr.setup("sst2")
+        s.setup("sst2")
+
+
+def test_run_gathers_the_settings_datasets(monkeypatch):
+    """``run(s)`` runs each data set of ``s`` with its setup and seeds; Yelp without its data is listed missing."""
+    seen = []
+    monkeypatch.setattr(rr, "run_dataset", lambda setup, seeds: seen.append((setup, seeds)) or setup.dataset)
+    monkeypatch.setattr(rr.text, "available", lambda name: name != "yelp")
+    s = rr.Settings(seeds=(10,))
+    res = rr.run(s)
+    assert seen == [(s.imdb, (10,)), (s.rt, (10,))]
+    assert res.datasets == {"imdb": "imdb", "rt": "rt"} and set(res.missing) == {"yelp"}
 
 
 def test_claims_registered():
@@ -100,8 +120,6 @@ def test_yelp_claims_without_data_report_data_missing(monkeypatch):
 
 def test_stop_labels_gradient_norm_and_order_bound():
     import numpy as np
-
-    from mmtoken.experiments import real_reviews as rr
 
     assert rr.stop_label("converged") == "stopped (loss flat)" and rr.stop_label("budget") == "budget spent"
     assert rr.stop_label("other") == "other"
