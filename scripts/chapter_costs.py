@@ -40,8 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mmtoken import config, grad, review_model, train, vit  # noqa: E402
-from mmtoken.chapters import ch08_random, ch09_vit_sparsity  # noqa: E402
-from mmtoken.experiments import real_reviews  # noqa: E402
+from mmtoken.chapters import ch08_random, ch09_vit_sparsity, ch12_real_reviews  # noqa: E402
 from mmtoken.model import AttentionProblem  # noqa: E402
 
 SNIPPET = ROOT / "book" / "_snippets" / "gpu.md"
@@ -189,7 +188,7 @@ def reviews_work(scale: str) -> Work:
 
     total = Work(0.0, 0.0, "float32")
     for name in ("imdb", "rt"):
-        s = real_reviews.setup(name, scale)
+        s = ch12_real_reviews.settings(scale).setup(name)
         data = prepare(s, text.load(name))
         t = tensors(data)
         N = t.X.shape[0]
