@@ -23,9 +23,8 @@ The package, by topic (one idea per module):
   random instances, and what it selected).
 - the book: :mod:`chapters` (each chapter's experiment, generated from the book's ``#| export``
   cells: settings, ``run``, figures, claims; the local and joint paths of chapters 3 and 5 and "your own
-  instance" live there), :mod:`experiments` (chapter 12, not yet in that form),
-  :mod:`ledger` (claims), :mod:`resultcache` (the one results cache), :mod:`report` (rendering),
-  :mod:`plotting` (theme and figure types), ``python -m mmtoken``
+  instance" live there), :mod:`ledger` (claims), :mod:`resultcache` (the one results cache),
+  :mod:`report` (rendering), :mod:`plotting` (theme and figure types), ``python -m mmtoken``
   (:mod:`__main__`).
 
 A chapter's experiment is read in the chapter and run from there; outside the book, import its

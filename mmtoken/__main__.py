@@ -110,14 +110,13 @@ def _figure_modules(only: list[str] | None) -> list[str]:
     Read as text, without importing anything: a module is a candidate if its
     name is asked for or its source names one of the asked figures.
     """
-    from . import chapters, experiments
+    from . import chapters
 
-    found = [(chapters, n) for n in chapters.modules()] + [(experiments, n) for n in experiments.modules()]
     out = []
-    for package, name in found:
-        source = (Path(package.__file__).parent / f"{name}.py").read_text(encoding="utf-8")
+    for name in chapters.modules():
+        source = (Path(chapters.__file__).parent / f"{name}.py").read_text(encoding="utf-8")
         if not only or any(o == name or o in source for o in only):
-            out.append(f"{package.__name__}.{name}")
+            out.append(f"{chapters.__name__}.{name}")
     return out
 
 

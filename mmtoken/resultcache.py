@@ -446,7 +446,7 @@ def experiment_result(
     compute: Callable[[], tuple[dict[str, np.ndarray], dict]],
     expect: dict[str, tuple] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict]:
-    """Result ``name`` of the experiment module ``module`` (``"mmtoken.experiments.x"``), from the
+    """Result ``name`` of the experiment module ``module`` (``"mmtoken.chapters.ch02_global"``), from the
     results cache or computed now (:func:`load_or_compute`).
 
     Stored as ``data/results/<x>/<name>.npz`` under a fingerprint of the code ``compute``

@@ -29,9 +29,7 @@ from pathlib import Path
 import jupytext
 
 ROOT = Path(__file__).resolve().parents[1]
-BOOK_MODULES = frozenset(
-    {"report", "plotting", "config", "chapters", "experiments", "ledger", "resultcache", "fingerprint"}
-)
+BOOK_MODULES = frozenset({"report", "plotting", "config", "chapters", "ledger", "resultcache", "fingerprint"})
 """Modules of the book, not of the library: calling them shows no experiment."""
 THEORY = ("tour", "01", "02", "03", "04", "05", "06", "07", "08", "10", "11", "13", "14", "15")
 """The theory chapters issue 24's "at least half" applies to: the tour (``book/tour.md``, no number) and the
@@ -142,7 +140,7 @@ def chapters() -> list[Path]:
 def table(counts: list[Count]) -> str:
     lines = [f"{'chapter':<20} {'set-up':>6} {'other':>6} {'share':>6}  form", "-" * 48]
     for c in counts:
-        form = "chapter" if c.converted else "old (experiments/)"
+        form = "chapter" if c.converted else "not in the form"
         lines.append(f"{c.chapter:<20} {c.setup:>6} {c.other:>6} {c.share:>6.0%}  {form}")
     s, t = sum(c.setup for c in counts), sum(c.total for c in counts)
     lines.append(f"{'all':<20} {s:>6} {t - s:>6} {s / t:>6.0%}")

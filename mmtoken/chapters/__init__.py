@@ -18,9 +18,6 @@ module: its results are cached and its claims recorded under the module's
 code fingerprint (:func:`notebook_home`). Once a reader edits an exported cell
 and runs it, the notebook's code is its own: results are cached under a key of
 their own and nothing is recorded as a claim result.
-
-Chapters not yet in this form keep their module in :mod:`mmtoken.experiments`;
-:func:`load_all` imports both.
 """
 
 from __future__ import annotations
@@ -51,14 +48,8 @@ def modules() -> list[str]:
 
 
 def load_all() -> dict[str, ModuleType]:
-    """Import every chapter's experiment module (registering its claims): the generated modules of this
-    package and the modules of :mod:`mmtoken.experiments` of the chapters not yet converted; name -> module."""
-    from .. import experiments
-
-    out = {name: importlib.import_module(f"{PACKAGE}.{name}") for name in modules()}
-    for name in experiments.modules():
-        out[name] = importlib.import_module(f"{experiments.__name__}.{name}")
-    return out
+    """Import every chapter's generated module (registering its claims); name -> module."""
+    return {name: importlib.import_module(f"{PACKAGE}.{name}") for name in modules()}
 
 
 def _text(name: str) -> str:
