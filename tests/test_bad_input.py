@@ -639,6 +639,7 @@ add(
 
 # ----------------------------------------------------------------------------- issue 28: trustworthy at the edges
 from mmtoken import corpus_stats, gen_svm, instances, model, smoothness, tfsvm  # noqa: E402
+from mmtoken.chapters import ch13_w_vs_kq as ch13  # noqa: E402
 
 _XZ_rng = np.random.default_rng(5)
 XW = _XZ_rng.normal(size=(3, 3, 2))
@@ -688,7 +689,7 @@ add(
 )
 add(
     "nuclear_svm zero query row",
-    lambda ctx: tfsvm.nuclear_svm(XW, _Z0, AW),
+    lambda ctx: ch13.nuclear_svm(XW, _Z0, AW),
     Err("input(s) [1] is zero", svm.InfeasibleSVM),
 )
 add("w_svm p zero", lambda ctx: svm.w_svm(XW, AP, [0.0, 0.0]), Err("p must be a non-zero"))
@@ -789,38 +790,29 @@ add(
     lambda ctx: gen_svm.check_sets([(-1,), (0,)], 2, 2),
     Err("sets[0] entries must be an integer >= 0"),
 )
-_W1 = np.eye(2)
-for opt in (0.0, -1.0, np.nan, np.inf):
-    add(f"nuclear_excess optimum {opt}", lambda ctx, o=opt: tfsvm.nuclear_excess(XW, ZW, AW, _W1, o), Err("optimum"))
-add(
-    "nuclear_excess optimum string",
-    lambda ctx: tfsvm.nuclear_excess(XW, ZW, AW, _W1, "1"),
-    Err("optimum must be numeric"),
-)
-add("nuclear_excess W shape", lambda ctx: tfsvm.nuclear_excess(XW, ZW, AW, np.eye(3), 1.0), Err("W must have shape"))
 _K0 = np.eye(2) * 0.1
 for pen in (-1.0, np.nan, np.inf, "abc", True):
-    add(f"kq_grad penalty {pen!r}", lambda ctx, pen=pen: tfsvm.kq_grad(WPROB, _K0, _K0, pen), Err("penalty must be"))
+    add(f"kq_grad penalty {pen!r}", lambda ctx, pen=pen: ch13.kq_grad(WPROB, _K0, _K0, pen), Err("penalty must be"))
     add(
         f"train_kq penalty {pen!r}",
-        lambda ctx, pen=pen: tfsvm.train_kq(WPROB, _K0, _K0, steps=1, penalty=pen),
+        lambda ctx, pen=pen: ch13.train_kq(WPROB, _K0, _K0, steps=1, penalty=pen),
         Err("penalty must be"),
     )
 for sep in ("no", "yes", 0, 1, None):
     add(
         f"train_kq separate {sep!r}",
-        lambda ctx, sep=sep: tfsvm.train_kq(WPROB, _K0, _K0, steps=1, separate=sep),
+        lambda ctx, sep=sep: ch13.train_kq(WPROB, _K0, _K0, steps=1, separate=sep),
         Err("separate must be True or False"),
     )
 add(
     "train_kq separate np.bool_",
-    lambda ctx: tfsvm.train_kq(WPROB, _K0, _K0, steps=1, separate=np.bool_(False)),
+    lambda ctx: ch13.train_kq(WPROB, _K0, _K0, steps=1, separate=np.bool_(False)),
     Ok(lambda r: r.K.shape[0] == 2),
 )
-add("kq_grad K shape", lambda ctx: tfsvm.kq_grad(WPROB, np.ones((3, 2)), _K0), Err("K must have shape"))
+add("kq_grad K shape", lambda ctx: ch13.kq_grad(WPROB, np.ones((3, 2)), _K0), Err("K must have shape"))
 add(
     "kq_grad K numpy ok",
-    lambda ctx: tfsvm.kq_grad(WPROB, _K0, _K0),
+    lambda ctx: ch13.kq_grad(WPROB, _K0, _K0),
     Ok(lambda r: abs(float(torch.linalg.norm(r[0])) - 1) < 1e-12),
 )
 add(
@@ -985,7 +977,7 @@ add(
     Err("starts must have shape"),
 )
 add("analyze n = 0", lambda ctx: explore.analyze(np.zeros((0, 4, 2)), np.zeros(0), V, steps=1), Err("X"))
-add("train_kq steps 2.5", lambda ctx: tfsvm.train_kq(WPROB, _K0, _K0, steps=2.5), Err("steps must be"))
+add("train_kq steps 2.5", lambda ctx: ch13.train_kq(WPROB, _K0, _K0, steps=2.5), Err("steps must be"))
 add("cli claims --only ''", _cli(["claims", "--only", ""]), Exit(2, "empty name"))
 add("cli figures --only ''", _cli(["figures", "--only", ""]), Exit(2, "empty name"))
 add("cli figures --only ' '", _cli(["figures", "--only", "fig-tour-paths", " "]), Exit(2, "empty name"))

@@ -38,7 +38,7 @@ ALLOWED = [
     (
         "book/part3/13_w_vs_kq.ipynb",
         r"\s+(1e-12|2e-16)\s+.*",
-        "the penalty lambda of the run (1e-12, tfsvm.PENALTY = 2.2e-16), an input",
+        "the penalty lambda of the run (1e-12, ch13_w_vs_kq.PENALTY = 2.2e-16), an input",
     ),
 ]
 

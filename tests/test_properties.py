@@ -271,6 +271,7 @@ def test_tfsvm_trainers_at_every_key_scale(seed, u, fast, separate):
 
 def _tfsvm_scales(seed, u, separate):
     from mmtoken import tfsvm
+    from mmtoken.chapters import ch13_w_vs_kq as ch13
 
     c = 10.0**u
     g = torch.Generator().manual_seed(seed % 2**31)
@@ -286,8 +287,8 @@ def _tfsvm_scales(seed, u, separate):
     # W = K Q^T: both factors scaled by 1 / sqrt(c), steps too (no penalty: it is not scale-free)
     K0, Q0 = torch.randn(2, 2, generator=g, dtype=torch.float64), torch.randn(2, 2, generator=g, dtype=torch.float64)
     s = c**0.5
-    k1 = tfsvm.train_kq(base, K0, Q0, steps=15, lr=0.3, penalty=0.0, separate=separate)
-    kc = tfsvm.train_kq(scaled, K0 / s, Q0 / s, steps=15, lr=0.3 / s, penalty=0.0, separate=separate)
+    k1 = ch13.train_kq(base, K0, Q0, steps=15, lr=0.3, penalty=0.0, separate=separate)
+    kc = ch13.train_kq(scaled, K0 / s, Q0 / s, steps=15, lr=0.3 / s, penalty=0.0, separate=separate)
     torch.testing.assert_close(kc.K[-1] * s, k1.K[-1], rtol=1e-7, atol=1e-9)
     torch.testing.assert_close(kc.Q[-1] * s, k1.Q[-1], rtol=1e-7, atol=1e-9)
 

@@ -1,10 +1,12 @@
-"""mmtoken.tfsvm: keys map, (K, Q) gradients, the two Att-SVMs, input checks."""
+"""mmtoken.tfsvm (keys map, W trainer, Frobenius Att-SVM) and chapter 13's own code (mmtoken.chapters.ch13_w_vs_kq:
+the (K, Q) gradients and trainer, the plain-softmax gradient, the nuclear-norm Att-SVM*); input checks."""
 
 import numpy as np
 import pytest
 import torch
 
 from mmtoken import geometry, grad, svm, tfsvm
+from mmtoken.chapters import ch13_w_vs_kq as ch13
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,7 @@ def test_kq_gradient_matches_autograd(inst, lam, scale, m):
     rng = np.random.default_rng(1)
     K, Q = rng.normal(size=(2, 5, m)) * scale
     gK, gQ = _autograd_kq(inst, K, Q, lam)
-    dK, dQ, log_norm = tfsvm.kq_grad(problem, torch.tensor(K), torch.tensor(Q), penalty=lam)
+    dK, dQ, log_norm = ch13.kq_grad(problem, torch.tensor(K), torch.tensor(Q), penalty=lam)
     np.testing.assert_allclose(dK.numpy(), (gK / gK.norm()).numpy(), atol=1e-12)
     np.testing.assert_allclose(dQ.numpy(), (gQ / gQ.norm()).numpy(), atol=1e-12)
     W = torch.tensor(K @ Q.T).reshape(-1)
@@ -58,12 +60,12 @@ def test_penalty_alone_where_the_loss_gradient_underflows(inst):
     W = tfsvm.frobenius_svm(inst["X"], inst["Z"], [0, 1, 2]).x
     U, S, Vt = np.linalg.svd(W)
     K, Q = torch.tensor(U * np.sqrt(S) * 300.0), torch.tensor(Vt.T * np.sqrt(S) * 300.0)
-    dK, dQ, log_norm = tfsvm.kq_grad(problem, K, Q, penalty=tfsvm.PENALTY)
-    assert float(log_norm) < np.log(tfsvm.PENALTY) - tfsvm.PENALTY_NEGLIGIBLE  # the loss's share is dropped
+    dK, dQ, log_norm = ch13.kq_grad(problem, K, Q, penalty=ch13.PENALTY)
+    assert float(log_norm) < np.log(ch13.PENALTY) - ch13.PENALTY_NEGLIGIBLE  # the loss's share is dropped
     np.testing.assert_allclose(dK.numpy(), (K / K.norm()).numpy(), atol=1e-12)
     np.testing.assert_allclose(dQ.numpy(), (Q / Q.norm()).numpy(), atol=1e-12)
     # without the penalty the direction is the loss's alone (not K's)
-    dK0, _, _ = tfsvm.kq_grad(problem, K, Q)
+    dK0, _, _ = ch13.kq_grad(problem, K, Q)
     assert float((dK0 * dK).sum()) < 0.999
 
 
@@ -73,9 +75,9 @@ def test_penalised_runs_agree_compiled_and_torch_and_balance(inst, monkeypatch):
     rng = np.random.default_rng(6)
     K0, Q0 = rng.uniform(-0.5, 0.5, size=(2, 5, 5))
     kw = dict(steps=3000, lr=0.002, record_every=3000, separate=False, penalty=1e-3)
-    a = tfsvm.train_kq(problem, K0, Q0, **kw)
+    a = ch13.train_kq(problem, K0, Q0, **kw)
     monkeypatch.setenv("MMTOKEN_FASTPATH", "off")
-    b = tfsvm.train_kq(problem, K0, Q0, **kw)
+    b = ch13.train_kq(problem, K0, Q0, **kw)
     np.testing.assert_allclose(a.W.numpy(), b.W.numpy(), rtol=1e-8, atol=1e-8)
     K, Q = a.K[-1].numpy(), a.Q[-1].numpy()
     imbalance = np.linalg.norm(K.T @ K - Q.T @ Q) / np.linalg.norm(K @ Q.T)
@@ -103,7 +105,7 @@ def test_naive_grad_is_autograd(inst):
     problem = tfsvm.w_problem(inst["X"], inst["Y"], inst["v"], inst["Z"])
     p = torch.tensor(np.random.default_rng(2).normal(size=25))
     np.testing.assert_allclose(
-        tfsvm.naive_grad(problem, p).numpy(), grad.autograd_grad(problem, p).numpy(), rtol=1e-10, atol=1e-15
+        ch13.naive_grad(problem, p).numpy(), grad.autograd_grad(problem, p).numpy(), rtol=1e-10, atol=1e-15
     )
 
 
@@ -111,17 +113,17 @@ def test_compiled_and_torch_kq_agree(inst, monkeypatch):
     problem = tfsvm.w_problem(inst["X"], inst["Y"], inst["v"], inst["Z"])
     rng = np.random.default_rng(4)
     K0, Q0 = rng.uniform(-0.4, 0.4, size=(2, 2, 5, 5))
-    runs = {sep: tfsvm.train_kq(problem, K0, Q0, steps=30, record_every=10, separate=sep) for sep in (True, False)}
+    runs = {sep: ch13.train_kq(problem, K0, Q0, steps=30, record_every=10, separate=sep) for sep in (True, False)}
     monkeypatch.setenv("MMTOKEN_FASTPATH", "off")
     for sep, a in runs.items():
-        b = tfsvm.train_kq(problem, K0, Q0, steps=30, record_every=10, separate=sep)
+        b = ch13.train_kq(problem, K0, Q0, steps=30, record_every=10, separate=sep)
         assert a.steps.tolist() == b.steps.tolist() == [0, 10, 20, 30]
         np.testing.assert_allclose(a.W.numpy(), b.W.numpy(), rtol=1e-9, atol=1e-9)
     # the separate and joint steps are different algorithms
     assert not np.allclose(runs[True].W[-1].numpy(), runs[False].W[-1].numpy())
     # one step: each factor moves by lr (separate), or the pair by lr (joint), in Frobenius norm
     step = lambda A: (A[1] - A[0]).flatten(-2).norm(dim=-1).numpy()
-    one = {sep: tfsvm.train_kq(problem, K0, Q0, steps=1, record_every=1, separate=sep) for sep in (True, False)}
+    one = {sep: ch13.train_kq(problem, K0, Q0, steps=1, record_every=1, separate=sep) for sep in (True, False)}
     np.testing.assert_allclose(step(one[True].K), 0.1, rtol=1e-12)
     np.testing.assert_allclose(step(one[True].Q), 0.1, rtol=1e-12)
     np.testing.assert_allclose(np.hypot(step(one[False].K), step(one[False].Q)), 0.1, rtol=1e-12)
@@ -134,7 +136,7 @@ def test_frobenius_svm_is_paper_a_att_svm(inst):
     assert max(sol.kkt_relative().values()) <= svm.KKT_TOL
     margins = geometry.margins(tfsvm.w_keys(inst["X"], inst["Z"]).numpy(), alpha, sol.x.ravel())
     assert np.nanmin(margins) == pytest.approx(1.0, abs=1e-8)
-    nuc = tfsvm.nuclear_svm(inst["X"], inst["Z"], alpha)
+    nuc = ch13.nuclear_svm(inst["X"], inst["Z"], alpha)
     # same feasible set, different norms: each solution wins on its own objective
     assert np.linalg.norm(sol.x) <= np.linalg.norm(nuc.W) + 1e-8
     s = lambda A: np.linalg.svd(A, compute_uv=False).sum()
@@ -142,7 +144,7 @@ def test_frobenius_svm_is_paper_a_att_svm(inst):
 
 
 def test_nuclear_svm_certificate(inst):
-    sol = tfsvm.nuclear_svm(inst["X"], inst["Z"], [3, 0, 1])
+    sol = ch13.nuclear_svm(inst["X"], inst["Z"], [3, 0, 1])
     c = sol.check
     assert c["primal"] <= 1e-6 and c["dual"] <= 1e-6 and c["gap"] <= 1e-6 and c["active"] >= 1
     # weak duality by hand: M = sum mu_j A_j has ||M||_op ~ 1 and sum mu ~ ||W||_*
@@ -159,25 +161,16 @@ def test_nuclear_svm_certificate(inst):
 
 
 def test_certificate_detects_a_suboptimal_point(inst):
-    sol = tfsvm.nuclear_svm(inst["X"], inst["Z"], [3, 0, 1])
+    sol = ch13.nuclear_svm(inst["X"], inst["Z"], [3, 0, 1])
     fro = tfsvm.frobenius_svm(inst["X"], inst["Z"], [3, 0, 1]).x
-    bad = tfsvm.nuclear_certificate(fro, sol.D, sol.dual)
+    bad = ch13.nuclear_certificate(fro, sol.D, sol.dual)
     assert bad["gap"] > 1e-3
-
-
-def test_nuclear_excess(inst):
-    alpha = np.array([3, 0, 1])
-    sol = tfsvm.nuclear_svm(inst["X"], inst["Z"], alpha)
-    fro = tfsvm.frobenius_svm(inst["X"], inst["Z"], alpha).x
-    assert abs(tfsvm.nuclear_excess(inst["X"], inst["Z"], alpha, 7.0 * sol.W, sol.objective)) < 1e-6
-    assert tfsvm.nuclear_excess(inst["X"], inst["Z"], alpha, fro, sol.objective) > 1e-3
-    assert tfsvm.nuclear_excess(inst["X"], inst["Z"], alpha, -fro, sol.objective) == np.inf
 
 
 def test_rank_threshold():
     W = np.diag([1.0, 0.5, 0.011, 0.009])
-    assert tfsvm.numerical_rank(W) == 3
-    assert tfsvm.numerical_rank(np.stack([W, np.eye(4)])).tolist() == [3, 4]
+    assert ch13.numerical_rank(W) == 3
+    assert ch13.numerical_rank(np.stack([W, np.eye(4)])).tolist() == [3, 4]
 
 
 def test_infeasible_selection_raises():
@@ -186,7 +179,7 @@ def test_infeasible_selection_raises():
     X = np.ones((1, 3, 2))
     Z = np.array([[1.0, 0.0]])
     with pytest.raises(svm.InfeasibleSVM):
-        tfsvm.nuclear_svm(X, Z, [0])
+        ch13.nuclear_svm(X, Z, [0])
     with pytest.raises(svm.InfeasibleSVM):
         tfsvm.frobenius_svm(X, Z, [0])
 
@@ -202,7 +195,7 @@ def test_bad_input_raises(inst, bad):
         alpha = [0, 1, 9]
     else:
         Z = Z[:, :3]
-    for f in (tfsvm.nuclear_svm, tfsvm.frobenius_svm):
+    for f in (ch13.nuclear_svm, tfsvm.frobenius_svm):
         with pytest.raises(ValueError, match="X|Z|alpha"):
             f(X, Z, alpha)
     if bad in ("shape", "nan", "Z"):
@@ -210,11 +203,27 @@ def test_bad_input_raises(inst, bad):
             tfsvm.w_keys(X, Z)
 
 
+def test_the_checks_chapter_13_calls_name_the_argument(inst):
+    problem = tfsvm.w_problem(inst["X"], inst["Y"], inst["v"], inst["Z"])
+    assert tfsvm.w_dim(problem) == 5
+    with pytest.raises(ValueError, match="not a W problem"):
+        tfsvm.w_dim(type(problem)(problem.K[..., :24], problem.gamma))
+    with pytest.raises(ValueError, match="problem must be an AttentionProblem"):
+        tfsvm.w_dim(inst["X"])
+    with pytest.raises(ValueError, match="W0 must have shape"):
+        tfsvm.as_square(np.eye(4), 5, "W0")
+    assert tfsvm.as_square(np.eye(5), 5).dtype == torch.float64
+    K, alpha = tfsvm.keys_selection(inst["X"], inst["Z"], [0, 1, 2])
+    assert K.shape == (3, 4, 25) and alpha.tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match="at least 2"):
+        tfsvm.keys_selection(inst["X"][:, :1], inst["Z"], [0, 0, 0])
+
+
 def test_trainers_refuse_bad_input(inst):
     problem = tfsvm.w_problem(inst["X"], inst["Y"], inst["v"], inst["Z"])
     with pytest.raises(ValueError, match="W0"):
         tfsvm.train_w(problem, np.zeros((4, 4)), steps=1)
     with pytest.raises(ValueError, match="K0|Q0"):
-        tfsvm.train_kq(problem, np.zeros((5, 2)), np.zeros((5, 3)), steps=1)
+        ch13.train_kq(problem, np.zeros((5, 2)), np.zeros((5, 3)), steps=1)
     with pytest.raises(ValueError, match="Y"):
         tfsvm.w_problem(inst["X"], inst["Y"] * 2, inst["v"], inst["Z"])
