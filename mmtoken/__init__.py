@@ -6,10 +6,10 @@ The package, by topic (one idea per module):
 - paper A's selection core: :mod:`model` (the attention model), :mod:`losses`, :mod:`grad`
   (saturation-safe gradients), :mod:`fastpath` (compiled CPU kernel), :mod:`train` (GD, normalized GD,
   joint training, regularization paths and the one sphere-descent step), :mod:`smoothness` (the step
-  condition), :mod:`svm` (Att-SVM and the other hard-margin problems), :mod:`geometry` (optimal tokens,
-  neighbours, cones, correlations),
-  :mod:`instances` (the published configurations, :meth:`instances.Instance.gmm`), :mod:`public_code`
-  (a replica of the public code, for comparison).
+  condition), :mod:`svm` (Att-SVM and the other hard-margin problems), :mod:`svm_solvers` (their solvers,
+  right at every scale and checked independently), :mod:`geometry` (optimal tokens, neighbours, cones,
+  correlations), :mod:`instances` (the published configurations, :meth:`instances.Instance.gmm`),
+  :mod:`public_code` (a replica of the public code, for comparison).
 - paper B's embeddings: :mod:`embedding` (the model with trained embeddings), :mod:`synthetic` (the
   data model), :mod:`corpus_stats` (token statistics of a labelled corpus, Spearman).
 - paper B on real reviews: :mod:`review_model` (the gather model and its training),

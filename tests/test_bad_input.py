@@ -638,8 +638,9 @@ add(
 
 
 # ----------------------------------------------------------------------------- issue 28: trustworthy at the edges
-from mmtoken import corpus_stats, gen_svm, instances, model, smoothness, tfsvm  # noqa: E402
+from mmtoken import corpus_stats, instances, model, smoothness, tfsvm  # noqa: E402
 from mmtoken.chapters import ch13_w_vs_kq as ch13  # noqa: E402
+from mmtoken.chapters import ch15_multi_token as mt  # noqa: E402
 
 _XZ_rng = np.random.default_rng(5)
 XW = _XZ_rng.normal(size=(3, 3, 2))
@@ -661,7 +662,7 @@ for c in (1e-200, 1e-160, 1e160, 1e200):  # products x z^T underflow / overflow:
     add(f"w_svm X,p*{c:g}", lambda ctx, c=c: svm.w_svm(XW * c, AP, PW * c), Err("rescale X and p"))
     add(
         f"w_gen_svm X,Z*{c:g}",
-        lambda ctx, c=c: gen_svm.w_gen_svm(XW * c, ZW * c, [(int(a),) for a in AW]),
+        lambda ctx, c=c: mt.w_gen_svm(XW * c, ZW * c, [(int(a),) for a in AW]),
         Err("rescale X and Z"),
     )
 for c in (1e-150, 1e150):  # products out of the plain range but representable: the right answer
@@ -700,7 +701,7 @@ add(
 )
 add(
     "min_norm_nnls names its caller's data",
-    lambda ctx: gen_svm.gen_svm(K2 * 1e-300 * 1e-10, [(0,), (0,)]),
+    lambda ctx: mt.gen_svm(K2 * 1e-300 * 1e-10, [(0,), (0,)]),
     Err("rescale K"),
 )
 
@@ -766,28 +767,28 @@ add(
 )
 add(
     "gen_svm fractional set entry",
-    lambda ctx: gen_svm.gen_svm(K2, [(0.5,), (1,)]),
+    lambda ctx: mt.gen_svm(K2, [(0.5,), (1,)]),
     Err("sets[0] entries must be an integer"),
 )
 add(
     "gen_svm boolean set entry",
-    lambda ctx: gen_svm.gen_svm(K2, [(True,), (0,)]),
+    lambda ctx: mt.gen_svm(K2, [(True,), (0,)]),
     Err("sets[0] entries must be an integer"),
 )
 add(
     "gen_svm nan set entry",
-    lambda ctx: gen_svm.gen_svm(K2, [(np.nan,), (0,)]),
+    lambda ctx: mt.gen_svm(K2, [(np.nan,), (0,)]),
     Err("sets[0] entries must be an integer"),
 )
-add("gen_svm string sets", lambda ctx: gen_svm.gen_svm(K2, "01"), Err("sets must be a list"))
+add("gen_svm string sets", lambda ctx: mt.gen_svm(K2, "01"), Err("sets must be a list"))
 add(
     "gen_svm integral float entry",
-    lambda ctx: gen_svm.gen_svm(K2, [(0.0,), (0.0,)]),
+    lambda ctx: mt.gen_svm(K2, [(0.0,), (0.0,)]),
     Ok(lambda r: np.isfinite(r.x).all()),
 )
 add(
     "check_sets negative entry",
-    lambda ctx: gen_svm.check_sets([(-1,), (0,)], 2, 2),
+    lambda ctx: mt.check_sets([(-1,), (0,)], 2, 2),
     Err("sets[0] entries must be an integer >= 0"),
 )
 _K0 = np.eye(2) * 0.1
@@ -1029,7 +1030,7 @@ add(
     Err("sat must be a Saturation"),
 )
 for hv in ("a", None, np.nan, 2.0):
-    add(f"sets_from_probs high {hv!r}", lambda ctx, hv=hv: gen_svm.sets_from_probs(np.eye(2), high=hv), Err("high"))
+    add(f"sets_from_probs high {hv!r}", lambda ctx, hv=hv: mt.sets_from_probs(np.eye(2), high=hv), Err("high"))
 for wv in (np.nan, "a", None, 3, 2.5, True):
     add(f"fit_line width {wv!r}", lambda ctx, wv=wv: download_module.fit_line("abcdef", wv), Err("width must be"))
 add(

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from mmtoken import gen_svm
+from mmtoken import tfsvm
 from mmtoken.chapters import ch14_overparam as op
 
 
@@ -13,7 +13,7 @@ def test_instances_shapes_and_scores():
     r = op.w_instances(5, 3, 4, 6, seed=1)
     assert r["K"].shape == (5, 3, 4, 36)
     np.testing.assert_allclose(r["gamma"], r["Y"][..., None] * np.einsum("cntd,cd->cnt", r["X"], r["v"]))
-    K0 = np.asarray(gen_svm.w_keys(r["X"][2], r["Z"][2]))
+    K0 = np.asarray(tfsvm.w_keys(r["X"][2], r["Z"][2]))
     np.testing.assert_allclose(r["K"][2], K0)
     with pytest.raises(ValueError, match="T >= 2"):
         op.w_instances(2, 3, 1, 4)
@@ -36,7 +36,7 @@ def test_constructed_infeasible_selection():
     # one input, d = 2: token 1 is the midpoint of tokens 0 and 2, so it can never be the strict top
     X = np.array([[[1.0, 0.0], [0.5, 0.5], [0.0, 1.0]]])
     Z = np.array([[1.0, 0.3]])
-    K = gen_svm.w_keys(X, Z)
+    K = tfsvm.w_keys(X, Z)
     assert op.selection_feasible(K, [1]) is False
     assert op.selection_feasible(K, [0]) is True
     # the certificate is about *affine* independence: collinear tokens fail it

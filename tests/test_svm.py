@@ -1,9 +1,10 @@
-"""ATT-SVM, relaxed, head and W-form SVMs: KKT, independent solver, closed forms, errors."""
+"""ATT-SVM, relaxed, head and W-form SVMs (mmtoken.svm) and their solvers (mmtoken.svm_solvers): KKT,
+independent solver, closed forms, errors."""
 
 import numpy as np
 import pytest
 
-from mmtoken import geometry, instances, svm
+from mmtoken import geometry, instances, svm, svm_solvers
 
 
 def test_att_svm_kkt_and_nnls_agree():
@@ -13,7 +14,7 @@ def test_att_svm_kkt_and_nnls_agree():
         alpha = rng.integers(0, 3, size=2)
         sol = svm.att_svm(K, alpha)
         assert max(sol.kkt_residuals().values()) < 1e-6
-        np.testing.assert_allclose(svm.min_norm_nnls(sol.D, sol.b), sol.x, atol=1e-6)
+        np.testing.assert_allclose(svm_solvers.min_norm_nnls(sol.D, sol.b), sol.x, atol=1e-6)
 
 
 def test_att_svm_closed_form_one_constraint():
@@ -91,7 +92,7 @@ def test_att_svm_is_right_at_every_scale(c):
     base = svm.att_svm(K, a)
     sol = svm.att_svm(K * c, a)
     np.testing.assert_allclose(sol.x * c, base.x, rtol=1e-7)
-    assert max(sol.kkt_relative().values()) <= svm.KKT_TOL
+    assert max(sol.kkt_relative().values()) <= svm_solvers.KKT_TOL
     margins = geometry.margins(K * c, a, sol.x)
     assert np.nanmin(margins) == pytest.approx(1.0, rel=1e-7)  # some constraint active
     assert geometry.svm_neighbours(K * c, a, sol.x) == geometry.svm_neighbours(K, a, base.x)
@@ -126,7 +127,7 @@ def test_a_wrong_solver_answer_is_caught_by_the_check(monkeypatch):
     K, a = _issue_instance()
     true = svm.att_svm(K, a).x
     c = 1 / np.abs(K[np.arange(3), a][:, None] - K).max()  # any positive scale: the fake ignores it
-    monkeypatch.setattr(svm, "clarabel_qp", lambda G, h: (3.7 * true / c, np.zeros(len(h)), "optimal"))
+    monkeypatch.setattr(svm_solvers, "clarabel_qp", lambda G, h: (3.7 * true / c, np.zeros(len(h)), "optimal"))
     sol = svm.att_svm(K, a)
     assert sol.check["method"] != "clarabel"  # the raw point was refused
     np.testing.assert_allclose(sol.x, true, rtol=1e-9)
@@ -134,10 +135,11 @@ def test_a_wrong_solver_answer_is_caught_by_the_check(monkeypatch):
 
 def test_infeasibility_is_confirmed_independently(monkeypatch):
     K, a = _issue_instance()
-    monkeypatch.setattr(svm, "clarabel_qp", lambda G, h: (None, None, "infeasible"))  # a solver that lies
+    monkeypatch.setattr(svm_solvers, "clarabel_qp", lambda G, h: (None, None, "infeasible"))  # a solver that lies
     sol = svm.att_svm(K, a)  # the NNLS route answers
     assert sol.check["method"] == "nnls"
-    monkeypatch.setattr(svm, "least_distance", lambda G, h: ("infeasible", np.zeros(len(h)), 0.3))  # no certificate
+    no_certificate = lambda G, h: ("infeasible", np.zeros(len(h)), 0.3)
+    monkeypatch.setattr(svm_solvers, "least_distance", no_certificate)
     with pytest.raises(svm.SolverFailed, match="cannot be decided"):
         svm.att_svm(K, a)
 
@@ -145,12 +147,12 @@ def test_infeasibility_is_confirmed_independently(monkeypatch):
 # ----------------------------------------------------------------------------- degenerate problems (item 4)
 def test_min_norm_nnls_without_constraints_does_not_reach_scipy():
     """An empty constraint matrix used to double-free inside scipy and kill the process."""
-    np.testing.assert_array_equal(svm.min_norm_nnls(np.zeros((0, 3)), np.zeros(0)), np.zeros(3))
-    np.testing.assert_array_equal(svm.min_norm_nnls(np.ones((2, 2)), -np.ones(2)), np.zeros(2))
+    np.testing.assert_array_equal(svm_solvers.min_norm_nnls(np.zeros((0, 3)), np.zeros(0)), np.zeros(3))
+    np.testing.assert_array_equal(svm_solvers.min_norm_nnls(np.ones((2, 2)), -np.ones(2)), np.zeros(2))
     with pytest.raises(svm.InfeasibleSVM):
-        svm.min_norm_nnls(np.zeros((1, 2)), np.ones(1))
+        svm_solvers.min_norm_nnls(np.zeros((1, 2)), np.ones(1))
     with pytest.raises(ValueError, match="b must have shape"):
-        svm.min_norm_nnls(np.ones((2, 2)), np.ones(3))
+        svm_solvers.min_norm_nnls(np.ones((2, 2)), np.ones(3))
 
 
 def test_one_token_per_input_is_refused():
@@ -186,3 +188,10 @@ def test_identical_tokens_are_certified_infeasible():
     K = np.array([[[1.0, 2.0], [1.0, 2.0], [0.0, 0.0]]])
     with pytest.raises(svm.InfeasibleSVM, match="zero"):
         svm.att_svm(K, [0])
+
+
+def test_svm_exports_the_solvers_types_and_errors():
+    """``svm.att_svm``'s solution and errors, and the solver names the chapters call, are the solvers' own."""
+    for name in ("SVMSolution", "InfeasibleSVM", "SolverFailed", "KKT_TOL", "SOLVER", "min_norm_nnls"):
+        assert getattr(svm, name) is getattr(svm_solvers, name), name
+    assert isinstance(svm.att_svm(np.array([[[1.0, 0.0], [0.0, 1.0]]]), [0]), svm_solvers.SVMSolution)
