@@ -15,9 +15,11 @@ The package, by topic (one idea per module):
 - paper B on real reviews: :mod:`review_model` (the gather model and its training),
   :mod:`review_phase_two` (``p`` with ``E`` fixed), :mod:`review_search` (the validation search),
   :mod:`review_runs` (chapter 12's protocol), :mod:`review_regime` (the theory's regime).
-- the vision transformer: :mod:`vit` (model and attention statistics), :mod:`vit_runs` (cached runs).
+- the vision transformer: :mod:`vit` (model and attention statistics), :mod:`vit_train` (its training loop),
+  :mod:`vit_runs` (training a run, the key's fingerprint), :mod:`vit_cache` (a run's description, record and
+  cache folder).
 - data: :mod:`datasets` (``download``, ``sources``, ``packages``, ``parsers``, ``corpus``, ``text``,
-  ``tokenize``, ``images``, ``cli``).
+  ``tokenize``, ``images`` with ``fashion_mnist`` and ``cifar10``, ``cli``).
 - Part I's long runs, shared by its chapters: :mod:`long_paths` (plain GD over decades, the step
   condition, the planar regularization path), :mod:`random_batch` (normalized GD on a padded batch of
   random instances, and what it selected).

@@ -1,4 +1,4 @@
-"""A small vision transformer with a [CLS] token, and the attention statistics of its last layer.
+"""A small vision transformer with a [CLS] token, and the statistics of its attention.
 
 Architecture (pre-LayerNorm ViT, Dosovitskiy et al. 2021):
 
@@ -17,6 +17,10 @@ plays the role of paper A's key-query matrix and the [CLS] query
 ``W_Qᵀ LN(x_cls)`` the role of its token ``p``. Its norm
 (:func:`key_query_norm`) is the quantity the theory says must grow for the
 softmax to select tokens.
+
+The statistics of the [CLS] attention over the patches (:func:`attention_statistics`
+on a whole split, :func:`probe_statistics` on a batch) are what a training run
+records (:mod:`mmtoken.vit_runs`); the training loop is :mod:`mmtoken.vit_train`.
 """
 
 from __future__ import annotations
@@ -32,22 +36,17 @@ __all__ = [
     "key_query_norm",
     "WEIGHT_NORMS",
     "weight_norms",
-    "TrainConfig",
-    "pinned_threads",
-    "lr_factor",
-    "augment",
-    "Normalizer",
-    "evaluate",
-    "train",
-    "cls_logits",
-    "logit_spread_bound",
+    "foreground_mask",
+    "effective_patches",
+    "attention_statistics",
+    "probe_statistics",
 ]
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -100,9 +99,6 @@ class ViTConfig:
     def n_patches(self) -> int:
         """``P``, the number of patch tokens."""
         return self.grid**2
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class Attention(nn.Module):
@@ -299,261 +295,114 @@ def weight_norms(model: ViT, layer: int = -1) -> dict[str, float]:
     return {k: out[k] for k in WEIGHT_NORMS}
 
 
-# --------------------------------------------------------------------------- training
+# --------------------------------------------------------------------------- attention statistics
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    """How the ViT is trained.
-
-    Attributes
-    ----------
-    epochs : passes over the training set.
-    batch_size : images per step (the last, smaller batch of an epoch is dropped).
-    lr : peak learning rate of AdamW.
-    weight_decay : AdamW's decoupled weight decay (0: nothing pulls the norms back).
-    betas : AdamW's moment coefficients.
-    warmup : fraction of all steps spent ramping the learning rate linearly
-        from 0; then a cosine decay to 0.
-    grad_clip : clip the global gradient norm to this (``None``: no clipping).
-    augment : random crops (padding 4) and horizontal flips, for CIFAR-10.
-    seed : seeds initialisation, data order and augmentation.
-    threads : torch intra-op threads during training (``1`` makes the run
-        bit-for-bit the same on every machine with the same CPU kernels,
-        whatever its core count); ``None`` keeps torch's setting.
-    """
-
-    epochs: int = 3
-    batch_size: int = 128
-    lr: float = 1e-2
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    warmup: float = 0.05
-    grad_clip: float | None = None
-    augment: bool = False
-    seed: int = 0
-    threads: int | None = 1
-
-    def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"TrainConfig.{name} must be a positive integer, got {value!r}")
-        for name, ok, need in (
-            ("lr", lambda v: 0 < v < math.inf, "a finite number > 0"),
-            ("weight_decay", lambda v: 0 <= v < math.inf, "a finite number >= 0"),
-            ("warmup", lambda v: 0 <= v < 1, "in [0, 1)"),
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
-                raise ValueError(f"TrainConfig.{name} must be {need}, got {value!r}")
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
-        if self.grad_clip is not None and not 0 < self.grad_clip < math.inf:
-            raise ValueError(f"TrainConfig.grad_clip must be None or a finite number > 0, got {self.grad_clip!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"TrainConfig.seed must be a non-negative integer, got {self.seed!r}")
-        if self.threads is not None and (
-            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
-        ):
-            raise ValueError(f"TrainConfig.threads must be None or a positive integer, got {self.threads!r}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+def foreground_mask(images: np.ndarray, patch: int, threshold: float | None) -> np.ndarray:
+    """``bool (N, P)``: patches whose mean pixel value (``x/255``) is at least ``threshold``."""
+    if threshold is None:
+        return np.zeros((images.shape[0], (images.shape[2] // patch) * (images.shape[3] // patch)), bool)
+    x = torch.as_tensor(images, dtype=torch.float64) / 255.0
+    return (patchify(x, patch).mean(-1) >= threshold).numpy()
 
 
-@contextmanager
-def pinned_threads(threads: int | None) -> Iterator[None]:
-    """Run the body with ``threads`` torch intra-op threads (``None``: leave torch's setting).
-
-    One thread makes every reduction run in the same order whatever the
-    machine's core count, so results are bit-identical across machines with
-    the same CPU kernels; the previous setting is restored afterwards.
-    """
-    old = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
+def _entropy(p: np.ndarray) -> np.ndarray:
+    """:func:`entropy` of a NumPy array (nats, last axis)."""
+    return -(p * np.log(np.clip(p, 1e-30, None))).sum(-1)
 
 
-def lr_factor(step: int, total: int, warmup: float) -> float:
-    """Multiplier of the peak learning rate at ``step`` of ``total``: linear warm-up, then cosine to 0."""
-    n_warm = max(1, round(warmup * total)) if warmup > 0 else 0
-    if step < n_warm:
-        return (step + 1) / n_warm
-    progress = (step - n_warm) / max(1, total - n_warm)
-    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-
-def augment(images: torch.Tensor, generator: torch.Generator, pad: int = 4) -> torch.Tensor:
-    """Random crop after zero padding by ``pad`` and random horizontal flip, per image.
-
-    ``images`` ``(B, C, H, W)``; the random numbers come from ``generator`` (on the CPU).
-    """
-    b, _, h, w = images.shape
-    padded = nn.functional.pad(images, (pad, pad, pad, pad))
-    dy = torch.randint(0, 2 * pad + 1, (b,), generator=generator).to(images.device)
-    dx = torch.randint(0, 2 * pad + 1, (b,), generator=generator).to(images.device)
-    flip = (torch.rand(b, generator=generator) < 0.5).to(images.device)
-    rows = (dy[:, None] + torch.arange(h, device=images.device))[:, None, :, None]
-    cols = dx[:, None] + torch.arange(w, device=images.device)
-    cols = torch.where(flip[:, None], cols.flip(-1), cols)[:, None, None, :]
-    idx_b = torch.arange(b, device=images.device)[:, None, None, None]
-    idx_c = torch.arange(images.shape[1], device=images.device)[None, :, None, None]
-    return padded[idx_b, idx_c, rows, cols]
-
-
-class Normalizer:
-    """Turn ``uint8`` images into float32 with per-channel mean 0 / std 1 of the training set.
-
-    ``mean`` and ``std`` are per-channel statistics of ``x / 255``.
-    """
-
-    def __init__(self, mean: list[float], std: list[float]) -> None:
-        self.mean = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
-        self.std = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
-
-    @classmethod
-    def fit(cls, images: torch.Tensor, chunk: int = 8192) -> Normalizer:
-        """Per-channel mean and (unbiased) standard deviation of ``images / 255``, ``(N, C, H, W)``.
-
-        Accumulated in float64 over chunks of ``chunk`` images, so memory stays small.
-        """
-        if images.ndim != 4 or images.shape[0] == 0:
-            raise ValueError(f"expected a non-empty batch of images (N, C, H, W), got {tuple(images.shape)}")
-        s1 = torch.zeros(images.shape[1], dtype=torch.float64)
-        s2 = torch.zeros_like(s1)
-        for i in range(0, images.shape[0], chunk):
-            x = images[i : i + chunk].double().cpu() / 255.0
-            s1 += x.sum((0, 2, 3))
-            s2 += x.square().sum((0, 2, 3))
-        n = images.shape[0] * images.shape[2] * images.shape[3]
-        mean = s1 / n
-        var = (s2 - n * mean.square()) / (n - 1)
-        return cls([float(v) for v in mean], [float(v) for v in var.clamp_min(0).sqrt()])
-
-    def __call__(self, images: torch.Tensor) -> torch.Tensor:
-        x = images.float() / 255.0
-        return (x - self.mean.to(x.device)) / self.std.to(x.device)
+def effective_patches(p: np.ndarray) -> np.ndarray:
+    """``exp(entropy)`` over the last axis: 1 for one patch, ``P`` for uniform attention."""
+    return np.exp(_entropy(np.asarray(p, np.float64)))
 
 
 @torch.no_grad()
-def evaluate(
-    model: ViT, images: torch.Tensor, labels: torch.Tensor, normalize: Normalizer, batch_size: int = 1000
-) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy of ``model`` on ``uint8`` images ``(N, C, H, W)`` and labels ``(N,)``."""
-    was_training = model.training
-    model.eval()
-    loss, correct = 0.0, 0
-    for i in range(0, len(images), batch_size):
-        logits = model(normalize(images[i : i + batch_size]))
-        y = labels[i : i + batch_size]
-        loss += float(nn.functional.cross_entropy(logits, y, reduction="sum"))
-        correct += int((logits.argmax(-1) == y).sum())
-    model.train(was_training)
-    return loss / len(images), correct / len(images)
-
-
-def train(
+def attention_statistics(
     model: ViT,
-    images: torch.Tensor,
-    labels: torch.Tensor,
-    config: TrainConfig,
-    normalize: Normalizer,
-    *,
-    log_points: list[int] | None = None,
-    on_log=None,
-) -> None:
-    """Train ``model`` in place with AdamW, warm-up and cosine decay.
+    images: np.ndarray,
+    labels: np.ndarray,
+    normalize: Callable[[torch.Tensor], torch.Tensor],
+    fg: np.ndarray,
+    batch_size: int = 1000,
+) -> dict:
+    """One pass over ``images``: loss, accuracy and the [CLS] attention statistics of every block.
 
     Parameters
     ----------
-    model : the network, already on the device of ``images``.
-    images : ``uint8`` ``(N, C, H, W)`` training images; labels ``int64`` ``(N,)``.
-    config : the schedule (see :class:`TrainConfig`); its seed fixes the data order.
-    normalize : the map from ``uint8`` images to network inputs.
-    log_points : step counts (0 = before training) after which ``on_log`` is called.
-    on_log : ``on_log(step, epoch, mean_train_loss_since_last_log)``.
-    """
-    if images.shape[0] != labels.shape[0]:
-        raise ValueError(f"{images.shape[0]} images but {labels.shape[0]} labels")
-    steps_per_epoch = images.shape[0] // config.batch_size
-    if steps_per_epoch == 0:
-        raise ValueError(f"batch size {config.batch_size} exceeds the {images.shape[0]} training images")
-    total = steps_per_epoch * config.epochs
-    logs = set(log_points or [])
-    gen = torch.Generator().manual_seed(config.seed + 1)
-    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, total, config.warmup))
-    with pinned_threads(config.threads):
-        model.train()
-        if on_log and 0 in logs:
-            on_log(0, 0.0, float("nan"))
-        step, running, count = 0, 0.0, 0
-        for _epoch in range(config.epochs):
-            order = torch.randperm(images.shape[0], generator=gen).to(images.device)
-            for b in range(steps_per_epoch):
-                idx = order[b * config.batch_size : (b + 1) * config.batch_size]
-                x = images[idx]
-                if config.augment:
-                    x = augment(x, gen)
-                loss = nn.functional.cross_entropy(model(normalize(x)), labels[idx])
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if config.grad_clip is not None:
-                    nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-                opt.step()
-                sched.step()
-                step += 1
-                running += loss.item()
-                count += 1
-                if on_log and step in logs:
-                    on_log(step, step / steps_per_epoch, running / count)
-                    model.train()
-                    running, count = 0.0, 0
-
-
-# --------------------------------------------------------------------------- logit spread and its bound
-
-
-@torch.no_grad()
-def cls_logits(model: ViT, inputs: torch.Tensor, layer: int = -1) -> torch.Tensor:
-    """Attention logits of the [CLS] query over the patches in block ``layer``.
-
-    Parameters
-    ----------
-    inputs : normalised images ``(B, C, H, W)``.
+    images : ``uint8 (N, C, H, W)``; labels ``(N,)``; fg ``bool (N, P)`` foreground patches.
+    normalize : the map from ``uint8`` images to network inputs (a :class:`mmtoken.vit_train.Normalizer`).
 
     Returns
     -------
-    ``(B, heads, P)``; their softmax is :func:`cls_patch_attention` of that block.
+    dict with ``loss``, ``acc`` and ``layers``: one dict per block with
+    ``entropy`` (mean over images and heads, nats), ``eff_image`` (mean
+    effective patches of the per-image maps), ``eff_mean`` (effective patches
+    of the image-averaged map, mean over heads), ``fg_share`` (mean attention
+    mass on foreground patches), ``uniform`` (what uniform attention puts on
+    them: the mean share of foreground patches), ``top1_fg`` (fraction of
+    images whose most attended patch is foreground); and ``mean_map``
+    ``(depth, P)``, the image- and head-averaged map.
     """
-    layer = layer % len(model.blocks)
-    x = model.embed(model.patchify(inputs))
-    x = torch.cat([model.cls.expand(x.shape[0], -1, -1), x], dim=1) + model.pos
-    for block in model.blocks[:layer]:
-        x, _ = block(x)
-    block = model.blocks[layer]
-    u = block.ln1(x)
-    att = block.attn
-    q, k = att.split_heads(att.q(u)), att.split_heads(att.k(u))
-    return (q[:, :, :1] @ k[:, :, 1:].transpose(-1, -2)).squeeze(2) / math.sqrt(att.head_dim)
+    model.eval()
+    dev = next(model.parameters()).device
+    depth, n = len(model.blocks), len(images)
+    loss, correct = 0.0, 0
+    ent, eff, share, top = (np.zeros(depth) for _ in range(4))
+    sums = None
+    for i in range(0, n, batch_size):
+        x = normalize(torch.as_tensor(images[i : i + batch_size], device=dev))
+        y = torch.as_tensor(labels[i : i + batch_size], device=dev)
+        logits, attns = model(x, return_attention=True)
+        loss += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
+        correct += int((logits.argmax(-1) == y).sum())
+        f = fg[i : i + batch_size]
+        a = np.stack([cls_patch_attention(att.double()).cpu().numpy() for att in attns])  # (depth, B, h, P)
+        sums = a.sum(1) if sums is None else sums + a.sum(1)
+        h = _entropy(a)  # (depth, B, h)
+        ent += h.mean(-1).sum(-1)
+        eff += np.exp(h).mean(-1).sum(-1)
+        head_mean = a.mean(2)  # (depth, B, P)
+        share += (head_mean * f).sum(-1).sum(-1)
+        top += f[np.arange(len(f)), head_mean.argmax(-1)].sum(-1)
+    mean_maps = sums / n  # (depth, h, P)
+    layers = [
+        {
+            "entropy": ent[l] / n,
+            "eff_image": eff[l] / n,
+            "eff_mean": float(effective_patches(mean_maps[l]).mean()),
+            "fg_share": share[l] / n,
+            "uniform": float(fg.mean()),
+            "top1_fg": top[l] / n,
+        }
+        for l in range(depth)
+    ]
+    return {
+        "loss": loss / n,
+        "acc": correct / n,
+        "layers": [{k: float(v) for k, v in d.items()} for d in layers],
+        "mean_map": mean_maps.mean(1),
+    }
 
 
-def logit_spread_bound(model: ViT, layer: int = -1) -> float:
-    """An upper bound on the spread ``max_t z_t - min_t z_t`` of the [CLS] logits of block ``layer``.
+@torch.no_grad()
+def probe_statistics(model: ViT, x: torch.Tensor, fg: torch.Tensor) -> dict[str, list]:
+    """Attention statistics of every layer on the (normalised) probe batch ``x`` ``(B, C, H, W)``.
 
-    With ``LN(x) = g * x_hat + b`` (``||x_hat|| = sqrt(d)``), every head satisfies
-    ``spread <= ||W_h||_2 (||g||_inf sqrt(d) + ||b||) 2 ||g||_inf sqrt(d) / sqrt(d_h)``,
-    ``W_h = W_Q^h (W_K^h)ᵀ``; this returns the largest over heads.
+    ``fg`` ``(B, P)`` marks the foreground patches (float). Returns, per block (lists
+    of ``depth``), ``entropy`` (mean over images and heads, nats), ``eff`` (mean
+    ``exp(entropy)``), ``eff_mean`` (effective patches of the batch-averaged map, mean
+    over heads), ``fg_share`` (attention mass on foreground patches) and ``maps`` (the
+    head-averaged maps ``(B, P)``).
     """
-    block = model.blocks[layer]
-    with torch.no_grad():
-        d = block.ln1.normalized_shape[0]
-        g = float(block.ln1.weight.abs().max())
-        b = float(block.ln1.bias.norm())
-        w2 = float(torch.linalg.matrix_norm(block.attn.key_query_matrices().double(), 2).max())
-    return w2 * (g * math.sqrt(d) + b) * 2 * g * math.sqrt(d) / math.sqrt(block.attn.head_dim)
+    model.eval()
+    _, attns = model(x, return_attention=True)
+    out = {"entropy": [], "eff": [], "eff_mean": [], "fg_share": [], "maps": []}
+    for attn in attns:
+        a = cls_patch_attention(attn.double())  # (B, h, P)
+        h = entropy(a)  # (B, h)
+        out["entropy"].append(float(h.mean()))
+        out["eff"].append(float(h.exp().mean()))
+        out["eff_mean"].append(float(entropy(a.mean(0)).exp().mean()))
+        out["fg_share"].append(float((a.mean(1) * fg).sum(-1).mean()))
+        out["maps"].append(a.mean(1).float().cpu().numpy())
+    return out

@@ -1,27 +1,20 @@
-"""Training runs of the small ViT, cached and validated: what a run is, what it records, where it is kept.
+"""Training runs of the small ViT, cached and validated: how a run is trained and fingerprinted.
 
-A run (:class:`Experiment`) trains :class:`mmtoken.vit.ViT` on an image
-dataset split into training and validation images (a fixed random split of
-the training set); the test split is read once, after training, in one pass
-that measures the accuracy and the attention statistics
-(:func:`attention_statistics`). During training the weight norms
-(:func:`mmtoken.vit.weight_norms`) and the attention statistics of a probe
-batch of validation images are logged.
+A run (:class:`mmtoken.vit_cache.Experiment`) trains :class:`mmtoken.vit.ViT` on
+an image dataset split into training and validation images (a fixed random
+split of the training set, :func:`split_indices`); the test split is read once,
+after training, in one pass that measures the accuracy and the attention
+statistics (:func:`mmtoken.vit.attention_statistics`). During training the
+weight norms (:func:`mmtoken.vit.weight_norms`) and the attention statistics of
+a probe batch of validation images are logged (:func:`train_into`).
 
-Each run is cached in ``data/vit/<key>/`` (:func:`run_experiments`), a folder
-result of the package's results cache (:mod:`mmtoken.resultcache`: folder
-results), ``key`` a digest of its fingerprint: the code that produces the
-numbers (:func:`code_fingerprint`: :mod:`mmtoken.vit` and the functions of
-:data:`TRAINING_CODE`, finer than the module-level fingerprint of other results
-because a retrain costs minutes), the configuration and the data. The folder
-holds a manifest (written last) with the cache's name, the fingerprint and the
-SHA-256 and size of every file; :func:`load` checks all of it and the shapes
-of everything it reads, so a damaged, stale or swapped folder is a
-:class:`CacheError` (rebuilt by :func:`run_experiments`, or reported with
-instructions), never a raw error. Checkpoints are read with
-``weights_only=True`` only. Folders are written atomically (a temporary
-folder, then a rename); leftovers of interrupted writes are swept
-(:func:`sweep_leftovers`).
+:func:`run_experiments` reads each run from its cache folder ``data/vit/<key>/``
+(:mod:`mmtoken.vit_cache`), training the missing ones first. ``key`` is a
+digest of the run's fingerprint (:func:`fingerprint`): the code that produces
+the numbers (:func:`code_fingerprint`: the modules of :data:`TRAINING_MODULES`
+and the functions of :data:`TRAINING_CODE`, finer than the module-level
+fingerprint of other results because a retrain costs minutes), the
+configuration and the data.
 
 Runs that must be trained go to worker processes (:func:`train_in_processes`),
 each with the torch thread count of its configuration (one thread at quick
@@ -31,31 +24,17 @@ scale), so the numbers do not depend on the machine's core count.
 from __future__ import annotations
 
 __all__ = [
-    "CACHE_NAME",
-    "CACHE_VERSION",
-    "CacheError",
-    "CacheMissing",
-    "Experiment",
-    "Result",
     "RawData",
     "RAW_ARRAYS",
     "data_digest",
     "load_raw",
     "split_indices",
-    "foreground_mask",
-    "effective_patches",
-    "attention_statistics",
     "log_points",
-    "LOG_KEYS",
-    "LAYER_KEYS",
     "train_into",
+    "TRAINING_MODULES",
     "TRAINING_CODE",
     "code_fingerprint",
     "fingerprint",
-    "cache_key",
-    "load",
-    "checkpoint",
-    "sweep_leftovers",
     "train_from_spec",
     "train_in_processes",
     "run_experiments",
@@ -73,162 +52,19 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from . import config, resultcache, vit
+from . import config, resultcache, vit, vit_cache, vit_train
 from .datasets import images as image_data
 from .datasets.download import cache_dir
+from .vit_cache import CacheError, CacheMissing, Experiment, Result
 
-CACHE_NAME = "vit_sparsity"
-CACHE_VERSION = 2
-
-
-class CacheError(resultcache.CacheError):
-    """A cache folder exists but cannot be trusted: damaged, stale, or holding another run."""
-
-
-class CacheMissing(FileNotFoundError):
-    """No cache folder for a run."""
-
-
-@dataclass(frozen=True)
-class Experiment:
-    """Everything that determines a run (its digest, with the code and the data, keys the cache).
-
-    Attributes
-    ----------
-    dataset : a name in :data:`mmtoken.datasets.images.IMAGE_DATASETS`.
-    model, train : the network and its schedule.
-    n_validation : training images held out as the validation split (a fixed
-        random subset, :func:`split_indices`); the rest are trained on.
-    split_seed : seeds that subset (the same split for every training seed).
-    logs_per_epoch : how often the attention statistics and norms are recorded.
-    logs_first_epoch : how often during the first epoch, where most of the change happens.
-    n_probe : the first ``n_probe`` validation images form the probe batch whose
-        attention is recorded during training.
-    map_epochs : epochs (0 = initialisation) whose checkpoints and probe
-        attention maps are stored; ``None``: every epoch.
-    foreground : a patch is foreground when its mean pixel value (in [0, 1])
-        is at least this; ``None`` where the images have no background (CIFAR-10).
-    test : evaluate on the test split once, after training (``False`` while
-        choosing the recipe, so that the test split is never seen then).
-    """
-
-    dataset: str
-    model: vit.ViTConfig
-    train: vit.TrainConfig
-    n_validation: int = 10_000
-    split_seed: int = 0
-    logs_per_epoch: int = 4
-    logs_first_epoch: int = 16
-    n_probe: int = 512
-    map_epochs: tuple[int, ...] | None = None
-    foreground: float | None = 0.1
-    test: bool = True
-
-    def __post_init__(self) -> None:
-        if self.dataset not in image_data.IMAGE_DATASETS:
-            raise ValueError(f"Experiment.dataset {self.dataset!r} is not one of {tuple(image_data.IMAGE_DATASETS)}")
-        for name in ("n_validation", "logs_per_epoch", "logs_first_epoch", "n_probe"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"Experiment.{name} must be a positive integer, got {value!r}")
-        if isinstance(self.split_seed, bool) or not isinstance(self.split_seed, int) or self.split_seed < 0:
-            raise ValueError(f"Experiment.split_seed must be a non-negative integer, got {self.split_seed!r}")
-        if self.n_probe > self.n_validation:
-            raise ValueError(f"Experiment.n_probe ({self.n_probe}) exceeds n_validation ({self.n_validation})")
-        if self.map_epochs is not None:
-            e = self.map_epochs
-            if (
-                not isinstance(e, tuple)
-                or not e
-                or any(isinstance(k, bool) or not isinstance(k, int) for k in e)
-                or list(e) != sorted(set(e))
-                or e[0] < 0
-                or e[-1] > self.train.epochs
-            ):
-                raise ValueError(
-                    f"Experiment.map_epochs must be None or increasing epochs in 0..{self.train.epochs}, got {e!r}"
-                )
-        if self.foreground is not None and not 0 < self.foreground < 1:
-            raise ValueError(f"Experiment.foreground must be None or in (0, 1), got {self.foreground!r}")
-        if not isinstance(self.test, bool):
-            raise ValueError(f"Experiment.test must be True or False, got {self.test!r}")
-
-    @property
-    def epochs_mapped(self) -> tuple[int, ...]:
-        """The epochs whose maps and checkpoints are stored."""
-        return tuple(range(self.train.epochs + 1)) if self.map_epochs is None else self.map_epochs
-
-    def with_seed(self, seed: int) -> Experiment:
-        return replace(self, train=replace(self.train, seed=seed))
-
-
-@dataclass
-class Result:
-    """A (cached) run. Arrays are NumPy; ``L`` log points, ``E+1`` epoch ends, ``M`` map epochs.
-
-    Attributes
-    ----------
-    experiment : the configuration.
-    log : per log point: ``step``, ``epoch`` (float), ``lr``, ``train_loss``
-        ``(L,)``; the weight norms of :data:`mmtoken.vit.WEIGHT_NORMS` and, on
-        the validation probe batch, ``entropy`` (mean over images and heads,
-        nats), ``eff`` (mean ``exp(entropy)``: effective patches of the
-        per-image maps), ``eff_mean`` (effective patches of the probe-averaged
-        map) and ``fg_share`` (attention mass on foreground patches), each ``(L, depth)``.
-    epoch_end : indices into ``log`` of the epoch ends ``0..E``.
-    val_loss, val_acc : ``(E+1,)`` on the whole validation split.
-    test : ``None`` when the run did not touch the test split; else the one
-        pass over it after training: ``loss``, ``acc`` and ``layers``, a list
-        (one dict per block) of :func:`attention_statistics`.
-    test_mean_map : ``(depth, P)`` test-averaged [CLS] attention (head mean), or ``None``.
-    probe_attention : ``(M, depth, n_probe, P)`` head-averaged [CLS] attention
-        over patches (renormalised) at ``experiment.epochs_mapped``.
-    probe_images : ``uint8 (n_probe, C, H, W)``; probe_labels ``(n_probe,)``.
-    probe_fg : ``bool (n_probe, P)`` foreground patches (all false without a rule).
-    classes : class names.
-    seconds, cpu_seconds : wall and CPU time of the training (not printed by the book).
-    normalizer : the map from ``uint8`` images to network inputs used in training.
-    path : the cache folder.
-    """
-
-    experiment: Experiment
-    log: dict[str, np.ndarray]
-    epoch_end: np.ndarray
-    val_loss: np.ndarray
-    val_acc: np.ndarray
-    test: dict | None
-    test_mean_map: np.ndarray | None
-    probe_attention: np.ndarray
-    probe_images: np.ndarray
-    probe_labels: np.ndarray
-    probe_fg: np.ndarray
-    classes: tuple[str, ...]
-    seconds: float
-    cpu_seconds: float
-    normalizer: vit.Normalizer = field(repr=False)
-    path: Path = field(repr=False)
-
-    @property
-    def n_patches(self) -> int:
-        return self.experiment.model.n_patches
-
-    @property
-    def seed(self) -> int:
-        return self.experiment.train.seed
-
-    def epoch_values(self, name: str, layer: int = -1) -> np.ndarray:
-        """``log[name][:, layer]`` at the epoch ends, ``(E+1,)``."""
-        return self.log[name][self.epoch_end, layer]
-
-
-# --------------------------------------------------------------------------- data and statistics
+# --------------------------------------------------------------------------- data and the split
 
 
 @dataclass(frozen=True)
@@ -271,107 +107,6 @@ def split_indices(n_train: int, n_validation: int, split_seed: int) -> tuple[np.
     return np.sort(perm[n_validation:]), np.sort(perm[:n_validation])
 
 
-def foreground_mask(images: np.ndarray, patch: int, threshold: float | None) -> np.ndarray:
-    """``bool (N, P)``: patches whose mean pixel value (``x/255``) is at least ``threshold``."""
-    if threshold is None:
-        return np.zeros((images.shape[0], (images.shape[2] // patch) * (images.shape[3] // patch)), bool)
-    x = torch.as_tensor(images, dtype=torch.float64) / 255.0
-    return (vit.patchify(x, patch).mean(-1) >= threshold).numpy()
-
-
-def _entropy(p: np.ndarray) -> np.ndarray:
-    return -(p * np.log(np.clip(p, 1e-30, None))).sum(-1)
-
-
-def effective_patches(p: np.ndarray) -> np.ndarray:
-    """``exp(entropy)`` over the last axis: 1 for one patch, ``P`` for uniform attention."""
-    return np.exp(_entropy(np.asarray(p, np.float64)))
-
-
-@torch.no_grad()
-def attention_statistics(
-    model: vit.ViT,
-    images: np.ndarray,
-    labels: np.ndarray,
-    normalize: vit.Normalizer,
-    fg: np.ndarray,
-    batch_size: int = 1000,
-) -> dict:
-    """One pass over ``images``: loss, accuracy and the [CLS] attention statistics of every block.
-
-    Parameters
-    ----------
-    images : ``uint8 (N, C, H, W)``; labels ``(N,)``; fg ``bool (N, P)`` foreground patches.
-
-    Returns
-    -------
-    dict with ``loss``, ``acc`` and ``layers``: one dict per block with
-    ``entropy`` (mean over images and heads, nats), ``eff_image`` (mean
-    effective patches of the per-image maps), ``eff_mean`` (effective patches
-    of the image-averaged map, mean over heads), ``fg_share`` (mean attention
-    mass on foreground patches), ``uniform`` (what uniform attention puts on
-    them: the mean share of foreground patches), ``top1_fg`` (fraction of
-    images whose most attended patch is foreground); and ``mean_map``
-    ``(depth, P)``, the image- and head-averaged map.
-    """
-    model.eval()
-    dev = next(model.parameters()).device
-    depth, n = len(model.blocks), len(images)
-    loss, correct = 0.0, 0
-    ent, eff, share, top = (np.zeros(depth) for _ in range(4))
-    sums = None
-    for i in range(0, n, batch_size):
-        x = normalize(torch.as_tensor(images[i : i + batch_size], device=dev))
-        y = torch.as_tensor(labels[i : i + batch_size], device=dev)
-        logits, attns = model(x, return_attention=True)
-        loss += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
-        correct += int((logits.argmax(-1) == y).sum())
-        f = fg[i : i + batch_size]
-        a = np.stack([vit.cls_patch_attention(att.double()).cpu().numpy() for att in attns])  # (depth, B, h, P)
-        sums = a.sum(1) if sums is None else sums + a.sum(1)
-        h = _entropy(a)  # (depth, B, h)
-        ent += h.mean(-1).sum(-1)
-        eff += np.exp(h).mean(-1).sum(-1)
-        head_mean = a.mean(2)  # (depth, B, P)
-        share += (head_mean * f).sum(-1).sum(-1)
-        top += f[np.arange(len(f)), head_mean.argmax(-1)].sum(-1)
-    mean_maps = sums / n  # (depth, h, P)
-    layers = [
-        {
-            "entropy": ent[l] / n,
-            "eff_image": eff[l] / n,
-            "eff_mean": float(effective_patches(mean_maps[l]).mean()),
-            "fg_share": share[l] / n,
-            "uniform": float(fg.mean()),
-            "top1_fg": top[l] / n,
-        }
-        for l in range(depth)
-    ]
-    return {
-        "loss": loss / n,
-        "acc": correct / n,
-        "layers": [{k: float(v) for k, v in d.items()} for d in layers],
-        "mean_map": mean_maps.mean(1),
-    }
-
-
-@torch.no_grad()
-def _probe(model: vit.ViT, x: torch.Tensor, fg: torch.Tensor) -> dict[str, list]:
-    """Attention statistics of every layer on the (normalised) probe batch."""
-    model.eval()
-    _, attns = model(x, return_attention=True)
-    out = {"entropy": [], "eff": [], "eff_mean": [], "fg_share": [], "maps": []}
-    for attn in attns:
-        a = vit.cls_patch_attention(attn.double())  # (B, h, P)
-        h = vit.entropy(a)  # (B, h)
-        out["entropy"].append(float(h.mean()))
-        out["eff"].append(float(h.exp().mean()))
-        out["eff_mean"].append(float(vit.entropy(a.mean(0)).exp().mean()))
-        out["fg_share"].append(float((a.mean(1) * fg).sum(-1).mean()))
-        out["maps"].append(a.mean(1).float().cpu().numpy())
-    return out
-
-
 def log_points(steps_per_epoch: int, epochs: int, per_epoch: int, first_epoch: int) -> list[int]:
     """Steps after which statistics are logged: ``per_epoch`` times an epoch, ``first_epoch`` times in the first."""
     return sorted(
@@ -381,9 +116,6 @@ def log_points(steps_per_epoch: int, epochs: int, per_epoch: int, first_epoch: i
 
 
 # --------------------------------------------------------------------------- training into a cache folder
-
-LOG_KEYS = ("step", "epoch", "lr", "train_loss", *vit.WEIGHT_NORMS, "entropy", "eff", "eff_mean", "fg_share")
-LAYER_KEYS = (*vit.WEIGHT_NORMS, "entropy", "eff", "eff_mean", "fg_share")
 
 
 def train_into(exp: Experiment, raw: RawData, target: Path, fingerprint: dict[str, str]) -> None:
@@ -411,23 +143,25 @@ def train_into(exp: Experiment, raw: RawData, target: Path, fingerprint: dict[st
             cpu0, wall0 = time.process_time(), time.perf_counter()
             config.seed_everything(t.seed)
             model = vit.ViT(m).to(dev)
-            normalize = vit.Normalizer.fit(torch.as_tensor(x_tr))
+            normalize = vit_train.Normalizer.fit(torch.as_tensor(x_tr))
             xtr, ytr = torch.as_tensor(x_tr, device=dev), torch.as_tensor(y_tr, device=dev)
             xva, yva = torch.as_tensor(x_va, device=dev), torch.as_tensor(y_va, device=dev)
-            probe_fg = foreground_mask(x_va[: exp.n_probe], m.patch, exp.foreground)
+            probe_fg = vit.foreground_mask(x_va[: exp.n_probe], m.patch, exp.foreground)
             probe_x = normalize(xva[: exp.n_probe])
             fg = torch.as_tensor(probe_fg, dtype=torch.float64, device=dev)
             spe = len(x_tr) // t.batch_size
-            log: dict[str, list] = {k: [] for k in LOG_KEYS}
+            log: dict[str, list] = {k: [] for k in vit_cache.LOG_KEYS}
             ends: dict[str, list] = {"epoch_end": [], "val_loss": [], "val_acc": []}
             maps: list[np.ndarray] = []
 
             def on_log(step: int, epoch: float, loss: float) -> None:
-                stats = _probe(model, probe_x, fg)
+                stats = vit.probe_statistics(model, probe_x, fg)
                 norms = [vit.weight_norms(model, layer) for layer in range(m.depth)]
                 log["step"].append(step)
                 log["epoch"].append(epoch)
-                log["lr"].append(t.lr * vit.lr_factor(step, spe * t.epochs, t.warmup) if step < spe * t.epochs else 0.0)
+                log["lr"].append(
+                    t.lr * vit_train.lr_factor(step, spe * t.epochs, t.warmup) if step < spe * t.epochs else 0.0
+                )
                 log["train_loss"].append(loss)
                 for k in vit.WEIGHT_NORMS:
                     log[k].append([n[k] for n in norms])
@@ -435,7 +169,7 @@ def train_into(exp: Experiment, raw: RawData, target: Path, fingerprint: dict[st
                     log[k].append(stats[k])
                 if step % spe == 0:
                     e = step // spe
-                    loss_va, acc_va = vit.evaluate(model, xva, yva, normalize)
+                    loss_va, acc_va = vit_train.evaluate(model, xva, yva, normalize)
                     ends["epoch_end"].append(len(log["step"]) - 1)
                     ends["val_loss"].append(loss_va)
                     ends["val_acc"].append(acc_va)
@@ -443,7 +177,7 @@ def train_into(exp: Experiment, raw: RawData, target: Path, fingerprint: dict[st
                         maps.append(np.stack(stats["maps"]))
                         torch.save(model.state_dict(), tmp / f"ckpt_epoch{e:03d}.pt")
 
-            vit.train(
+            vit_train.train(
                 model,
                 xtr,
                 ytr,
@@ -455,8 +189,8 @@ def train_into(exp: Experiment, raw: RawData, target: Path, fingerprint: dict[st
             seconds, cpu_seconds = time.perf_counter() - wall0, time.process_time() - cpu0
             test, mean_map = None, None
             if exp.test:  # the one look at the test split
-                fg_test = foreground_mask(raw.x_test, m.patch, exp.foreground)
-                test = attention_statistics(model, raw.x_test, raw.y_test, normalize, fg_test)
+                fg_test = vit.foreground_mask(raw.x_test, m.patch, exp.foreground)
+                test = vit.attention_statistics(model, raw.x_test, raw.y_test, normalize, fg_test)
                 mean_map = test.pop("mean_map")
         arrays = {
             "probe_attention": np.stack(maps),
@@ -480,29 +214,28 @@ def train_into(exp: Experiment, raw: RawData, target: Path, fingerprint: dict[st
             "test": test,
         }
         (tmp / "history.json").write_text(json.dumps(history))
-        resultcache.write_manifest(tmp, CACHE_NAME, CACHE_VERSION, fingerprint)
+        resultcache.write_manifest(tmp, vit_cache.CACHE_NAME, vit_cache.CACHE_VERSION, fingerprint)
         resultcache.commit_folder(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-TRAINING_CODE = (
-    split_indices,
-    foreground_mask,
-    _entropy,
-    effective_patches,
-    attention_statistics,
-    _probe,
-    log_points,
-    train_into,
-)
-"""The functions of this module that compute what a cache folder holds (with all of :mod:`mmtoken.vit`)."""
+TRAINING_MODULES = (vit, vit_train)
+"""The modules whose whole source is part of :func:`code_fingerprint`: the model and its attention statistics, the
+training loop."""
+
+TRAINING_CODE = (split_indices, log_points, train_into, Experiment, config.seed_everything, config.deterministic)
+"""The functions (and the class, for :attr:`Experiment.epochs_mapped`) outside :data:`TRAINING_MODULES` that compute
+what a cache folder holds: every ``mmtoken`` function :func:`train_into` calls (but the device choice and the
+writing of the folder) is here or in those modules (``tests/test_vit_runs.py`` checks it)."""
 
 
 @functools.lru_cache(maxsize=None)
 def code_fingerprint() -> str:
-    """SHA-256 of the source that produces a cache folder: :mod:`mmtoken.vit` and :data:`TRAINING_CODE`."""
-    h = hashlib.sha256(inspect.getsource(vit).encode())
+    """SHA-256 of the source that produces a cache folder: :data:`TRAINING_MODULES` and :data:`TRAINING_CODE`."""
+    h = hashlib.sha256()
+    for m in TRAINING_MODULES:
+        h.update(inspect.getsource(m).encode())
     for f in TRAINING_CODE:
         h.update(inspect.getsource(f).encode())
     return h.hexdigest()
@@ -512,218 +245,6 @@ def fingerprint(exp: Experiment, data_fingerprint: str) -> dict[str, str]:
     """The source fingerprint of a run: ``code``, ``config`` and ``data`` digests."""
     blob = json.dumps(asdict(exp), sort_keys=True, default=list)
     return {"code": code_fingerprint(), "config": hashlib.sha256(blob.encode()).hexdigest(), "data": data_fingerprint}
-
-
-def cache_key(fp: Mapping[str, str]) -> str:
-    """The folder name of a run: 16 hex digits of the digest of its fingerprint (:func:`mmtoken.resultcache.folder_key`)."""
-    return resultcache.folder_key(CACHE_NAME, CACHE_VERSION, dict(fp))
-
-
-# --------------------------------------------------------------------------- reading a cache folder, validated
-
-
-def _damaged(path: Path, reason: str) -> CacheError:
-    return CacheError(
-        f"ViT cache {path} cannot be used: {reason}. run_experiment rebuilds it (it is treated as "
-        f"missing); to rebuild it yourself, delete the folder or call "
-        f"run_experiment(..., retrain=True)."
-    )
-
-
-def _read_json(path: Path, folder: Path) -> dict:
-    try:
-        return resultcache.read_json(path)
-    except resultcache.CacheError as exc:
-        raise _damaged(folder, str(exc)) from None
-
-
-def _experiment_from_dict(d: dict) -> Experiment:
-    train = dict(d["train"])
-    train["betas"] = tuple(train["betas"])
-    d = dict(d)
-    map_epochs = d.pop("map_epochs")
-    return Experiment(
-        **{
-            **d,
-            "model": vit.ViTConfig(**d["model"]),
-            "train": vit.TrainConfig(**train),
-            "map_epochs": None if map_epochs is None else tuple(map_epochs),
-        }
-    )
-
-
-def _check_array(path: Path, name: str, arr: np.ndarray, shape: tuple, kind: str) -> np.ndarray:
-    if tuple(arr.shape) != tuple(shape) or arr.dtype.kind not in kind:
-        raise _damaged(
-            path,
-            f"array {name} has shape {tuple(arr.shape)} and dtype {arr.dtype}, "
-            f"expected shape {tuple(shape)} and kind {kind!r}",
-        )
-    return arr  # non-finite values are allowed: a diverged run is a result, not a damaged cache
-
-
-def load(path: os.PathLike, exp: Experiment | None = None, fp: Mapping[str, str] | None = None) -> Result:
-    """Read and validate a cache folder written by :func:`train_into`.
-
-    Parameters
-    ----------
-    path : the folder ``data/vit/<key>``.
-    exp, fp : when given, the run the folder must hold and its fingerprint
-        (:func:`fingerprint`); a folder holding anything else is an error.
-
-    Raises
-    ------
-    CacheMissing : no such folder.
-    CacheError : the folder is damaged (a file missing, truncated or altered),
-        stale (another code, configuration, data or cache version) or holds
-        another run; the message says what and how to rebuild it.
-    """
-    path = Path(path)
-    if not path.is_dir():
-        raise CacheMissing(f"no ViT cache at {path}")
-    try:  # name, version, key, fingerprint, and every file's size and SHA-256
-        files = resultcache.check_folder(path, CACHE_NAME, CACHE_VERSION, None if fp is None else dict(fp))["files"]
-    except resultcache.CacheError as exc:
-        raise _damaged(path, str(exc)) from None
-    history = _read_json(path / "history.json", path)
-    try:
-        stored = _experiment_from_dict(history["experiment"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise _damaged(path, f"history.json does not describe a run ({type(exc).__name__}: {exc})") from None
-    if exp is not None and stored != exp:
-        raise _damaged(path, "it holds another configuration")
-    exp = stored
-    need = {"history.json", "arrays.npz", *(f"ckpt_epoch{e:03d}.pt" for e in exp.epochs_mapped)}
-    if need - set(files):
-        raise _damaged(path, f"its manifest lacks {sorted(need - set(files))}")
-    m, depth, P, M = exp.model, exp.model.depth, exp.model.n_patches, len(exp.epochs_mapped)
-    try:
-        with np.load(path / "arrays.npz", allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except Exception as exc:  # a corrupt zip raises BadZipFile, OSError, ValueError or EOFError
-        raise _damaged(path, f"arrays.npz cannot be read ({type(exc).__name__})") from None
-    expected = {
-        "probe_attention": ((M, depth, exp.n_probe, P), "f"),
-        "probe_images": ((exp.n_probe, m.channels, m.image_size, m.image_size), "u"),
-        "probe_labels": ((exp.n_probe,), "iu"),
-        "probe_fg": ((exp.n_probe, P), "b"),
-    }
-    if exp.test:
-        expected["test_mean_map"] = ((depth, P), "f")
-    for name, (shape, kind) in expected.items():
-        if name not in arrays:
-            raise _damaged(path, f"arrays.npz lacks {name}")
-        _check_array(path, name, arrays[name], shape, kind)
-    try:
-        raw_log = history["log"]
-        log = {k: np.asarray(raw_log[k], dtype=np.int64 if k == "step" else np.float64) for k in LOG_KEYS}
-        epoch_end = np.asarray(history["epoch_end"], dtype=np.int64)
-        val_loss = np.asarray(history["val_loss"], dtype=np.float64)
-        val_acc = np.asarray(history["val_acc"], dtype=np.float64)
-        normalizer = vit.Normalizer(history["normalizer"]["mean"], history["normalizer"]["std"])
-        seconds, cpu_seconds = float(history["seconds"]), float(history["cpu_seconds"])
-        classes = tuple(str(c) for c in history["classes"])
-        test = history["test"]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise _damaged(path, f"history.json lacks or garbles a field ({type(exc).__name__}: {exc})") from None
-    L = len(log["step"])
-    for k in LOG_KEYS:
-        shape = (L, depth) if k in LAYER_KEYS else (L,)
-        _check_array(path, f"log[{k!r}]", log[k], shape, "if")
-    E = exp.train.epochs
-    for name, arr in (("epoch_end", epoch_end), ("val_loss", val_loss), ("val_acc", val_acc)):
-        _check_array(path, name, arr, (E + 1,), "if")
-    if epoch_end.min() < 0 or epoch_end.max() >= L or len(classes) != m.n_classes:
-        raise _damaged(path, "history.json is inconsistent (epoch ends or classes)")
-    if exp.test:
-        keys = {"entropy", "eff_image", "eff_mean", "fg_share", "uniform", "top1_fg"}
-        if (
-            not isinstance(test, dict)
-            or not {"loss", "acc", "layers"} <= set(test)
-            or not isinstance(test["layers"], list)
-            or len(test["layers"]) != depth
-            or any(not isinstance(d, dict) or set(d) != keys for d in test["layers"])
-        ):
-            raise _damaged(path, "history.json lacks the test statistics")
-    elif test is not None:
-        raise _damaged(path, "history.json holds test statistics of a run that must not touch the test split")
-    return Result(
-        exp,
-        log,
-        epoch_end,
-        val_loss,
-        val_acc,
-        test,
-        arrays.get("test_mean_map"),
-        arrays["probe_attention"],
-        arrays["probe_images"],
-        arrays["probe_labels"].astype(np.int64),
-        arrays["probe_fg"],
-        classes,
-        seconds,
-        cpu_seconds,
-        normalizer,
-        path,
-    )
-
-
-def checkpoint(result: Result, epoch: int) -> vit.ViT:
-    """The model at one of ``result.experiment.epochs_mapped`` (on the CPU).
-
-    The file is checked against its recorded SHA-256 and read with
-    ``weights_only=True``; anything unreadable is a :class:`CacheError`.
-    """
-    if epoch not in result.experiment.epochs_mapped:
-        raise ValueError(f"no checkpoint for epoch {epoch}; stored: {result.experiment.epochs_mapped}")
-    path = result.path
-    name = f"ckpt_epoch{epoch:03d}.pt"
-    try:
-        resultcache.check_file(path, name)
-    except resultcache.CacheError as exc:
-        raise _damaged(path, str(exc)) from None
-    model = vit.ViT(result.experiment.model)
-    try:
-        state = torch.load(path / name, map_location="cpu", weights_only=True)
-        model.load_state_dict(state)
-    except Exception as exc:  # never pass on torch's advice to load with weights_only=False
-        raise _damaged(path, f"{name} is not a checkpoint of this model ({type(exc).__name__})") from None
-    return model.eval()
-
-
-def sweep_leftovers(root: os.PathLike) -> list[Path]:
-    """Delete what interrupted writes left in the cache ``root``; return what was removed.
-
-    Removes temporary run folders ``<key>.tmp-<pid>`` whose process no longer
-    runs, and ``*.part`` / ``*.tmp`` files in ``root`` and in its run folders
-    (this module never leaves such files in place: they come from an
-    interrupted copy or download).
-    """
-    root = Path(root)
-    removed = []
-
-    def drop(p: Path) -> None:
-        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-        removed.append(p)
-
-    for p in sorted(root.iterdir()) if root.is_dir() else []:
-        if ".tmp-" in p.name:
-            try:
-                pid = int(p.name.rsplit("-", 1)[1])
-                os.kill(pid, 0)
-                alive = pid != os.getpid()
-            except (ValueError, ProcessLookupError, OverflowError):
-                alive = False
-            except PermissionError:
-                alive = True
-            if not alive:
-                drop(p)
-        elif p.name.endswith((".part", ".tmp")):
-            drop(p)
-        elif p.is_dir():
-            for q in sorted(p.iterdir()):
-                if q.name.endswith((".part", ".tmp")):
-                    drop(q)
-    return removed
 
 
 # --------------------------------------------------------------------------- running (cached, seeds in parallel)
@@ -736,7 +257,7 @@ def train_from_spec(spec_path: os.PathLike) -> None:
     ``.npz`` file holding the data, whose digest is checked before training.
     """
     spec = json.loads(Path(spec_path).read_text())
-    exp = _experiment_from_dict(spec["experiment"])
+    exp = vit_cache.experiment_from_dict(spec["experiment"])
     with np.load(spec["data"], allow_pickle=False) as z:
         arrays = [z[k] for k in RAW_ARRAYS]
     raw = RawData(exp.dataset, *arrays, data_digest(*arrays))
@@ -812,7 +333,8 @@ def train_in_processes(jobs: list[tuple[Experiment, RawData, Path, dict]], worke
 def run_experiments(
     exps: Iterable[Experiment], *, retrain: bool = False, on_damage: str = "rebuild", workers: int | None = None
 ) -> list[Result]:
-    """Load the cached runs of ``exps`` from ``data/vit/<key>/``, training the missing ones first.
+    """Load the cached runs of ``exps`` from ``data/vit/<key>/`` (:func:`mmtoken.vit_cache.load`), training the
+    missing ones first.
 
     Parameters
     ----------
@@ -840,20 +362,20 @@ def run_experiments(
         if not isinstance(e, Experiment):
             raise ValueError(f"exps must hold Experiment objects, got {type(e).__name__}")
     root = cache_dir("vit")
-    sweep_leftovers(root)
+    vit_cache.sweep_leftovers(root)
     raws: dict[str, RawData] = {}
     plan, todo = [], {}
     for exp in exps:
         if exp.dataset not in raws:
             raws[exp.dataset] = load_raw(exp.dataset)
         fp = fingerprint(exp, raws[exp.dataset].fingerprint)
-        target = root / cache_key(fp)
+        target = root / vit_cache.cache_key(fp)
         plan.append((exp, fp, target))
         if retrain:
             todo[target] = (exp, fp)
             continue
         try:
-            load(target, exp, fp)
+            vit_cache.load(target, exp, fp)
         except CacheMissing:
             todo[target] = (exp, fp)
         except CacheError as exc:
@@ -871,7 +393,7 @@ def run_experiments(
                 for target in list(todo):
                     exp, fp = todo[target]
                     try:
-                        load(target, exp, fp)
+                        vit_cache.load(target, exp, fp)
                         del todo[target]
                     except (CacheMissing, CacheError):
                         pass
@@ -885,7 +407,7 @@ def run_experiments(
                     train_into(*job)
             elif jobs:
                 train_in_processes(jobs, workers)
-    return [load(target, exp, fp) for exp, fp, target in plan]
+    return [vit_cache.load(target, exp, fp) for exp, fp, target in plan]
 
 
 def run_experiment(exp: Experiment, *, retrain: bool = False, on_damage: str = "rebuild") -> Result:

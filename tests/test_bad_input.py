@@ -24,7 +24,7 @@ import torch
 
 from mmtoken import config, geometry, grad, svm, train
 from mmtoken.chapters import app_your_instance as explore
-from mmtoken.datasets import cli, corpus, images, parsers, text
+from mmtoken.datasets import cifar10, cli, corpus, fashion_mnist, images, parsers, text
 from mmtoken.datasets.download import DatasetError, DatasetMissing
 from mmtoken.losses import get_loss
 from mmtoken.model import AttentionProblem, as_tensor
@@ -620,13 +620,13 @@ add(
     Err("cannot download", DatasetMissing),
 )
 add("images unknown", lambda ctx: images.load_images("mnist", "train"), Err("unknown image dataset"))
-add("fashion split", lambda ctx: images.load_fashion_mnist("val"), Err("unknown split"))
-add("cifar split", lambda ctx: images.load_cifar10("val"), Err("unknown split"))
-add("cifar offline", lambda ctx: images.load_cifar10("train", download=False), Err("CIFAR-10", DatasetMissing))
-add("parse_idx junk", lambda ctx: images.parse_idx(b"xx"), Err("not an idx file", DatasetError))
+add("fashion split", lambda ctx: fashion_mnist.load_fashion_mnist("val"), Err("unknown split"))
+add("cifar split", lambda ctx: cifar10.load_cifar10("val"), Err("unknown split"))
+add("cifar offline", lambda ctx: cifar10.load_cifar10("train", download=False), Err("CIFAR-10", DatasetMissing))
+add("parse_idx junk", lambda ctx: fashion_mnist.parse_idx(b"xx"), Err("not an idx file", DatasetError))
 add(
     "parse_idx truncated",
-    lambda ctx: images.parse_idx(b"\x00\x00\x08\x01\x00\x00\x00\x05ab"),
+    lambda ctx: fashion_mnist.parse_idx(b"\x00\x00\x08\x01\x00\x00\x00\x05ab"),
     Err("truncated or corrupt", DatasetError),
 )
 add("parse_yelp_csv empty", lambda ctx: parsers.parse_yelp_csv(b""), Err("empty", DatasetError))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mmtoken.datasets import images, sources
+from mmtoken.datasets import cifar10, fashion_mnist, sources
 from mmtoken.datasets.download import DataFolderError, DatasetError, atomic_write_bytes, sweep_partial
 
 DOC = (Path(__file__).resolve().parent.parent / "data" / "registry.md").read_text()
@@ -15,8 +15,8 @@ DOC = (Path(__file__).resolve().parent.parent / "data" / "registry.md").read_tex
 
 def test_every_checksum_in_the_code_is_documented():
     digests = [s["sha256"] for s in sources.SOURCES.values() if s.get("sha256")]
-    digests += [f["sha256"] for split in images.FASHION_MNIST.values() for f in split.values()]
-    digests += [images.CIFAR10["sha256"], images.CIFAR10["md5"]]
+    digests += [f["sha256"] for split in fashion_mnist.FASHION_MNIST.values() for f in split.values()]
+    digests += [cifar10.CIFAR10["sha256"], cifar10.CIFAR10["md5"]]
     missing = [d for d in digests if d not in DOC]
     assert not missing, f"checksums missing from data/registry.md: {missing}"
 

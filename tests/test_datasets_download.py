@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mmtoken.datasets import corpus, images, packages, sources, text
+from mmtoken.datasets import cifar10, corpus, fashion_mnist, images, packages, sources, text
 from mmtoken.datasets.download import (
     LINE_WIDTH,
     DatasetError,
@@ -107,7 +107,7 @@ def silent_url():
 def fresh_runtime(tmp_path, monkeypatch):
     """What a fresh Colab runtime looks like: empty data folder, no Debian package, no npm."""
     monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / "data"))
-    monkeypatch.setattr(images, "DEBIAN_FASHION_MNIST_DIR", tmp_path / "no-debian")
+    monkeypatch.setattr(fashion_mnist, "DEBIAN_FASHION_MNIST_DIR", tmp_path / "no-debian")
     monkeypatch.delenv("MMTOKEN_FASHION_MNIST_DIR", raising=False)
     monkeypatch.delenv("MMTOKEN_IMDB_SOURCE", raising=False)
     monkeypatch.setattr(packages.shutil, "which", lambda name: None)
@@ -152,8 +152,8 @@ def fashion(server, monkeypatch):
                 "gz_md5_upstream": hashlib.md5(gz).hexdigest(),
             }
     for split in ("train", "test"):  # the chapter-facing loader reads the module's registry
-        monkeypatch.setitem(images.FASHION_MNIST, split, registry[split])
-    monkeypatch.setattr(images, "FASHION_MNIST_MIRROR", server.url)
+        monkeypatch.setitem(fashion_mnist.FASHION_MNIST, split, registry[split])
+    monkeypatch.setattr(fashion_mnist, "FASHION_MNIST_MIRROR", server.url)
     return served
 
 
@@ -163,18 +163,18 @@ def test_fashion_downloads_verifies_caches_and_says_so(fashion, server, fresh_ru
     np.testing.assert_array_equal(x[:, 0], fashion["train"][0])
     np.testing.assert_array_equal(y, fashion["train"][1].astype(np.int64))
     assert sorted(server.requests) == sorted(
-        f"/{r['file']}.gz" for parts in images.FASHION_MNIST.values() for r in parts.values()
+        f"/{r['file']}.gz" for parts in fashion_mnist.FASHION_MNIST.values() for r in parts.values()
     )
     # the cache holds the decompressed files and the record of their origin; no gzip, no .part
     cache = fresh_runtime / "fashion-mnist"
     assert leftovers(cache) == sorted(
-        [r["file"] for parts in images.FASHION_MNIST.values() for r in parts.values()] + ["source.json"]
+        [r["file"] for parts in fashion_mnist.FASHION_MNIST.values() for r in parts.values()] + ["source.json"]
     )
     line = images.data_source("fashion-mnist")
     assert line == f"fashion-mnist: downloaded from 127.0.0.1:{server.httpd.server_address[1]}, md5 verified"
     assert len(line) <= LINE_WIDTH
     assert {v["url"] for v in read_origins(cache).values()} == {
-        server.url + r["file"] + ".gz" for parts in images.FASHION_MNIST.values() for r in parts.values()
+        server.url + r["file"] + ".gz" for parts in fashion_mnist.FASHION_MNIST.values() for r in parts.values()
     }
     # a second load reads the cache: no request, same statement
     n = len(server.requests)
@@ -187,7 +187,7 @@ def test_fashion_prefers_a_local_copy_and_says_which(fashion, server, tmp_path, 
     """A Debian-like folder holding the files is used; the server is never asked."""
     debian = tmp_path / "debian"
     shutil.copytree(server.root, debian)
-    monkeypatch.setattr(images, "DEBIAN_FASHION_MNIST_DIR", debian)
+    monkeypatch.setattr(fashion_mnist, "DEBIAN_FASHION_MNIST_DIR", debian)
     images.load_images("fashion-mnist", "test")
     assert server.requests == []
     assert images.data_source("fashion-mnist") == "fashion-mnist: Debian package dataset-fashion-mnist"
@@ -195,8 +195,8 @@ def test_fashion_prefers_a_local_copy_and_says_which(fashion, server, tmp_path, 
 
 def test_the_canonical_address_is_torchvisions():
     """Torchvision's FashionMNIST.mirrors and the MD5s of its resources (= the upstream README's)."""
-    assert images.FASHION_MNIST_MIRROR == "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
-    md5 = {r["file"]: r["gz_md5_upstream"] for parts in images.FASHION_MNIST.values() for r in parts.values()}
+    assert fashion_mnist.FASHION_MNIST_MIRROR == "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
+    md5 = {r["file"]: r["gz_md5_upstream"] for parts in fashion_mnist.FASHION_MNIST.values() for r in parts.values()}
     assert md5 == {
         "train-images-idx3-ubyte": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
         "train-labels-idx1-ubyte": "25c81989df183df01b3e8a0aad5dffbe",
@@ -216,12 +216,12 @@ def test_the_canonical_address_is_torchvisions():
 def test_fashion_wrong_checksum_is_refused_and_nothing_is_kept(
     fashion, server, fresh_runtime, monkeypatch, tamper, match
 ):
-    rec = dict(images.FASHION_MNIST["train"]["images"])
+    rec = dict(fashion_mnist.FASHION_MNIST["train"]["images"])
     if tamper == "gz":  # the server's bytes are not the published gzip file
         rec["gz_md5_upstream"] = "0" * 32
     else:  # the gzip file is as published but decompresses to something else
         rec["sha256"] = "0" * 64
-    monkeypatch.setitem(images.FASHION_MNIST, "train", dict(images.FASHION_MNIST["train"], images=rec))
+    monkeypatch.setitem(fashion_mnist.FASHION_MNIST, "train", dict(fashion_mnist.FASHION_MNIST["train"], images=rec))
     with pytest.raises(DatasetError, match=match):
         images.load_images("fashion-mnist", "train")
     cache = fresh_runtime / "fashion-mnist"
@@ -232,7 +232,7 @@ def test_fashion_wrong_checksum_is_refused_and_nothing_is_kept(
 
 def test_fashion_unreachable_server_names_the_address(fresh_runtime, monkeypatch):
     url = f"http://127.0.0.1:{free_port()}/"
-    monkeypatch.setattr(images, "FASHION_MNIST_MIRROR", url)
+    monkeypatch.setattr(fashion_mnist, "FASHION_MNIST_MIRROR", url)
     start = time.monotonic()
     with pytest.raises(DatasetMissing, match=rf"cannot download {url}train-images-idx3-ubyte\.gz.*apt-get"):
         images.load_images("fashion-mnist", "train")
@@ -243,7 +243,7 @@ def test_fashion_unreachable_server_names_the_address(fresh_runtime, monkeypatch
 def test_fashion_silent_server_is_cut_off_within_the_deadline(fashion, fresh_runtime, silent_url):
     start = time.monotonic()
     with pytest.raises(DatasetMissing, match=rf"cannot download {silent_url}"):
-        images.load_fashion_mnist("train", mirror=silent_url, timeout=1.0, deadline=2.0)
+        fashion_mnist.load_fashion_mnist("train", mirror=silent_url, timeout=1.0, deadline=2.0)
     assert time.monotonic() - start < 2.0 + 1.0 + 2.0  # deadline + one timeout + slack for a shared machine
     assert leftovers(fresh_runtime / "fashion-mnist") == []
 
@@ -252,9 +252,9 @@ def test_fashion_silent_server_is_cut_off_within_the_deadline(fashion, fresh_run
 @pytest.fixture
 def cifar(server, monkeypatch):
     shutil.copy(CIFAR_FIXTURE, server.root / "cifar-10-python.tar.gz")
-    monkeypatch.setitem(images.CIFAR10, "url", server.url + "cifar-10-python.tar.gz")
+    monkeypatch.setitem(cifar10.CIFAR10, "url", server.url + "cifar-10-python.tar.gz")
     for k, v in CIFAR_SUMS.items():
-        monkeypatch.setitem(images.CIFAR10, k, v)
+        monkeypatch.setitem(cifar10.CIFAR10, k, v)
 
 
 def test_cifar_downloads_verifies_caches_and_says_so(cifar, server, fresh_runtime):
@@ -282,16 +282,16 @@ def test_cifar_wrong_checksum_is_refused_and_nothing_is_kept(cifar, server, fres
 
 def test_cifar_published_checksums():
     """Toronto's page and torchvision's CIFAR10.tgz_md5; the SHA-256 is Keras's cifar10 file_hash."""
-    assert images.CIFAR10["md5"] == "c58f30108f718f92721af3b95e74349a"
-    assert images.CIFAR10["sha256"] == "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce"
-    assert images.CIFAR10["url"] == "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+    assert cifar10.CIFAR10["md5"] == "c58f30108f718f92721af3b95e74349a"
+    assert cifar10.CIFAR10["sha256"] == "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce"
+    assert cifar10.CIFAR10["url"] == "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 
 
 def test_cifar_unreachable_server_names_the_address(fresh_runtime, monkeypatch):
     url = f"http://127.0.0.1:{free_port()}/cifar-10-python.tar.gz"
-    monkeypatch.setitem(images.CIFAR10, "url", url)
+    monkeypatch.setitem(cifar10.CIFAR10, "url", url)
     with pytest.raises(DatasetMissing, match=rf"download from {url} failed"):
-        images.load_cifar10("train")
+        cifar10.load_cifar10("train")
     assert leftovers(fresh_runtime / "cifar-10") == []
 
 
@@ -476,19 +476,19 @@ def test_download_timeouts_are_checked(tmp_path, value):
 
 def test_a_hand_placed_gzip_bomb_is_read_no_further_than_the_known_size(fashion, fresh_runtime, monkeypatch):
     """A .gz in the cache folder decompressing to 64 MB is streamed and stops at the idx size + 1 byte."""
-    rec = images.FASHION_MNIST["train"]["images"]
+    rec = fashion_mnist.FASHION_MNIST["train"]["images"]
     cache = fresh_runtime / "fashion-mnist"
     cache.mkdir(parents=True)
     (cache / (rec["file"] + ".gz")).write_bytes(gzip.compress(b"\0" * (64 << 20), compresslevel=9))
     sizes = []
-    real = images.read_bounded
+    real = fashion_mnist.read_bounded
 
     def spy(path, limit, gz=False, chunk=1 << 20):
         out = real(path, limit, gz, chunk)
         sizes.append((limit, len(out)))
         return out
 
-    monkeypatch.setattr(images, "read_bounded", spy)
+    monkeypatch.setattr(fashion_mnist, "read_bounded", spy)
     with pytest.raises(DatasetError, match="checksum mismatch"):
         images.load_images("fashion-mnist", "train")
     size = 4 + 4 * 3 + 5 * 28 * 28

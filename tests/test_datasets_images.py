@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mmtoken.datasets import images
+from mmtoken.datasets import cifar10, fashion_mnist, images
 from mmtoken.datasets.download import DatasetError, DatasetMissing
 
 FIX = Path(__file__).parent / "fixtures" / "images"
@@ -62,9 +62,9 @@ def idx(arr: np.ndarray, code: int = 0x08) -> bytes:
 
 def test_parse_idx_roundtrip():
     a = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
-    np.testing.assert_array_equal(images.parse_idx(idx(a)), a)
+    np.testing.assert_array_equal(fashion_mnist.parse_idx(idx(a)), a)
     b = np.arange(6, dtype=">i4").reshape(2, 3)
-    out = images.parse_idx(idx(b, 0x0C))
+    out = fashion_mnist.parse_idx(idx(b, 0x0C))
     assert out.dtype == np.dtype("int32") and out.dtype.isnative
     np.testing.assert_array_equal(out, np.arange(6).reshape(2, 3))
 
@@ -81,7 +81,7 @@ def test_parse_idx_roundtrip():
 )
 def test_parse_idx_rejects_bad_files(data, match):
     with pytest.raises(DatasetError, match=match):
-        images.parse_idx(data)
+        fashion_mnist.parse_idx(data)
 
 
 # --------------------------------------------------------------------------- Fashion-MNIST
@@ -89,15 +89,15 @@ def test_parse_idx_rejects_bad_files(data, match):
 
 def test_fashion_fixture_loads_and_caches(tmp_path):
     dest = tmp_path / "cache"
-    x, y = images.load_fashion_mnist("train", source=FIX / "fashion", dest=dest, registry=FIXTURE_FASHION)
+    x, y = fashion_mnist.load_fashion_mnist("train", source=FIX / "fashion", dest=dest, registry=FIXTURE_FASHION)
     assert x.shape == (6, 1, 28, 28) and x.dtype == np.uint8
     assert y.shape == (6,) and y.dtype == np.int64 and y.min() >= 0 and y.max() <= 9
     assert (x[:, :, :4] == 0).all()
     # the cache holds the decompressed idx files and is used without the source
     assert (dest / "train-images-idx3-ubyte").is_file()
-    x2, y2 = images.load_fashion_mnist("train", source=tmp_path / "nowhere", dest=dest, registry=FIXTURE_FASHION)
+    x2, y2 = fashion_mnist.load_fashion_mnist("train", source=tmp_path / "nowhere", dest=dest, registry=FIXTURE_FASHION)
     np.testing.assert_array_equal(x, x2)
-    xt, yt = images.load_fashion_mnist("test", source=FIX / "fashion", dest=dest, registry=FIXTURE_FASHION)
+    xt, yt = fashion_mnist.load_fashion_mnist("test", source=FIX / "fashion", dest=dest, registry=FIXTURE_FASHION)
     assert xt.shape == (4, 1, 28, 28) and yt.shape == (4,)
 
 
@@ -106,26 +106,26 @@ def test_fashion_accepts_uncompressed_source(tmp_path):
     src.mkdir()
     for f in (FIX / "fashion").glob("*.gz"):
         (src / f.stem).write_bytes(gzip.decompress(f.read_bytes()))
-    x, _ = images.load_fashion_mnist("test", source=src, dest=tmp_path / "cache", registry=FIXTURE_FASHION)
+    x, _ = fashion_mnist.load_fashion_mnist("test", source=src, dest=tmp_path / "cache", registry=FIXTURE_FASHION)
     assert x.shape == (4, 1, 28, 28)
 
 
 def test_fashion_missing_names_how_to_get_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(images, "DEBIAN_FASHION_MNIST_DIR", tmp_path / "no-debian")
+    monkeypatch.setattr(fashion_mnist, "DEBIAN_FASHION_MNIST_DIR", tmp_path / "no-debian")
     monkeypatch.delenv("MMTOKEN_FASHION_MNIST_DIR", raising=False)
     with pytest.raises(DatasetMissing, match="apt-get install -y dataset-fashion-mnist"):
-        images.load_fashion_mnist(
+        fashion_mnist.load_fashion_mnist(
             "train", source=tmp_path / "empty", dest=tmp_path / "cache", registry=FIXTURE_FASHION, download=False
         )
 
 
 def test_fashion_offline_download_says_it_once_with_the_cache_folder(tmp_path, monkeypatch):
     """No network (an unreachable mirror): one message naming the cache folder, no urllib chain."""
-    monkeypatch.setattr(images, "DEBIAN_FASHION_MNIST_DIR", tmp_path / "no-debian")
+    monkeypatch.setattr(fashion_mnist, "DEBIAN_FASHION_MNIST_DIR", tmp_path / "no-debian")
     monkeypatch.delenv("MMTOKEN_FASHION_MNIST_DIR", raising=False)
     cache = tmp_path / "cache"
     with pytest.raises(DatasetMissing) as err:
-        images.load_fashion_mnist(
+        fashion_mnist.load_fashion_mnist(
             "train", dest=cache, registry=FIXTURE_FASHION, mirror="http://127.0.0.1:9/", timeout=5, deadline=10
         )
     message = str(err.value)
@@ -140,7 +140,7 @@ def test_fashion_corrupt_source_is_rejected(tmp_path):
     raw[100] ^= 0xFF
     (src / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(bytes(raw)))
     with pytest.raises(DatasetError, match="checksum mismatch"):
-        images.load_fashion_mnist("train", source=src, dest=tmp_path / "cache", registry=FIXTURE_FASHION)
+        fashion_mnist.load_fashion_mnist("train", source=src, dest=tmp_path / "cache", registry=FIXTURE_FASHION)
     assert not (tmp_path / "cache" / "train-images-idx3-ubyte").exists()
 
 
@@ -150,34 +150,34 @@ def test_fashion_truncated_gzip_is_rejected(tmp_path):
     data = (src / "train-images-idx3-ubyte.gz").read_bytes()
     (src / "train-images-idx3-ubyte.gz").write_bytes(data[: len(data) // 2])
     with pytest.raises(DatasetError, match="not a valid gzip file"):
-        images.load_fashion_mnist("train", source=src, dest=tmp_path / "cache", registry=FIXTURE_FASHION)
+        fashion_mnist.load_fashion_mnist("train", source=src, dest=tmp_path / "cache", registry=FIXTURE_FASHION)
 
 
 def test_fashion_corrupt_cache_is_rebuilt_from_verified_source(tmp_path, monkeypatch):
-    monkeypatch.setattr(images, "DEBIAN_FASHION_MNIST_DIR", tmp_path / "no-debian")
+    monkeypatch.setattr(fashion_mnist, "DEBIAN_FASHION_MNIST_DIR", tmp_path / "no-debian")
     monkeypatch.delenv("MMTOKEN_FASHION_MNIST_DIR", raising=False)
     dest = tmp_path / "cache"
-    x, _ = images.load_fashion_mnist("train", source=FIX / "fashion", dest=dest, registry=FIXTURE_FASHION)
+    x, _ = fashion_mnist.load_fashion_mnist("train", source=FIX / "fashion", dest=dest, registry=FIXTURE_FASHION)
     (dest / "train-images-idx3-ubyte").write_bytes(b"garbage")
-    x2, _ = images.load_fashion_mnist("train", source=FIX / "fashion", dest=dest, registry=FIXTURE_FASHION)
+    x2, _ = fashion_mnist.load_fashion_mnist("train", source=FIX / "fashion", dest=dest, registry=FIXTURE_FASHION)
     np.testing.assert_array_equal(x, x2)
     # without a source, a corrupt cache is an error, not a silent substitute
     (dest / "train-images-idx3-ubyte").write_bytes(b"garbage")
     with pytest.raises(DatasetError, match="wrong checksum"):
-        images.load_fashion_mnist(
+        fashion_mnist.load_fashion_mnist(
             "train", source=tmp_path / "none", dest=dest, registry={"train": FIXTURE_FASHION["train"]}, download=False
         )
 
 
 def test_fashion_unknown_split():
     with pytest.raises(ValueError, match="unknown split"):
-        images.load_fashion_mnist("validation")
+        fashion_mnist.load_fashion_mnist("validation")
 
 
 def test_fashion_registry_is_complete():
     for split, n in (("train", 60000), ("test", 10000)):
         for part in ("images", "labels"):
-            rec = images.FASHION_MNIST[split][part]
+            rec = fashion_mnist.FASHION_MNIST[split][part]
             assert rec["shape"][0] == n
             for key in ("sha256", "gz_sha256_debian"):
                 assert len(rec[key]) == 64 and int(rec[key], 16) >= 0
@@ -186,8 +186,8 @@ def test_fashion_registry_is_complete():
 
 @pytest.mark.skipif(
     not all(
-        (images.DEBIAN_FASHION_MNIST_DIR / (r["file"] + ".gz")).is_file()
-        for parts in images.FASHION_MNIST.values()
+        (fashion_mnist.DEBIAN_FASHION_MNIST_DIR / (r["file"] + ".gz")).is_file()
+        for parts in fashion_mnist.FASHION_MNIST.values()
         for r in parts.values()
     ),
     reason="the Debian package dataset-fashion-mnist is not installed",
@@ -195,16 +195,18 @@ def test_fashion_registry_is_complete():
 def test_debian_package_files_match_registry():
     from mmtoken.datasets.download import sha256_file
 
-    for parts in images.FASHION_MNIST.values():
+    for parts in fashion_mnist.FASHION_MNIST.values():
         for rec in parts.values():
-            assert sha256_file(images.DEBIAN_FASHION_MNIST_DIR / (rec["file"] + ".gz")) == rec["gz_sha256_debian"]
+            assert (
+                sha256_file(fashion_mnist.DEBIAN_FASHION_MNIST_DIR / (rec["file"] + ".gz")) == rec["gz_sha256_debian"]
+            )
 
 
 # --------------------------------------------------------------------------- CIFAR-10
 
 
 def test_cifar_fixture_reads():
-    out = images.read_cifar10_archive(FIX / "cifar-10-python.tar.gz", **FIXTURE_CIFAR)
+    out = cifar10.read_cifar10_archive(FIX / "cifar-10-python.tar.gz", **FIXTURE_CIFAR)
     xtr, ytr = out["train"]
     xte, yte = out["test"]
     assert xtr.shape == (10, 3, 32, 32) and xtr.dtype == np.uint8
@@ -223,12 +225,12 @@ def test_cifar_checksum_is_checked_before_unpickling(tmp_path):
     data[-100] ^= 0xFF
     bad.write_bytes(bytes(data))
     with pytest.raises(DatasetError, match="checksum mismatch.*md5"):
-        images.read_cifar10_archive(bad, **FIXTURE_CIFAR)
+        cifar10.read_cifar10_archive(bad, **FIXTURE_CIFAR)
     with pytest.raises(DatasetError, match="checksum mismatch for .* sha256"):
-        images.read_cifar10_archive(FIX / "cifar-10-python.tar.gz", md5=None, sha256="0" * 64)
+        cifar10.read_cifar10_archive(FIX / "cifar-10-python.tar.gz", md5=None, sha256="0" * 64)
     # the published checksums reject the fixture
-    with pytest.raises(DatasetError, match=images.CIFAR10["md5"]):
-        images.read_cifar10_archive(FIX / "cifar-10-python.tar.gz")
+    with pytest.raises(DatasetError, match=cifar10.CIFAR10["md5"]):
+        cifar10.read_cifar10_archive(FIX / "cifar-10-python.tar.gz")
 
 
 def _archive(tmp_path: Path, members: dict[str, bytes]) -> Path:
@@ -247,11 +249,11 @@ def test_cifar_missing_member_and_bad_layout(tmp_path):
     good = pickle.dumps({b"data": np.zeros((1, 3072), np.uint8), b"labels": [0]}, protocol=2)
     path = _archive(tmp_path, {"cifar-10-batches-py/data_batch_1": good})
     with pytest.raises(DatasetError, match="no member cifar-10-batches-py/data_batch_2"):
-        images.read_cifar10_archive(path, md5=None, sha256=None)
+        cifar10.read_cifar10_archive(path, md5=None, sha256=None)
     wrong = pickle.dumps({b"data": np.zeros((1, 100), np.uint8), b"labels": [0]}, protocol=2)
     path = _archive(tmp_path, {"cifar-10-batches-py/data_batch_1": wrong})
     with pytest.raises(DatasetError, match="not CIFAR-10 batches"):
-        images.read_cifar10_archive(path, md5=None, sha256=None)
+        cifar10.read_cifar10_archive(path, md5=None, sha256=None)
 
 
 class _Evil:
@@ -262,14 +264,14 @@ class _Evil:
 def test_cifar_unpickler_refuses_code(tmp_path):
     path = _archive(tmp_path, {"cifar-10-batches-py/data_batch_1": pickle.dumps({b"data": _Evil()}, protocol=2)})
     with pytest.raises(DatasetError, match="refusing to load"):
-        images.read_cifar10_archive(path, md5=None, sha256=None)
+        cifar10.read_cifar10_archive(path, md5=None, sha256=None)
 
 
 def test_cifar_not_a_tar(tmp_path):
     path = tmp_path / "x.tar.gz"
     path.write_bytes(b"not an archive")
     with pytest.raises(DatasetError, match="not a readable tar.gz"):
-        images.read_cifar10_archive(path, md5=None, sha256=None)
+        cifar10.read_cifar10_archive(path, md5=None, sha256=None)
 
 
 def test_cifar_download_offline_raises_missing_with_instructions(tmp_path, monkeypatch):
@@ -282,7 +284,7 @@ def test_cifar_download_offline_raises_missing_with_instructions(tmp_path, monke
     monkeypatch.setattr(urllib.request, "build_opener", lambda *a, **k: Opener())
     dest = tmp_path / "cifar-10-python.tar.gz"
     with pytest.raises(DatasetMissing, match=r"cifar-10-python\.tar\.gz.*c58f30108f718f92721af3b95e74349a"):
-        images.download_cifar10(dest)
+        cifar10.download_cifar10(dest)
     assert not dest.exists() and not list(tmp_path.iterdir())
 
 
@@ -296,18 +298,18 @@ def test_cifar_download_verifies(tmp_path, monkeypatch):
     monkeypatch.setattr(urllib.request, "build_opener", lambda *a, **k: Opener())
     dest = tmp_path / "c.tar.gz"
     with pytest.raises(DatasetError, match="checksum mismatch"):
-        images.download_cifar10(dest)
+        cifar10.download_cifar10(dest)
     assert not dest.exists()
-    monkeypatch.setitem(images.CIFAR10, "md5", FIXTURE_CIFAR["md5"])
-    monkeypatch.setitem(images.CIFAR10, "sha256", FIXTURE_CIFAR["sha256"])
-    assert images.download_cifar10(dest) == dest
+    monkeypatch.setitem(cifar10.CIFAR10, "md5", FIXTURE_CIFAR["md5"])
+    monkeypatch.setitem(cifar10.CIFAR10, "sha256", FIXTURE_CIFAR["sha256"])
+    assert cifar10.download_cifar10(dest) == dest
     assert dest.read_bytes() == payload
 
 
 def test_load_cifar10_without_download_says_how(tmp_path, monkeypatch):
     monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path))
     with pytest.raises(DatasetMissing, match="www.cs.toronto.edu"):
-        images.load_cifar10("train", download=False)
+        cifar10.load_cifar10("train", download=False)
 
 
 def test_load_images_unknown_name():

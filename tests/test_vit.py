@@ -1,15 +1,15 @@
-"""mmtoken.vit, the small ViT: shapes, attention rows, key-query and value-output matrices, training pieces."""
+"""mmtoken.vit, the small ViT: shapes, attention rows, key-query and value-output matrices, attention statistics."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from toy_vit import bright_patch_data, small
 
-from mmtoken import vit
-from mmtoken.chapters import ch09_vit_sparsity as vs
+from mmtoken import vit, vit_train
 
 # --------------------------------------------------------------------------- the model
 
@@ -83,107 +83,9 @@ def test_key_query_matrices_give_the_logits():
     assert spec == pytest.approx(max(float(torch.linalg.matrix_norm(w.double(), 2)) for w in W), rel=1e-6)
 
 
-def test_cls_logits_and_spread_bound():
-    torch.manual_seed(2)
-    cfg = small(heads=2, init_std=0.5)
-    model = vit.ViT(cfg)
-    with torch.no_grad():
-        model.blocks[-1].ln1.weight.mul_(1.7)
-        model.blocks[-1].ln1.bias.normal_()
-    x = torch.randn(6, 1, 8, 8)
-    _, attns = model(x, return_attention=True)
-    z = vit.cls_logits(model, x)
-    torch.testing.assert_close(z.softmax(-1), vit.cls_patch_attention(attns[-1]))
-    spread = z.max(-1).values - z.min(-1).values
-    assert (spread <= vit.logit_spread_bound(model)).all()
-    # entropy drop is at most the spread
-    assert (math.log(cfg.n_patches) - vit.entropy(z.softmax(-1)) <= spread + 1e-6).all()
-
-
 def test_entropy():
     p = torch.tensor([[0.25, 0.25, 0.25, 0.25], [1.0, 0.0, 0.0, 0.0]])
     torch.testing.assert_close(vit.entropy(p), torch.tensor([math.log(4), 0.0]))
-
-
-# --------------------------------------------------------------------------- training pieces
-
-
-def test_lr_factor_warmup_then_cosine():
-    total = 100
-    f = [vit.lr_factor(s, total, 0.1) for s in range(total)]
-    assert f[0] == pytest.approx(0.1) and f[9] == pytest.approx(1.0)
-    assert f[10] == pytest.approx(1.0) and all(a >= b for a, b in zip(f[10:], f[11:]))
-    assert vit.lr_factor(total, total, 0.1) == pytest.approx(0.0)
-    assert vit.lr_factor(0, total, 0.0) == pytest.approx(1.0)
-
-
-def test_augment_crops_and_flips():
-    x = torch.arange(2 * 3 * 6 * 6, dtype=torch.float32).view(2, 3, 6, 6) + 1
-    y = vit.augment(x, torch.Generator().manual_seed(0), pad=2)
-    assert y.shape == x.shape
-    for i in range(2):  # every kept value comes from the same image, channels move together
-        vals = set(y[i].unique().tolist()) - {0.0}
-        assert vals <= set(x[i].unique().tolist())
-    assert torch.equal(vit.augment(x, torch.Generator().manual_seed(0), pad=2), y)
-
-
-def test_normalizer():
-    x = torch.randint(0, 256, (50, 3, 4, 4), dtype=torch.uint8)
-    n = vit.Normalizer.fit(x)
-    z = n(x)
-    torch.testing.assert_close(z.mean((0, 2, 3)), torch.zeros(3), atol=1e-5, rtol=0)
-    torch.testing.assert_close(z.std((0, 2, 3)), torch.ones(3), atol=1e-3, rtol=0)
-    chunked = vit.Normalizer.fit(x, chunk=7)
-    torch.testing.assert_close(chunked.mean, n.mean)
-    torch.testing.assert_close(chunked.std, n.std)
-    with pytest.raises(ValueError, match="non-empty batch"):
-        vit.Normalizer.fit(x[:0])
-
-
-def test_train_is_deterministic_and_learns():
-    x, y = bright_patch_data(256)
-    cfg = vit.TrainConfig(epochs=10, batch_size=32, lr=3e-3, seed=3)
-    norm = vit.Normalizer.fit(x)
-    states, logs = [], []
-    for _ in range(2):
-        torch.manual_seed(0)
-        model = vit.ViT(small())
-        calls = []
-        vit.train(
-            model, x, y, cfg, norm, log_points=[0, 8, 80], on_log=lambda s, e, l, calls=calls: calls.append((s, e, l))
-        )
-        states.append(model.state_dict())
-        logs.append(calls)
-    for k in states[0]:
-        assert torch.equal(states[0][k], states[1][k])
-    assert [c[:2] for c in logs[0]] == [(0, 0.0), (8, 1.0), (80, 10.0)]
-    loss, acc = vit.evaluate(model, x, y, norm)
-    assert acc > 0.9 and loss < 0.5
-
-
-def test_train_bad_input():
-    x, y = bright_patch_data(16)
-    model = vit.ViT(small())
-    norm = vit.Normalizer.fit(x)
-    with pytest.raises(ValueError, match="exceeds"):
-        vit.train(model, x, y, vit.TrainConfig(batch_size=64), norm)
-    with pytest.raises(ValueError, match="labels"):
-        vit.train(model, x, y[:3], vit.TrainConfig(batch_size=4), norm)
-    with pytest.raises(ValueError, match="lr"):
-        vit.TrainConfig(lr=0.0)
-
-
-def test_paper_model_takes_one_step_on_cifar_shaped_input():
-    torch.manual_seed(0)
-    exp = vs.experiment(vs.settings("paper"))
-    assert (exp.dataset, exp.model.grid, exp.model.channels) == ("cifar-10", 16, 3)
-    model = vit.ViT(exp.model)
-    x = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
-    loss = torch.nn.functional.cross_entropy(
-        model(vit.Normalizer([0.5] * 3, [0.25] * 3)(vit.augment(x, torch.Generator()))), torch.tensor([1, 2])
-    )
-    loss.backward()
-    assert math.isfinite(loss.item())
 
 
 def test_value_output_matrices_give_the_attention_output():
@@ -222,35 +124,51 @@ def test_weight_norms():
     assert vit.weight_norms(model)["qk"] == pytest.approx(float(w.norm()), rel=1e-6)
 
 
-@pytest.mark.parametrize(
-    "kw, match",
-    [
-        ({"epochs": 0}, "epochs"),
-        ({"epochs": 2.5}, "epochs"),
-        ({"batch_size": -1}, "batch_size"),
-        ({"lr": float("nan")}, "lr"),
-        ({"lr": float("inf")}, "lr"),
-        ({"lr": -1e-3}, "lr"),
-        ({"weight_decay": -0.1}, "weight_decay"),
-        ({"warmup": 1.0}, "warmup"),
-        ({"warmup": float("nan")}, "warmup"),
-        ({"betas": (0.9, 1.0)}, "betas"),
-        ({"grad_clip": 0.0}, "grad_clip"),
-        ({"grad_clip": float("nan")}, "grad_clip"),
-        ({"seed": -1}, "seed"),
-        ({"seed": 1.5}, "seed"),
-        ({"threads": 0}, "threads"),
-    ],
-)
-def test_bad_train_config_names_the_argument(kw, match):
-    with pytest.raises(ValueError, match=f"TrainConfig.{match}"):
-        vit.TrainConfig(**kw)
+# --------------------------------------------------------------------------- attention statistics
 
 
-def test_pinned_threads_restores_the_setting():
-    before = torch.get_num_threads()
-    with vit.pinned_threads(1):
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == before
-    with vit.pinned_threads(None):
-        assert torch.get_num_threads() == before
+def test_effective_patches():
+    np.testing.assert_allclose(vit.effective_patches(np.full((2, 8), 1 / 8)), [8, 8])
+    np.testing.assert_allclose(vit.effective_patches(np.eye(3)), [1, 1, 1])
+    np.testing.assert_allclose(vit.effective_patches([0.5, 0.5, 0, 0]), 2)
+
+
+def test_attention_statistics_against_a_direct_computation():
+    torch.manual_seed(5)
+    cfg = small(heads=2, init_std=0.5, n_classes=4)
+    model = vit.ViT(cfg)
+    x, y = bright_patch_data(37, seed=2, classes=4)
+    norm = vit_train.Normalizer.fit(x)
+    fg = vit.foreground_mask(x.numpy(), cfg.patch, 0.5)
+    s = vit.attention_statistics(model, x.numpy(), y.numpy(), norm, fg, batch_size=10)  # 4 uneven batches
+    logits, attns = model(norm(x), return_attention=True)
+    loss, acc = vit_train.evaluate(model, x, y, norm)
+    assert s["loss"] == pytest.approx(loss, rel=1e-5) and s["acc"] == pytest.approx(acc)
+    assert len(s["layers"]) == cfg.depth and s["mean_map"].shape == (cfg.depth, cfg.n_patches)
+    for layer, att in enumerate(attns):
+        a = vit.cls_patch_attention(att.double()).detach().numpy()  # (N, h, P)
+        d = s["layers"][layer]
+        h = -(a * np.log(a)).sum(-1)
+        assert d["entropy"] == pytest.approx(h.mean(), rel=1e-9)
+        assert d["eff_image"] == pytest.approx(np.exp(h).mean(), rel=1e-9)
+        mean_map = a.mean(0)  # (h, P)
+        assert d["eff_mean"] == pytest.approx(np.exp(-(mean_map * np.log(mean_map)).sum(-1)).mean(), rel=1e-9)
+        assert d["fg_share"] == pytest.approx((a.mean(1) * fg).sum(-1).mean(), rel=1e-9)
+        assert d["uniform"] == pytest.approx(fg.mean())
+        assert d["top1_fg"] == pytest.approx(fg[np.arange(37), a.mean(1).argmax(-1)].mean())
+        np.testing.assert_allclose(s["mean_map"][layer], mean_map.mean(0), rtol=1e-9)
+        # averaging first can only spread the attention: the averaged map is never sparser
+        assert d["eff_mean"] >= np.exp(h.mean(0)).min() - 1e-9
+
+
+def test_uniform_attention_has_all_patches_effective():
+    model = vit.ViT(small())
+    with torch.no_grad():
+        model.blocks[-1].attn.q.weight.zero_()
+    x, y = bright_patch_data(12)
+    s = vit.attention_statistics(
+        model, x.numpy(), y.numpy(), vit_train.Normalizer.fit(x), vit.foreground_mask(x.numpy(), 4, 0.5)
+    )
+    d = s["layers"][-1]
+    assert d["eff_image"] == pytest.approx(4) and d["eff_mean"] == pytest.approx(4)
+    assert d["fg_share"] == pytest.approx(d["uniform"])

@@ -1,14 +1,16 @@
-"""mmtoken.chapters.ch09_vit_sparsity (chapter 9's generated module): the verdicts, the plots of a tiny study, the
-held-out seeds and the controls, the settings that name the cached runs."""
+"""mmtoken.chapters.ch09_vit_sparsity (chapter 9's generated module): the verdicts, the [CLS] logits and their
+bound, the plots of a tiny study, the held-out seeds and the controls, the settings that name the cached runs."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
-from toy_vit import TINY
+import torch
+from toy_vit import TINY, small
 
-from mmtoken import vit
+from mmtoken import vit, vit_cache, vit_train
 from mmtoken import vit_runs as runs
 from mmtoken.chapters import ch09_vit_sparsity as vs
 
@@ -59,12 +61,30 @@ def test_mean_of_exp_entropy_can_exceed_the_averaged_maps():
 
     P = 49
     maps = np.vstack([np.eye(P)[0], np.full(P, 1 / P)])
-    per_image = runs.effective_patches(maps).mean()
-    averaged = float(runs.effective_patches(maps.mean(0)))
+    per_image = vit.effective_patches(maps).mean()
+    averaged = float(vit.effective_patches(maps.mean(0)))
     assert per_image == pytest.approx(25.0)
     assert averaged == pytest.approx(13.3, abs=0.05)
     # Jensen: exp(mean entropy) (the geometric mean of e^H) never exceeds the averaged map's e^H
-    assert np.exp(np.log(runs.effective_patches(maps)).mean()) <= averaged
+    assert np.exp(np.log(vit.effective_patches(maps)).mean()) <= averaged
+
+
+def test_cls_logits_and_spread_bound():
+    """The chapter's [CLS] logits give the last block's attention; their spread obeys the lemma's bound."""
+    torch.manual_seed(2)
+    cfg = small(heads=2, init_std=0.5)
+    model = vit.ViT(cfg)
+    with torch.no_grad():
+        model.blocks[-1].ln1.weight.mul_(1.7)
+        model.blocks[-1].ln1.bias.normal_()
+    x = torch.randn(6, 1, 8, 8)
+    _, attns = model(x, return_attention=True)
+    z = vs.cls_logits(model, x)
+    torch.testing.assert_close(z.softmax(-1), vit.cls_patch_attention(attns[-1]))
+    spread = z.max(-1).values - z.min(-1).values
+    assert (spread <= vs.logit_spread_bound(model)).all()
+    # entropy drop is at most the spread
+    assert (math.log(cfg.n_patches) - vit.entropy(z.softmax(-1)) <= spread + 1e-6).all()
 
 
 def test_plots_draw_from_a_tiny_study(tiny_data):
@@ -113,17 +133,17 @@ def test_plots_draw_from_a_tiny_study(tiny_data):
 
 # The recipe of the chapter's cached runs, written out: their cache keys are digests of these configurations
 # (with the code and the data), so a change of a default would retrain every run (and is caught here).
-QUICK = runs.Experiment(
+QUICK = vit_cache.Experiment(
     dataset="fashion-mnist",
     model=vit.ViTConfig(image_size=28, channels=1, patch=4, width=48, depth=2, heads=1, mlp_ratio=2, init_std=0.02),
-    train=vit.TrainConfig(
+    train=vit_train.TrainConfig(
         epochs=9, batch_size=128, lr=1e-3, weight_decay=0.0, warmup=0.1, grad_clip=1.0, seed=10, threads=1
     ),
 )
-PAPER = runs.Experiment(
+PAPER = vit_cache.Experiment(
     dataset="cifar-10",
     model=vit.ViTConfig(image_size=32, channels=3, patch=2, width=384, depth=6, heads=6, mlp_ratio=2, init_std=0.02),
-    train=vit.TrainConfig(
+    train=vit_train.TrainConfig(
         epochs=100,
         batch_size=256,
         lr=3e-3,

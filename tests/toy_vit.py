@@ -1,12 +1,12 @@
-"""Toy ViT pieces shared by the tests of the ViT modules (vit, vit_runs, chapters.ch09_vit_sparsity): a small
+"""Toy ViT pieces shared by the tests of the ViT modules (vit, vit_train, vit_runs, vit_cache,
+chapters.ch09_vit_sparsity): a small
 model configuration, images whose class is the position of one bright patch, and a tiny cached experiment."""
 
 from __future__ import annotations
 
 import torch
 
-from mmtoken import vit
-from mmtoken import vit_runs as runs
+from mmtoken import vit, vit_cache, vit_train
 
 
 def small(**kw) -> vit.ViTConfig:
@@ -26,10 +26,10 @@ def bright_patch_data(n: int, seed: int = 0, size: int = 8, patch: int = 4, clas
     return x, y
 
 
-TINY = runs.Experiment(
+TINY = vit_cache.Experiment(
     dataset="fashion-mnist",
     model=small(n_classes=10, heads=1),
-    train=vit.TrainConfig(epochs=2, batch_size=32, lr=5e-3, seed=0),
+    train=vit_train.TrainConfig(epochs=2, batch_size=32, lr=5e-3, seed=0),
     n_validation=32,
     logs_per_epoch=2,
     logs_first_epoch=4,

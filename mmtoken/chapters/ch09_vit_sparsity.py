@@ -6,12 +6,13 @@ __all__ = ['CHAPTER', 'ACCURACY', 'COLLAPSE_VAL', 'QK_OVER_OV', 'HELD_OUT_SEEDS'
            'MISS_NORM', 'MISS_SPARSE', 'MISS_AVERAGED', 'Settings', 'settings', 'experiment', 'tuning_candidates',
            'config_digest', 'tune', 'tuning_table', 'choose', 'Study', 'controls', 'run', 'train_one', 'shown',
            'shown_table', 'plot_training', 'example_indices', 'plot_attention_maps', 'growth', 'seed_summary',
-           'validation_summary', 'seed_table', 'rate_ratio', 'plot_norms', 'plot_sparsity', 'spread_check',
-           'norm_verdict', 'sparsity_verdict', 'averaged_verdict', 'plot_where', 'learns_check', 'norm_check',
-           'sparse_check']
+           'validation_summary', 'seed_table', 'rate_ratio', 'plot_norms', 'plot_sparsity', 'cls_logits',
+           'logit_spread_bound', 'spread_check', 'norm_verdict', 'sparsity_verdict', 'averaged_verdict', 'plot_where',
+           'learns_check', 'norm_check', 'sparse_check']
 
 # %% book/part1/09_vit_sparsity.ipynb #b9914373
 import functools
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -20,7 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mmtoken import config, report, vit, vit_runs
+from mmtoken import config, report, vit, vit_cache, vit_runs, vit_train
 from mmtoken.ledger import Measured, claim
 from mmtoken.plotting import COLUMN_WIDTH, colors, panel_titles, style, subplots
 
@@ -55,7 +56,7 @@ class Settings:
     heads: int = 1
     mlp_ratio: int = 2  # the MLP's hidden width over the token width
     init_std: float = 0.02  # standard deviation of the (truncated) normal initialisation
-    # the schedule (vit.TrainConfig): AdamW, linear warm-up then cosine decay to 0
+    # the schedule (vit_train.TrainConfig): AdamW, linear warm-up then cosine decay to 0
     epochs: int = 9
     batch_size: int = 128
     lr: float = 1e-3  # AdamW's peak learning rate
@@ -102,7 +103,7 @@ def settings(scale: str | None = None) -> Settings:
 IMAGE_SHAPES = {"fashion-mnist": (28, 1), "cifar-10": (32, 3)}  # dataset -> (side in pixels, channels)
 
 
-def experiment(s: Settings = Settings(), seed: int | None = None, test: bool = True) -> vit_runs.Experiment:
+def experiment(s: Settings = Settings(), seed: int | None = None, test: bool = True) -> vit_cache.Experiment:
     """One run of ``s``: the recipe on ``seed`` (default ``s.seeds[0]``); ``test=False`` never reads the test split."""
     if s.dataset not in IMAGE_SHAPES:
         raise ValueError(f"Settings.dataset must be one of {tuple(IMAGE_SHAPES)}, got {s.dataset!r}")
@@ -117,7 +118,7 @@ def experiment(s: Settings = Settings(), seed: int | None = None, test: bool = T
         mlp_ratio=s.mlp_ratio,
         init_std=s.init_std,
     )
-    schedule = vit.TrainConfig(
+    schedule = vit_train.TrainConfig(
         epochs=s.epochs,
         batch_size=s.batch_size,
         lr=s.lr,
@@ -128,7 +129,7 @@ def experiment(s: Settings = Settings(), seed: int | None = None, test: bool = T
         seed=s.seeds[0] if seed is None else seed,
         threads=s.threads,
     )
-    return vit_runs.Experiment(
+    return vit_cache.Experiment(
         dataset=s.dataset,
         model=model,
         train=schedule,
@@ -167,7 +168,7 @@ TUNING_GRID: dict[str, dict] = {  # label -> the changes to TUNING_BASE, in the 
 }
 
 
-def tuning_candidates() -> dict[str, vit_runs.Experiment]:
+def tuning_candidates() -> dict[str, vit_cache.Experiment]:
     """label -> the candidate of :data:`TUNING_GRID`, on development seed 0, never reading the test split."""
     return {
         label: experiment(replace(TUNING_BASE, **changes), TUNING_SEEDS[0], test=False)
@@ -175,7 +176,7 @@ def tuning_candidates() -> dict[str, vit_runs.Experiment]:
     }
 
 
-def config_digest(exp: vit_runs.Experiment) -> str:
+def config_digest(exp: vit_cache.Experiment) -> str:
     """12 hex digits of the digest of a configuration (what the tuning record stores to stay honest)."""
     return vit_runs.fingerprint(exp, "")["config"][:12]
 
@@ -301,12 +302,12 @@ class Study:
     the rate divided by ``Settings.smaller_lr``; ``collapse``: the run made to fail (:func:`controls`), on a
     development seed, which never touches the test split."""
 
-    seeds: dict[int, vit_runs.Result]
-    smaller_lr: dict[int, vit_runs.Result]
-    collapse: dict[int, vit_runs.Result]
+    seeds: dict[int, vit_cache.Result]
+    smaller_lr: dict[int, vit_cache.Result]
+    collapse: dict[int, vit_cache.Result]
 
 
-def controls(s: Settings = Settings()) -> dict[str, list[vit_runs.Experiment]]:
+def controls(s: Settings = Settings()) -> dict[str, list[vit_cache.Experiment]]:
     """The runs of :class:`Study`: the recipe on every seed; the first with the rate divided by ``s.smaller_lr``;
     one epoch at ``s.collapse_lr`` times the rate with neither warm-up nor clipping, validation split only."""
     main = [experiment(s, seed) for seed in s.seeds]
@@ -323,7 +324,7 @@ def run(s: Settings = Settings()) -> Study:
     return Study(**{name: {e.train.seed: next(results) for e in exps} for name, exps in groups.items()})
 
 
-def train_one(s: Settings = Settings(), seed: int | None = None) -> vit_runs.Result:
+def train_one(s: Settings = Settings(), seed: int | None = None) -> vit_cache.Result:
     """One run of the recipe ``s`` on ``seed`` (default ``s.seeds[0]``), cached under its own key."""
     return vit_runs.run_experiment(experiment(s, seed))
 
@@ -369,7 +370,7 @@ def plot_training(study: Study | None = None):
     return fig
 
 # %% book/part1/09_vit_sparsity.ipynb #68646bfb
-def example_indices(r: vit_runs.Result, n: int = 6) -> list[int]:
+def example_indices(r: vit_cache.Result, n: int = 6) -> list[int]:
     """The first probe image of each of the first ``n`` classes (a fixed rule, not a selection)."""
     out = []
     for c in range(n):
@@ -379,7 +380,7 @@ def example_indices(r: vit_runs.Result, n: int = 6) -> list[int]:
     return out
 
 
-def plot_attention_maps(r: vit_runs.Result | None = None, n_examples: int = 6, layer: int = -1, n_epochs: int = 6):
+def plot_attention_maps(r: vit_cache.Result | None = None, n_examples: int = 6, layer: int = -1, n_epochs: int = 6):
     """Rows: example validation images; columns: the image, then its [CLS] attention at stored epochs.
 
     At most ``n_epochs`` of the stored epochs are drawn, evenly spaced from
@@ -414,7 +415,7 @@ def plot_attention_maps(r: vit_runs.Result | None = None, n_examples: int = 6, l
             ax.text(
                 0.04,
                 0.96,
-                f"{vit_runs.effective_patches(maps[col].ravel()):.0f}",
+                f"{vit.effective_patches(maps[col].ravel()):.0f}",
                 transform=ax.transAxes,
                 va="top",
                 fontsize=8,
@@ -431,12 +432,12 @@ def plot_attention_maps(r: vit_runs.Result | None = None, n_examples: int = 6, l
     return fig
 
 # %% book/part1/09_vit_sparsity.ipynb #5a65f276
-def growth(r: vit_runs.Result, name: str, layer: int = -1) -> float:
+def growth(r: vit_cache.Result, name: str, layer: int = -1) -> float:
     """``log[name]`` at the end over its value at initialisation, for one block."""
     return float(r.log[name][-1, layer] / r.log[name][0, layer])
 
 
-def seed_summary(r: vit_runs.Result, layer: int = -1) -> dict:
+def seed_summary(r: vit_cache.Result, layer: int = -1) -> dict:
     """What the claims check for one run: accuracy, norm growths and where the final attention is (test split)."""
     if r.test is None:
         raise ValueError("this run never touched the test split (Experiment.test is False)")
@@ -457,7 +458,7 @@ def seed_summary(r: vit_runs.Result, layer: int = -1) -> dict:
     }
 
 
-def validation_summary(r: vit_runs.Result, layer: int = -1) -> dict:
+def validation_summary(r: vit_cache.Result, layer: int = -1) -> dict:
     """The statistics of :func:`seed_summary` from the validation split (for runs that never saw the test split).
 
     The attention statistics are those of the probe batch at the last log point.
@@ -476,7 +477,7 @@ def validation_summary(r: vit_runs.Result, layer: int = -1) -> dict:
     }
 
 
-def seed_table(results: Mapping[int, vit_runs.Result], layer: int = -1) -> pd.DataFrame:
+def seed_table(results: Mapping[int, vit_cache.Result], layer: int = -1) -> pd.DataFrame:
     """:func:`seed_summary` of every run, one row per seed."""
     return pd.DataFrame([seed_summary(r, layer) for r in results.values()]).set_index("seed")
 
@@ -545,22 +546,62 @@ def plot_sparsity(study: Study | None = None, layer: int = -1):
     return fig
 
 # %% book/part1/09_vit_sparsity.ipynb #f1b378e8
-def spread_check(r: vit_runs.Result, layer: int = -1) -> dict[str, np.ndarray]:
+@torch.no_grad()
+def cls_logits(model: vit.ViT, inputs: torch.Tensor, layer: int = -1) -> torch.Tensor:
+    """Attention logits of the [CLS] query over the patches in block ``layer``.
+
+    Parameters
+    ----------
+    inputs : normalised images ``(B, C, H, W)``.
+
+    Returns
+    -------
+    ``(B, heads, P)``; their softmax is :func:`mmtoken.vit.cls_patch_attention` of that block.
+    """
+    layer = layer % len(model.blocks)
+    x = model.embed(model.patchify(inputs))
+    x = torch.cat([model.cls.expand(x.shape[0], -1, -1), x], dim=1) + model.pos
+    for block in model.blocks[:layer]:
+        x, _ = block(x)
+    block = model.blocks[layer]
+    u = block.ln1(x)
+    att = block.attn
+    q, k = att.split_heads(att.q(u)), att.split_heads(att.k(u))
+    return (q[:, :, :1] @ k[:, :, 1:].transpose(-1, -2)).squeeze(2) / math.sqrt(att.head_dim)
+
+
+def logit_spread_bound(model: vit.ViT, layer: int = -1) -> float:
+    """An upper bound on the spread ``max_t z_t - min_t z_t`` of the [CLS] logits of block ``layer``.
+
+    With ``LN(x) = g * x_hat + b`` (``||x_hat|| = sqrt(d)``), every head satisfies
+    ``spread <= ||W_h||_2 (||g||_inf sqrt(d) + ||b||) 2 ||g||_inf sqrt(d) / sqrt(d_h)``,
+    ``W_h = W_Q^h (W_K^h)ᵀ``; this returns the largest over heads.
+    """
+    block = model.blocks[layer]
+    with torch.no_grad():
+        d = block.ln1.normalized_shape[0]
+        g = float(block.ln1.weight.abs().max())
+        b = float(block.ln1.bias.norm())
+        w2 = float(torch.linalg.matrix_norm(block.attn.key_query_matrices().double(), 2).max())
+    return w2 * (g * math.sqrt(d) + b) * 2 * g * math.sqrt(d) / math.sqrt(block.attn.head_dim)
+
+# %% book/part1/09_vit_sparsity.ipynb #6d81bf16
+def spread_check(r: vit_cache.Result, layer: int = -1) -> dict[str, np.ndarray]:
     """Entropy drop <= logit spread <= its bound, per stored epoch, on the probe batch.
 
     Returns arrays ``(M,)`` over ``epochs_mapped``: ``drop_mean`` (mean of
     ``log P - H``), ``spread_mean`` and ``spread_max`` (measured ``max_t z_t -
-    min_t z_t`` of the [CLS] logits), ``bound`` (:func:`mmtoken.vit.logit_spread_bound`),
+    min_t z_t`` of the [CLS] logits), ``bound`` (:func:`logit_spread_bound`),
     and ``holds`` (``log P - H <= spread <= bound`` for every image and head).
     """
     x = r.normalizer(torch.as_tensor(r.probe_images))
     out = {k: [] for k in ("drop_mean", "spread_mean", "spread_max", "bound", "holds")}
     for e in r.experiment.epochs_mapped:
-        model = vit_runs.checkpoint(r, e)
-        z = vit.cls_logits(model, x, layer).double()
+        model = vit_cache.checkpoint(r, e)
+        z = cls_logits(model, x, layer).double()
         drop = np.log(r.n_patches) - vit.entropy(z.softmax(-1))
         spread = z.max(-1).values - z.min(-1).values
-        bound = vit.logit_spread_bound(model, layer)
+        bound = logit_spread_bound(model, layer)
         out["drop_mean"].append(float(drop.mean()))
         out["spread_mean"].append(float(spread.mean()))
         out["spread_max"].append(float(spread.max()))
