@@ -17,7 +17,7 @@ import torch
 from common import machine_meta  # benchmarks/ is on sys.path (run directly or from run_all)
 from torch import nn
 
-from mmtoken import instances, train
+from mmtoken import instances, joint, train
 from mmtoken.model import AttentionProblem
 
 STEPS = 1000
@@ -87,7 +87,7 @@ def cases():
         out.append(
             (
                 f"fig3-{case} (joint v, p)",
-                lambda inst=inst: train.train_joint(
+                lambda inst=inst: joint.train_joint(
                     inst.X, inst.Y, inst.extra["v0"], inst.starts[0], steps=STEPS, record_every=10
                 ),
                 lambda inst=inst: public_loop(inst, inst.starts[0], v0=inst.extra["v0"]),

@@ -165,7 +165,7 @@ def run(K, gamma, mask, q, k0, k1, lr, normalized, loss_id, record, r0, out):
 
 @njit(cache=True)
 def head_direction(X, Y, K, gamma, q, loss_id, Gv):
-    """Unit direction of ``grad_v L`` into ``Gv`` (same formulas as :func:`mmtoken.train.grad_v`)."""
+    """Unit direction of ``grad_v L`` into ``Gv`` (same formulas as :func:`mmtoken.joint.grad_v`)."""
     n, T, d = X.shape
     m = K.shape[2]
     lnd = np.empty(n)

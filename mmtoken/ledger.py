@@ -288,12 +288,12 @@ def _recordable(c: Claim) -> bool:
     test defines on the fly, nor a notebook whose exported code the reader changed: the ledger
     judges the book's code with its own settings only."""
     from .chapters import home_of
-    from .resultcache import module_file
+    from .fingerprint import index
 
     home = home_of(c.func)
     if home is not None:
         return home.module is not None and home.changed is None
-    return module_file(c.func.__module__) is not None
+    return index().file(c.func.__module__) is not None
 
 
 def code_roots(c: Claim) -> list[tuple[str, str]]:

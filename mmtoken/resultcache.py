@@ -16,7 +16,7 @@ Temporary files left behind by an interrupted write (``*.tmp``, ``*.part``)
 are swept from the folder. Nothing is unpickled (``allow_pickle=False``).
 
 This is the package's one results cache: the real-review runs
-(:mod:`mmtoken.review_runs`, :mod:`mmtoken.review_search`,
+(:mod:`mmtoken.review_seeds`, :mod:`mmtoken.review_search`,
 :mod:`mmtoken.review_regime`) and the claims ledger (:func:`mmtoken.ledger.recorded`)
 store their results here. A result that is a folder of files (the ViT runs of
 chapter 9, :mod:`mmtoken.vit_runs`: checkpoints, arrays and a history) is kept
@@ -30,11 +30,11 @@ a notebook kernel and a test) do not both compute it: :func:`load_or_compute`
 holds a file lock per result (:func:`locked`) while it computes, and the
 second process reads what the first wrote.
 
-:func:`experiment_result` and the ledger key a result by the code its computation
-calls (:mod:`mmtoken.fingerprint`: definitions, not modules; never plotting,
-caching or download code), so a change in an unrelated chapter or in a figure
-leaves a result valid. :func:`source_fingerprint` (a module and every
-``mmtoken`` module it imports) is the coarser key of whole modules.
+:func:`experiment_result`, the ledger and the real-review runs
+(:func:`mmtoken.review_seeds.cache_fingerprint`) key a result by the code its
+computation calls (:mod:`mmtoken.fingerprint`: definitions, not modules; never
+plotting, caching or download code), so a change in an unrelated chapter or in
+a figure leaves a result valid.
 """
 
 from __future__ import annotations
@@ -45,12 +45,6 @@ __all__ = [
     "STALE_SECONDS",
     "CacheError",
     "StaleResult",
-    "code_fingerprint",
-    "PACKAGE",
-    "PACKAGE_DIR",
-    "module_file",
-    "module_closure",
-    "source_fingerprint",
     "fingerprint",
     "save",
     "load",
@@ -68,8 +62,6 @@ __all__ = [
     "experiment_result",
 ]
 
-import ast
-import functools
 import hashlib
 import io
 import json
@@ -78,9 +70,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 
@@ -101,95 +91,6 @@ class StaleResult(CacheError):
 
     The normal state of a result after its code has been edited: replaced without a warning.
     """
-
-
-def code_fingerprint(modules: list[ModuleType]) -> str:
-    """Digest of the source files of ``modules`` and the versions of NumPy and torch."""
-    import torch
-
-    h = hashlib.sha256()
-    for m in sorted(modules, key=lambda m: m.__name__):
-        h.update(m.__name__.encode())
-        h.update(Path(m.__file__).read_bytes())
-    h.update(f"numpy {np.__version__} torch {torch.__version__}".encode())
-    return h.hexdigest()
-
-
-PACKAGE = "mmtoken"
-PACKAGE_DIR = Path(__file__).resolve().parent
-
-
-def module_file(name: str) -> Path | None:
-    """The source file of the ``mmtoken`` module ``name`` (``mmtoken.x.y``), or ``None`` if there is none."""
-    if name != PACKAGE and not name.startswith(PACKAGE + "."):
-        return None
-    base = PACKAGE_DIR.joinpath(*name.split(".")[1:])
-    for path in (base.with_suffix(".py"), base / "__init__.py"):
-        if path.is_file():
-            return path
-    return None
-
-
-def _imports(name: str, path: Path) -> set[str]:
-    """The ``mmtoken`` modules that the source of module ``name`` imports (at any depth of its code)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1])
-                target = f"{base}.{node.module}" if node.module else base
-            else:
-                target = node.module or ""
-            found.add(target)
-            found.update(f"{target}.{a.name}" for a in node.names)  # `from pkg import module`
-    out = set()
-    for m in found:
-        # importing a.b.c runs a/__init__, a/b/__init__ too
-        parts = m.split(".")
-        out.update(".".join(parts[:k]) for k in range(1, len(parts) + 1))
-    return {m for m in out if module_file(m) is not None}
-
-
-@functools.lru_cache(maxsize=None)
-def module_closure(name: str) -> tuple[str, ...]:
-    """``name`` and every ``mmtoken`` module it imports, transitively, found statically; sorted."""
-    if module_file(name) is None:
-        raise ValueError(f"{name!r} is not a module of the {PACKAGE} package")
-    parts = name.split(".")
-    seen, todo = set(), [".".join(parts[:k]) for k in range(1, len(parts) + 1)]  # with its packages
-    while todo:
-        m = todo.pop()
-        if m in seen:
-            continue
-        seen.add(m)
-        todo.extend(_imports(m, module_file(m)) - seen)
-    return tuple(sorted(seen))
-
-
-def _versions() -> str:
-    """The versions of the numerical libraries (read from the installed metadata: nothing is imported)."""
-    out = [f"numpy {np.__version__}"]
-    for dist in ("torch",):
-        try:
-            out.append(f"{dist} {metadata.version(dist)}")
-        except metadata.PackageNotFoundError:
-            out.append(f"{dist} absent")
-    return " ".join(out)
-
-
-@functools.lru_cache(maxsize=None)
-def source_fingerprint(name: str) -> str:
-    """Digest of the source of module ``name`` and of the ``mmtoken`` modules it imports, transitively
-    (:func:`module_closure`), with the versions of NumPy and torch."""
-    h = hashlib.sha256()
-    for m in module_closure(name):
-        h.update(m.encode() + b"\0" + module_file(m).read_bytes() + b"\0")
-    h.update(_versions().encode())
-    return h.hexdigest()
 
 
 def fingerprint(code: str, config: dict, data: str) -> str:

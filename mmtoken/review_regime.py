@@ -21,13 +21,12 @@ __all__ = ["REGIME", "LONG", "CONTROL", "run", "control_data", "cached", "ROW_NO
 
 import dataclasses
 import math
-import sys
 import time
 
 import numpy as np
 import torch
 
-from . import config, corpus_stats, review_model, review_runs, synthetic
+from . import config, corpus_stats, review_model, review_runs, review_seeds, synthetic
 from .datasets import text, tokenize
 from .review_runs import Data, Setup
 
@@ -57,18 +56,14 @@ CONTROL = {"n_pos": 30, "n_neg": 30, "T": 24, "min_len": 8}
 def run(data: Data, seed: int, s: Setup = REGIME) -> tuple[dict, dict]:
     """The two-phase protocol under ``s`` on ``data`` for one seed (test split touched once, at the end)."""
     with config.single_thread():
-        return _run(data, seed, s)
-
-
-def _run(data: Data, seed: int, s: Setup) -> tuple[dict, dict]:
-    start = time.process_time()
-    top = torch.as_tensor(
-        review_model.top_decile(data.stats.count, data.stats.delta, review_runs.TOP_COUNT), device=config.device()
-    )
-    v, E_small, _ = review_runs.init(s, data.V, seed)
-    metrics, arrays = review_runs.two_phase(s, data, v, E_small, top, conflicts=True)
-    metrics["cpu_seconds"] = time.process_time() - start
-    return arrays, metrics
+        start = time.process_time()
+        top = torch.as_tensor(
+            review_model.top_decile(data.stats.count, data.stats.delta, review_runs.TOP_COUNT), device=config.device()
+        )
+        v, E_small, _ = review_runs.init(s, data.V, seed)
+        metrics, arrays = review_seeds.two_phase(s, data, v, E_small, top, conflicts=True)
+        metrics["cpu_seconds"] = time.process_time() - start
+        return arrays, metrics
 
 
 def control_data(rt: Data, seed: int = 0) -> Data:
@@ -123,13 +118,11 @@ def cached(seed: int, which: str = "reviews", steps: int | None = None, small: b
     base = SMALL if small else REGIME
     s = base if steps is None else dataclasses.replace(base, p2_steps=steps)
     ds = text.load("rt")
-    fp = review_runs.cache_fingerprint(
-        s, ds.fingerprint, {"seed": seed, "run": which, "control": CONTROL}, modules=(sys.modules[__name__], synthetic)
-    )
+    fp = review_seeds.cache_fingerprint(cached, s, ds.fingerprint, {"seed": seed, "run": which, "control": CONTROL})
     kind = f"{which}-{'small' if small else 'regime'}{seed}" + ("" if steps is None else f"-{steps}")
 
     def compute():
         data = review_runs.prepare(s, ds)
         return run(data if which == "reviews" else control_data(data, seed), seed, s)
 
-    return resultcache.load_or_compute(review_runs.result_path("rt", kind, fp), f"real_reviews/rt/{kind}", fp, compute)
+    return resultcache.load_or_compute(review_seeds.result_path("rt", kind, fp), f"real_reviews/rt/{kind}", fp, compute)

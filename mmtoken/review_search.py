@@ -16,25 +16,14 @@ from __future__ import annotations
 __all__ = ["START", "GRID", "MAX_EPOCHS", "search", "cached_search"]
 
 import dataclasses
-import sys
 from dataclasses import asdict
 
 import numpy as np
 
 from . import config, resultcache
 from .datasets import text
-from .review_runs import (
-    DEV_SEED,
-    RUN_FIELDS,
-    VALIDATION,
-    Setup,
-    cache_fingerprint,
-    init,
-    prepare,
-    result_path,
-    run_bow,
-    train_model,
-)
+from .review_runs import DEV_SEED, RUN_FIELDS, VALIDATION, Setup, init, prepare, train_model
+from .review_seeds import cache_fingerprint, result_path, run_bow
 
 # Where the validation search starts (the previous chapter's choices) and what it tries.
 START = {
@@ -118,10 +107,10 @@ def cached_search(dataset: str) -> tuple[Setup, list[dict]]:
     s0 = START[dataset]
     ds = text.load(dataset)
     fp = cache_fingerprint(
+        cached_search,
         s0,
         ds.fingerprint,
         {"grid": GRID, "max_epochs": MAX_EPOCHS, "validation": VALIDATION, "seed": DEV_SEED},
-        modules=(sys.modules[__name__],),
     )
 
     def compute():

@@ -1,8 +1,9 @@
-"""Training loops: gradient descent, normalized GD, joint (v, p), regularization paths.
+"""Training loops: gradient descent, normalized GD, regularization paths.
 
 All loops run every start / instance of a batch in one tensor operation
 and record a :class:`History` (a thinned copy of the iterates, norms,
-losses and softmax probabilities).
+losses and softmax probabilities). Joint training of the head and the
+token is :func:`mmtoken.joint.train_joint`, which records the same history.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import torch
 
 from . import fastpath, validate
 from .config import progress_bar, progress_enabled
-from .grad import Saturation, grad_p, loss_parts, loss_value, safe_norm, saturation, unit_and_log_norm
+from .grad import grad_p, loss_parts, loss_value, safe_norm, saturation, unit_and_log_norm
 from .losses import Loss, get_loss
-from .model import AttentionProblem, as_tensor, scores
+from .model import AttentionProblem, as_tensor
 
 METHODS = ("normalized", "gd")
 MAX_RECORDS = 10_000
@@ -41,7 +42,7 @@ class History:
     norm : ``(S, ...)`` ``||p||``.
     loss : ``(S, ...)`` training loss.
     probs : ``(S, ..., n, T)`` softmax probabilities (if recorded).
-    v : ``(S, ..., d)`` head iterates (joint training only).
+    v : ``(S, ..., d)`` head iterates (joint training only, :func:`mmtoken.joint.train_joint`).
     """
 
     steps: np.ndarray
@@ -57,7 +58,9 @@ class History:
         return self.p[-1]
 
 
-def _record_steps(steps: int, record_every: int | None, floats_per_record: int = 0) -> set[int]:
+def record_steps(steps: int, record_every: int | None, floats_per_record: int = 0) -> set[int]:
+    """The steps a run records: every ``record_every``-th (``None``: bounded by :data:`MAX_RECORDS`) and the
+    last; a history of ``floats_per_record`` floats a record above :data:`HISTORY_WARN_BYTES` warns."""
     steps = validate.count(steps, "steps")
     if record_every is None:
         record_every = max(1, math.ceil(steps / MAX_RECORDS))
@@ -79,13 +82,15 @@ def _warn_history(n_records: int, floats_per_record: int) -> None:
         warnings.warn(msg, UserWarning, stacklevel=4)
 
 
-def _progress_flag(progress, name: str = "progress"):
+def progress_flag(progress, name: str = "progress"):
+    """``progress`` checked: ``True``, ``False`` or ``None`` (``ValueError`` naming ``name`` otherwise)."""
     if progress is not None and not isinstance(progress, (bool, np.bool_)):
         raise ValueError(f"{name} must be True, False or None, got {progress!r}")
     return progress
 
 
-def _stack(rows: list[torch.Tensor]) -> torch.Tensor:
+def stack_rows(rows: list[torch.Tensor]) -> torch.Tensor:
+    """The recorded rows of a history, ``S`` tensors of one shape, as one ``(S, ...)`` tensor on the CPU."""
     return torch.stack(rows).cpu()
 
 
@@ -137,7 +142,7 @@ def train_p(
     loss = get_loss(loss)
     lr = validate.positive(lr, "lr")
     record_probs = validate.flag(record_probs, "record_probs")
-    progress = _progress_flag(progress)
+    progress = progress_flag(progress)
     p = as_tensor(p0, "p0", device=problem.K.device).clone()
     steps = validate.count(steps, "steps")
     if p.ndim == 0 or p.shape[-1] != problem.m:
@@ -157,7 +162,7 @@ def train_p(
         ) from None
     if math.prod(batch) == 0:
         raise ValueError(f"p0 holds no start (batch shape {tuple(batch)})")
-    record = _record_steps(
+    record = record_steps(
         steps, record_every, math.prod(batch) * (problem.m + 2 + (problem.n * problem.T if record_probs else 0))
     )
     p = p.expand(*batch, problem.m).clone()
@@ -178,9 +183,13 @@ def train_p(
         g = grad_p(problem, p, loss, sat)
         step = g.direction if method == "normalized" else g.value()
         p = p - lr * step
-    P = _stack(rows["p"])
+    P = stack_rows(rows["p"])
     return History(
-        np.array(rows["step"]), P, safe_norm(P), _stack(rows["loss"]), _stack(rows["probs"]) if record_probs else None
+        np.array(rows["step"]),
+        P,
+        safe_norm(P),
+        stack_rows(rows["loss"]),
+        stack_rows(rows["probs"]) if record_probs else None,
     )
 
 
@@ -362,173 +371,15 @@ def best_of_starts(problem: AttentionProblem, points: torch.Tensor, loss: str | 
     return torch.gather(points, 1, idx[:, None, ..., None].expand(-1, 1, *points.shape[2:])).squeeze(1).cpu()
 
 
-def train_joint(
-    X,
-    Y,
-    v0,
-    p0,
-    *,
-    steps: int,
-    lr: float = 0.1,
-    lr_v: float | None = None,
-    W=None,
-    loss: str | Loss = "logistic",
-    record_every: int | None = None,
-    progress: bool | None = None,
-) -> History:
-    """Joint training of the head ``v`` and the token ``p``, each with its own normalized step.
-
-    ``p <- p - lr grad_p L / ||grad_p L||`` and ``v <- v - lr_v grad_v L / ||grad_v L||``,
-    simultaneously (the published Fig. 3 runs).
-
-    Parameters
-    ----------
-    X : ``(n, T, d)`` tokens (or ``(..., n, T, d)``); Y : ``(n,)`` labels in ``{+1, -1}``;
-    W : ``(d, m)`` key map (identity if None).
-    v0 : ``(..., d)``; p0 : ``(..., m)`` starts.
-    lr, lr_v : positive finite step sizes (``lr_v`` defaults to ``lr``).
-    record_every : as in :func:`train_p` (``None``: a bounded history).
-
-    Returns
-    -------
-    History with ``v`` filled and ``extra["output_prob"]`` ``(S, ..., n)``, the
-    logistic output probability ``sigma(Y_i f(X_i))``.
-
-    Raises
-    ------
-    ValueError naming the argument (checked before the compiled kernel reads anything).
-    """
-    loss = get_loss(loss)
-    lr = validate.positive(lr, "lr")
-    lr_v = lr if lr_v is None else validate.positive(lr_v, "lr_v")
-    progress = _progress_flag(progress)
-    X = as_tensor(X, "X")
-    Y = as_tensor(Y, "Y", device=X.device)
-    if X.ndim < 3 or 0 in X.shape:
-        raise ValueError(f"X must have shape (n, T, d) with no empty dimension, got {tuple(X.shape)}")
-    if X.shape[-2] < 2:
-        raise ValueError(f"X has T = {X.shape[-2]} token(s) per input; attention needs at least two")
-    if Y.ndim < 1 or Y.shape[-1] != X.shape[-3] or (X.ndim == 3 and Y.ndim != 1):
-        raise ValueError(f"Y must have shape ({X.shape[-3]},) (one label per input of X), got {tuple(Y.shape)}")
-    if not bool(((Y == 1) | (Y == -1)).all()):
-        raise ValueError(f"labels Y must be +1 or -1, got values {sorted(set(Y.flatten().tolist()))[:6]}")
-    if W is not None:
-        W = as_tensor(W, "W", device=X.device)
-        if W.ndim != 2 or W.shape[0] != X.shape[-1] or W.shape[1] == 0:
-            raise ValueError(f"W must have shape ({X.shape[-1]}, m), got {tuple(W.shape)}")
-    K = X if W is None else X @ W
-    v = as_tensor(v0, "v0", device=X.device).clone()
-    p = as_tensor(p0, "p0", device=X.device).clone()
-    if v.ndim == 0 or p.ndim == 0 or v.shape[-1] != X.shape[-1] or p.shape[-1] != K.shape[-1]:
-        raise ValueError(
-            f"v0 must end in d={X.shape[-1]} and p0 in m={K.shape[-1]}, got {tuple(v.shape)}, {tuple(p.shape)}"
-        )
-    try:
-        batch = torch.Size(validate.batch_shape(v.shape[:-1], p.shape[:-1]))
-        if X.ndim > 3:
-            validate.batch_shape(batch, X.shape[:-3], Y.shape[:-1])
-    except ValueError:
-        raise ValueError(
-            f"the batch shapes of v0 {tuple(v.shape)}, p0 {tuple(p.shape)} and X {tuple(X.shape)} do not broadcast"
-        ) from None
-    if math.prod(batch) == 0:
-        raise ValueError("v0 and p0 hold no start")
-    v, p = v.expand(*batch, v.shape[-1]).clone(), p.expand(*batch, p.shape[-1]).clone()
-    steps = validate.count(steps, "steps")
-    n, T = X.shape[-3], X.shape[-2]
-    record = _record_steps(steps, record_every, math.prod(batch) * (p.shape[-1] + v.shape[-1] + 2 + n * T + n))
-    if X.ndim == 3 and X.device.type == "cpu" and fastpath.available() and fastpath.runs_loss(loss):
-        return _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, sorted(record), progress)
-    rows: dict[str, list] = {k: [] for k in ("step", "p", "v", "loss", "probs", "out")}
-    bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
-    problem = AttentionProblem(K, scores(X, Y, v))  # validated once
-    for k in progress_bar(range(steps + 1), enabled=bar, desc="joint GD"):
-        problem.gamma = scores(X, Y, v)  # only the scores move with v
-        sat = saturation(problem, p)
-        if k in record:
-            rows["step"].append(k)
-            rows["p"].append(p.clone())
-            rows["v"].append(v.clone())
-            rows["loss"].append(loss.value(sat.u).mean(-1))
-            rows["probs"].append(sat.probs)
-            rows["out"].append(torch.sigmoid(sat.u))
-        if k == steps:
-            break
-        gp = grad_p(problem, p, loss, sat)
-        gv = grad_v(X, Y, sat, loss)
-        p = p - lr * gp.direction
-        v = v - lr_v * gv
-    P = _stack(rows["p"])
-    return History(
-        np.array(rows["step"]),
-        P,
-        safe_norm(P),
-        _stack(rows["loss"]),
-        _stack(rows["probs"]),
-        _stack(rows["v"]),
-        {"output_prob": _stack(rows["out"])},
-    )
-
-
-def _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, record, progress=None) -> History:
-    """:func:`train_joint` through the compiled kernel (in chunks); the history is evaluated afterwards."""
-    batch = p.shape[:-1]
-    p_flat = p.reshape(-1, p.shape[-1]).numpy()
-    v_flat = v.reshape(-1, v.shape[-1]).numpy()
-    bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
-    with progress_bar(total=steps, enabled=bar, desc="joint GD") as pbar:
-        out_p, out_v = fastpath.run_joint(
-            X.numpy(),
-            Y.numpy(),
-            K.numpy(),
-            p_flat,
-            v_flat,
-            steps,
-            lr,
-            lr_v,
-            loss.name,
-            np.array(record),
-            callback=lambda done: pbar.update(done - pbar.n),
-        )
-    P = torch.from_numpy(out_p).reshape(len(record), *batch, p.shape[-1])
-    V = torch.from_numpy(out_v).reshape(len(record), *batch, v.shape[-1])
-    sat = saturation(AttentionProblem(K, scores(X, Y, V)), P)
-    return History(
-        np.array(record),
-        P,
-        safe_norm(P),
-        loss.value(sat.u).mean(-1),
-        sat.probs,
-        V,
-        {"output_prob": torch.sigmoid(sat.u)},
-    )
-
-
-def grad_v(X: torch.Tensor, Y: torch.Tensor, sat: Saturation, loss: Loss) -> torch.Tensor:
-    """Unit direction of ``grad_v L = (1/n) sum_i l'(u_i) Y_i sum_t s_it x_it``, ``(..., d)``.
-
-    The weights ``l'(u_i)`` are rescaled by their largest magnitude in log
-    space so the direction survives when they all underflow.
-    """
-    loss = get_loss(loss)
-    if not isinstance(sat, Saturation):
-        raise ValueError(f"sat must be a Saturation (mmtoken.grad.saturation), got {type(sat).__name__}")
-    log_w = loss.log_neg_deriv(sat.u)  # (..., n)
-    M = log_w.max(-1, keepdim=True).values
-    w = -torch.exp(log_w - M) * Y  # l' < 0
-    attended = (sat.probs.unsqueeze(-1) * X).sum(-2)  # (..., n, d)
-    G = (w.unsqueeze(-1) * attended).sum(-2)
-    return unit_and_log_norm(G)[0]  # scaled before the norm: tokens of size 1e200 keep their direction
-
-
 __all__ = [
     "History",
+    "record_steps",
+    "progress_flag",
+    "stack_rows",
     "train_p",
-    "train_joint",
     "regularization_path",
     "best_of_starts",
     "sphere_step",
     "accept",
-    "grad_v",
     "loss_value",
 ]

@@ -51,12 +51,12 @@ def review_data_dir(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
-    """One seed of every run on the toy review data, and the seed-free profile (computed once: review_runs and
+    """One seed of every run on the toy review data, and the seed-free profile (computed once: review_seeds and
     chapters.ch12_real_reviews are both tested on it)."""
     import torch
     from toy_reviews import TINY, toy_dataset
 
-    from mmtoken import review_runs
+    from mmtoken import review_runs, review_seeds
 
     mp = pytest.MonkeyPatch()
     mp.setenv("MMTOKEN_DATA", str(tmp_path_factory.mktemp("data")))
@@ -64,8 +64,8 @@ def tiny(tmp_path_factory):
     try:
         ds = toy_dataset()
         data = review_runs.prepare(TINY, ds)
-        arrays, metrics = review_runs.run_seed(TINY, data, 10)
-        computed = ds, data, arrays, metrics, review_runs.profile(TINY, ds, data)
+        arrays, metrics = review_seeds.run_seed(TINY, data, 10)
+        computed = ds, data, arrays, metrics, review_seeds.profile(TINY, ds, data)
     finally:
         # Undone before the tests run, not at the session's end: a session fixture's environment otherwise
         # leaks into every later test of its worker (a notebook run there read an empty results cache).

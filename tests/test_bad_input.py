@@ -296,6 +296,8 @@ add(
     lambda ctx: train.train_p(PROBLEM, STARTS, steps=5, lr=1e300),
     Ok(lambda h: bool(torch.isfinite(h.p).all())),
 )
+from mmtoken import joint  # noqa: E402
+
 F3 = dict(
     X=np.array(
         [
@@ -309,7 +311,7 @@ F3 = dict(
 J = dict(v0=np.array([0.1, -0.2]), p0=np.array([0.0, 0.1]), steps=5)
 add(
     "train_joint ok",
-    lambda ctx: train.train_joint(F3["X"], F3["Y"], **J),
+    lambda ctx: joint.train_joint(F3["X"], F3["Y"], **J),
     Ok(lambda h: h.v.shape == (6, 2) and bool(torch.isfinite(h.p).all())),
 )
 for y, m in (
@@ -321,36 +323,36 @@ for y, m in (
     ("+-+", "Y must be numeric"),
     ([2, -1, 1], "labels Y"),
 ):
-    add(f"train_joint Y={y!r}", lambda ctx, y=y: train.train_joint(F3["X"], y, **J), Err(m))
+    add(f"train_joint Y={y!r}", lambda ctx, y=y: joint.train_joint(F3["X"], y, **J), Err(m))
 for lr in (0, -1, np.nan, np.inf):
     add(
         f"train_joint lr_v={lr}",
-        lambda ctx, lr=lr: train.train_joint(F3["X"], F3["Y"], lr_v=lr, **J),
+        lambda ctx, lr=lr: joint.train_joint(F3["X"], F3["Y"], lr_v=lr, **J),
         Err("lr_v must be"),
     )
-    add(f"train_joint lr={lr}", lambda ctx, lr=lr: train.train_joint(F3["X"], F3["Y"], lr=lr, **J), Err("lr must be"))
+    add(f"train_joint lr={lr}", lambda ctx, lr=lr: joint.train_joint(F3["X"], F3["Y"], lr=lr, **J), Err("lr must be"))
 add(
     "train_joint v0 dim",
-    lambda ctx: train.train_joint(F3["X"], F3["Y"], [1.0, 2.0, 3.0], [0.0, 0.0], steps=3),
+    lambda ctx: joint.train_joint(F3["X"], F3["Y"], [1.0, 2.0, 3.0], [0.0, 0.0], steps=3),
     Err("v0 must end"),
 )
-add("train_joint p0 dim", lambda ctx: train.train_joint(F3["X"], F3["Y"], [1.0, 2.0], [0.0], steps=3), Err("p0 in m"))
-add("train_joint X 2-d", lambda ctx: train.train_joint(F3["X"][0], F3["Y"], **J), Err("X must have shape"))
-add("train_joint T=1", lambda ctx: train.train_joint(F3["X"][:, :1], F3["Y"], **J), Err("T = 1"))
-add("train_joint W shape", lambda ctx: train.train_joint(F3["X"], F3["Y"], W=np.eye(3), **J), Err("W must have shape"))
+add("train_joint p0 dim", lambda ctx: joint.train_joint(F3["X"], F3["Y"], [1.0, 2.0], [0.0], steps=3), Err("p0 in m"))
+add("train_joint X 2-d", lambda ctx: joint.train_joint(F3["X"][0], F3["Y"], **J), Err("X must have shape"))
+add("train_joint T=1", lambda ctx: joint.train_joint(F3["X"][:, :1], F3["Y"], **J), Err("T = 1"))
+add("train_joint W shape", lambda ctx: joint.train_joint(F3["X"], F3["Y"], W=np.eye(3), **J), Err("W must have shape"))
 add(
     "train_joint steps -1",
-    lambda ctx: train.train_joint(F3["X"], F3["Y"], [0.1, 0.1], [0.0, 0.0], steps=-1),
+    lambda ctx: joint.train_joint(F3["X"], F3["Y"], [0.1, 0.1], [0.0, 0.0], steps=-1),
     Err("steps must be"),
 )
 add(
     "train_joint record_every 0",
-    lambda ctx: train.train_joint(F3["X"], F3["Y"], record_every=0, **J),
+    lambda ctx: joint.train_joint(F3["X"], F3["Y"], record_every=0, **J),
     Err("record_every must be"),
 )
 add(
     "train_joint starts mismatch",
-    lambda ctx: train.train_joint(F3["X"], F3["Y"], np.zeros((2, 2)), np.zeros((3, 2)), steps=3),
+    lambda ctx: joint.train_joint(F3["X"], F3["Y"], np.zeros((2, 2)), np.zeros((3, 2)), steps=3),
     Err("do not broadcast"),
 )
 for th in (0, -0.3, np.nan, np.inf, 4.0, "0.3"):
@@ -1019,14 +1021,14 @@ for rp in ("no", 0, None):
     )
 add(
     "grad_v loss 3",
-    lambda ctx: train.grad_v(
+    lambda ctx: joint.grad_v(
         torch.tensor(X), torch.tensor(Y), grad.saturation(PROBLEM, torch.zeros(2, dtype=torch.float64)), 3
     ),
     Err("loss must be"),
 )
 add(
     "grad_v sat",
-    lambda ctx: train.grad_v(torch.tensor(X), torch.tensor(Y), None, "logistic"),
+    lambda ctx: joint.grad_v(torch.tensor(X), torch.tensor(Y), None, "logistic"),
     Err("sat must be a Saturation"),
 )
 for hv in ("a", None, np.nan, 2.0):

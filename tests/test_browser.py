@@ -32,7 +32,7 @@ from urllib.parse import unquote, urlparse
 import bookcheck
 import pytest
 
-from mmtoken import report
+from mmtoken.pages import book_order
 
 pytestmark = pytest.mark.slow  # needs the built book and a browser: `make slow` / `make test`
 
@@ -150,7 +150,7 @@ def test_one_numbering(pages):
     """No number is used on two pages; each appendix numbers with its letter, as the ledger titles it."""
     where: dict[str, set] = defaultdict(set)
     problems = []
-    labels = {f"{p.doc}.html": p.label for p in report.book_order(ROOT)}
+    labels = {f"{p.doc}.html": p.label for p in book_order(ROOT)}
     for page in (p for p in pages if p.is_file()):
         name = str(page.relative_to(HTML_DIR))
         text = page.read_text(encoding="utf-8")
@@ -161,7 +161,7 @@ def test_one_numbering(pages):
         letter = labels.get(name)
         if letter and letter.isalpha():
             if not h1 or h1.group(1) != letter:
-                problems.append(f"{name}: title not numbered {letter} (as mmtoken.report.book_order letters it)")
+                problems.append(f"{name}: title not numbered {letter} (as mmtoken.pages.book_order letters it)")
             stray = [x for x in found if not re.search(rf"\b{letter}\.\d", x)]
             if stray:
                 problems.append(f"{name}: numbers without the letter {letter}: {stray}")

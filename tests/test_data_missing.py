@@ -3,7 +3,7 @@ appendix reads records, computing nothing (issue 27.1, issue 30.2)."""
 
 import pytest
 
-from mmtoken import config, ledger, report, resultcache
+from mmtoken import config, html_tables, ledger, report, resultcache
 from mmtoken.datasets import DatasetMissing
 
 HERE = "mmtoken.chapters.ch00_tour"  # a package module: claims "defined" there are recorded
@@ -113,7 +113,7 @@ def test_the_appendix_reads_records_and_computes_nothing(data, register):
     assert "1 not yet computed: `python -m mmtoken claims` computes them." in report.summary_line([r])
     assert "0 failed" in report.summary_line([r])
     assert report.measured_items(r) == [r.pending]
-    assert '"pending"' in report.ledger_payload([r]) and "ledger-miss" in report.row_html(r.to_dict(), None, None)
+    assert '"pending"' in report.ledger_payload([r]) and "ledger-miss" in html_tables.row_html(r.to_dict(), None, None)
 
 
 def test_the_payload_of_computed_results_is_unchanged_by_pending(data, register):

@@ -61,7 +61,7 @@ def test_editing_plotting_or_download_code_leaves_every_claim_valid(scratch, cla
     download = ast.parse((scratch / "datasets" / "download.py").read_text(encoding="utf-8"))
     for fn in [n.name for n in download.body if isinstance(n, ast.FunctionDef)]:
         edit_function(scratch / "datasets" / "download.py", fn)
-    edit_function(scratch / "report.py", "claims_html")
+    edit_function(scratch / "html_tables.py", "claims_html")
     assert keys(scratch, claims) == before
 
 
@@ -145,3 +145,88 @@ def test_results_cache_keys_by_the_compute_function(tmp_path, monkeypatch):
     resultcache.load(path, "ch02_global/fp-test", fp)  # stored under that key
     resultcache.experiment_result(ch.__name__, "fp-test", {"k": 1}, compute)
     assert called == [1]  # read back
+
+
+def review_entries() -> dict:
+    """The cached entry points of chapter 12's runs, whose code their keys cover (review_seeds.cache_fingerprint)."""
+    from mmtoken import review_regime, review_search, review_seeds
+
+    return {
+        "seed": review_seeds.cached_seed,
+        "profile": review_seeds.cached_profile,
+        "search": review_search.cached_search,
+        "regime": review_regime.cached,
+    }
+
+
+def review_keys(root: Path) -> dict[str, str]:
+    index = fingerprint.Index(root)
+    return {k: index.digest(fingerprint.roots_of(f)) for k, f in review_entries().items()}
+
+
+def edit_statement(path: Path, start: str) -> None:
+    """Insert a comment line after the line that starts with ``start`` (an assignment's first line)."""
+    text = path.read_text(encoding="utf-8")
+    assert text.count(f"\n{start}") == 1, start
+    head, tail = text.split(f"\n{start}", 1)
+    line, rest = tail.split("\n", 1)
+    path.write_text(f"{head}\n{start}{line}\n    # an edit\n{rest}", encoding="utf-8")
+
+
+def test_review_run_keys_cover_the_training_and_not_the_figures(scratch):
+    """A real-review run's key changes with any function its training calls (the tokenizer, the losses, the
+    statistics, the model, phase two, the protocol) and with none of the chapter's figures, tables or claims."""
+    from mmtoken import review_seeds
+
+    before = review_keys(scratch)
+    assert before == {k: fingerprint.of(f) for k, f in review_entries().items()}, "the scratch copy keys as the package"
+    assert len(set(before.values())) == len(before)
+    closure = set(fingerprint.index().closure(fingerprint.roots_of(review_seeds.cached_seed)))
+    assert {
+        ("mmtoken.datasets.tokenize", "encode"),
+        ("mmtoken.losses", "logistic"),
+        ("mmtoken.corpus_stats", "token_stats"),
+        ("mmtoken.review_model", "fit"),
+        ("mmtoken.review_phase_two", "phase_two"),
+        ("mmtoken.review_runs", "train_model"),
+        ("mmtoken.review_seeds", "two_phase"),
+    } <= closure
+    assert not {m for m, _ in closure} & {"mmtoken.plotting", "mmtoken.chapters.ch12_real_reviews"}
+
+    # the chapter's module (figures, tables, claims) and the plotting primitives: every key stays
+    for path in (scratch / "plotting.py", scratch / "chapters" / "ch12_real_reviews.py"):
+        for fn in [n.name for n in ast.parse(path.read_text(encoding="utf-8")).body if isinstance(n, ast.FunctionDef)]:
+            edit_function(path, fn)
+    assert review_keys(scratch) == before
+
+    # each function the training calls: the seed's key changes every time
+    edits = [
+        (scratch / "datasets" / "tokenize.py", "encode"),
+        (scratch / "corpus_stats.py", "token_stats"),
+        (scratch / "corpus_stats.py", "spearman"),
+        (scratch / "embedding.py", "gather_outputs"),
+        (scratch / "review_model.py", "fit"),
+        (scratch / "review_model.py", "one_step_E"),
+        (scratch / "review_phase_two.py", "phase_two"),
+        (scratch / "review_runs.py", "prepare"),
+        (scratch / "review_runs.py", "train_model"),
+        (scratch / "review_seeds.py", "two_phase"),
+        (scratch / "losses.py", None),
+    ]
+    seen = [before["seed"]]
+    for path, fn in edits:
+        if fn is None:
+            edit_statement(path, "logistic = Loss(")
+        else:
+            edit_function(path, fn)
+        seen.append(review_keys(scratch)["seed"])
+        assert seen[-1] != seen[-2], f"editing {path.name}:{fn} left the seed's key unchanged"
+
+
+def test_review_run_keys_are_of_definitions_not_modules(scratch):
+    """The seed-free profile trains no attention model: editing the joint trainer leaves its key (and the
+    regime's, which trains by phase two) valid, and changes the seed's and the search's."""
+    before = review_keys(scratch)
+    edit_function(scratch / "review_model.py", "fit")
+    after = review_keys(scratch)
+    assert {k for k in before if before[k] != after[k]} == {"seed", "search"}

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import project_meta as pm  # noqa: E402
 import reader_notebooks as rn  # noqa: E402
 
-from mmtoken import report  # noqa: E402
+from mmtoken import html_tables, pages  # noqa: E402
 
 META = pm.load(ROOT)
 BUILT = ROOT / "_build" / "html" / rn.OUT
@@ -169,14 +169,14 @@ def reader_env(data: Path, offline: bool = False) -> dict[str, str]:
 
 def test_the_venv_is_the_wheel_alone(wheel_python, tmp_path):
     probe = (
-        "import importlib.util, json, pathlib, mmtoken; from mmtoken import report; "
+        "import importlib.util, json, pathlib, mmtoken; from mmtoken import html_tables, pages; "
         "print(json.dumps({'file': mmtoken.__file__, 'version': mmtoken.__version__, "
         "'checkout': (pathlib.Path(mmtoken.__file__).parent.parent / 'pyproject.toml').is_file(), "
         "'myst_nb': importlib.util.find_spec('myst_nb') is not None, "
         "'typed': (pathlib.Path(mmtoken.__file__).parent / 'py.typed').is_file(), "
         "'yaml': importlib.util.find_spec('yaml') is not None, "
-        "'benchmarks': sorted(report.benchmark_tables(report.benchmark_results())), "
-        "'pages': len(report.book_order()), 'places': len(report.statement_places())}))"
+        "'benchmarks': sorted(html_tables.benchmark_tables(html_tables.benchmark_results())), "
+        "'pages': len(pages.book_order()), 'places': len(pages.statement_places())}))"
     )
     res = subprocess.run(
         [wheel_python, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env=reader_env(tmp_path)
@@ -187,8 +187,8 @@ def test_the_venv_is_the_wheel_alone(wheel_python, tmp_path):
     assert found["version"] == META.version and found["typed"]
     assert not found["checkout"] and not found["myst_nb"], found
     # what the benchmarks and claims appendices read from the repository ships with the package
-    assert found["benchmarks"] == sorted(report.benchmark_tables(ROOT / "benchmarks" / "results"))
-    assert found["pages"] == len(report.book_order(ROOT)) and found["places"] == len(report.statement_places(ROOT))
+    assert found["benchmarks"] == sorted(html_tables.benchmark_tables(ROOT / "benchmarks" / "results"))
+    assert found["pages"] == len(pages.book_order(ROOT)) and found["places"] == len(pages.statement_places(ROOT))
 
 
 # --------------------------------------------------------------------------- the notebooks

@@ -19,7 +19,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mmtoken import geometry, grad, svm, train
+from mmtoken import geometry, grad, joint, svm, train
 from mmtoken.model import AttentionProblem
 
 PROPS = settings(
@@ -255,8 +255,8 @@ def _train_scales(seed, u):
     Y = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
     v0 = torch.randn(2, generator=g, dtype=torch.float64)
     W = torch.eye(2, dtype=torch.float64)
-    j1 = train.train_joint(X, Y, v0, p, W=W, steps=20, lr=0.5, lr_v=0.1, progress=False)
-    jc = train.train_joint(X, Y, v0, p / c, W=c * W, steps=20, lr=0.5 / c, lr_v=0.1, progress=False)
+    j1 = joint.train_joint(X, Y, v0, p, W=W, steps=20, lr=0.5, lr_v=0.1, progress=False)
+    jc = joint.train_joint(X, Y, v0, p / c, W=c * W, steps=20, lr=0.5 / c, lr_v=0.1, progress=False)
     torch.testing.assert_close(jc.final_p * c, j1.final_p, rtol=1e-8, atol=1e-10)
     torch.testing.assert_close(jc.v[-1], j1.v[-1], rtol=1e-8, atol=1e-10)
 

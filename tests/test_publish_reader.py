@@ -90,7 +90,7 @@ def test_roles_become_links_and_code_spans_stay():
 def test_claim_role_and_ledger_directive_link_to_the_ledger():
     out = converter().markdown("Checked by {claim}`A.global.gd`.\n\n```{claims-ledger} claims-ledger\n```\n")
     assert "[claim:A.global.gd](https://site/A.global.gd)" in out
-    assert "[its ledger page](https://site/)" in out and "report.claims_html(results)" in out
+    assert "[its ledger page](https://site/)" in out and "html_tables.claims_html(results)" in out
     assert not myst_leftovers(out)
 
 

@@ -1,4 +1,5 @@
-"""Rendering of the claims ledger and the benchmark tables (mmtoken.report)."""
+"""The book's pages (mmtoken.pages), the claims as text (mmtoken.report), and the ledger and the
+benchmark tables as HTML (mmtoken.html_tables)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mmtoken import report
+from mmtoken import html_tables, pages, report
 from mmtoken.ledger import Result
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,7 +64,7 @@ def mini(tmp_path):
 
 
 def test_book_order_numbers_chapters_and_letters_appendices(mini):
-    order = report.book_order(mini)
+    order = pages.book_order(mini)
     assert [(p.doc, p.label, p.heading) for p in order] == [
         ("book/intro", None, "Intro"),
         ("book/tour", None, "A tour"),
@@ -77,11 +78,11 @@ def test_book_order_numbers_chapters_and_letters_appendices(mini):
 
 
 def testalpha_label():
-    assert [report.alpha_label(n) for n in (1, 2, 26, 27, 52, 53)] == ["A", "B", "Z", "AA", "AZ", "BA"]
+    assert [pages.alpha_label(n) for n in (1, 2, 26, 27, 52, 53)] == ["A", "B", "Z", "AA", "AZ", "BA"]
 
 
 def test_real_book_order_matches_toc():
-    order = report.book_order(ROOT)
+    order = pages.book_order(ROOT)
     assert order[0].doc == "book/intro"
     labels = [p.label for p in order if p.part.startswith("Part")]
     assert labels == [str(i) for i in range(1, len(labels) + 1)], "chapters are numbered on across parts"
@@ -90,7 +91,7 @@ def test_real_book_order_matches_toc():
 
 
 def test_statement_places_in_book_order(mini):
-    assert report.statement_places(mini) == {
+    assert pages.statement_places(mini) == {
         "A.a.one": ["book/part1/01_a", "book/part1/02_b"],
         "A.b.two": ["book/part1/02_b"],
         "A.sat.x": ["book/appendix/sat"],
@@ -98,10 +99,10 @@ def test_statement_places_in_book_order(mini):
 
 
 def test_relative_url():
-    assert report.relative_url("book/appendix/claims", "book/part1/02_global") == "../part1/02_global.html"
-    assert report.relative_url("book/appendix/claims", "book/tour") == "../tour.html"
-    assert report.relative_url("book/appendix/claims", "book/appendix/saturation") == "saturation.html"
-    assert report.relative_url("book/intro", "book/part2/10_x") == "part2/10_x.html"
+    assert pages.relative_url("book/appendix/claims", "book/part1/02_global") == "../part1/02_global.html"
+    assert pages.relative_url("book/appendix/claims", "book/tour") == "../tour.html"
+    assert pages.relative_url("book/appendix/claims", "book/appendix/saturation") == "saturation.html"
+    assert pages.relative_url("book/intro", "book/part2/10_x") == "part2/10_x.html"
 
 
 def test_plurals_and_summary():
@@ -142,7 +143,7 @@ def test_payload_is_json_without_timings():
 
 def test_groups_in_book_order_with_titles(mini):
     rs = [result("A.sat.x", "sat"), result("A.b.two", "02_b"), result("A.a.one", "01_a"), result("z.none", "nowhere")]
-    groups = report.ledger_groups(report.rows_from_payload(report.ledger_payload(rs)), mini)
+    groups = html_tables.ledger_groups(report.rows_from_payload(report.ledger_payload(rs)), mini)
     assert [(g.title, g.anchor) for g in groups] == [
         ("1. First chapter", "ledger-01_a"),
         ("2. Second chapter", "ledger-02_b"),
@@ -177,9 +178,9 @@ def test_group_html_anchors_and_links_back(mini):
         result("A.b.two", "02_b", passed=False, kind="observation", known_miss="why"),
         result("A.c.none", "02_b", passed=False),
     ]
-    places = report.statement_places(mini)
-    group = report.ledger_groups(report.rows_from_payload(report.ledger_payload(rs)), mini)[0]
-    html = report.group_html(group, "book/appendix/claims", places)
+    places = pages.statement_places(mini)
+    group = html_tables.ledger_groups(report.rows_from_payload(report.ledger_payload(rs)), mini)[0]
+    html = html_tables.group_html(group, "book/appendix/claims", places)
     p = _Rows()
     p.feed(html)
     assert p.rows == ["claim-A.a.one", "claim-A.b.two", "claim-A.c.none"]
@@ -195,7 +196,7 @@ def test_group_html_anchors_and_links_back(mini):
 
 
 def test_claims_html_has_one_heading_per_group(mini):
-    html = report.claims_html([result("A.a.one", "01_a"), result("A.sat.x", "sat")], root=mini)
+    html = html_tables.claims_html([result("A.a.one", "01_a"), result("A.sat.x", "sat")], root=mini)
     assert re.findall(r"<h2 id=\"([^\"]+)\">([^<]+)</h2>", html) == [
         ("ledger-01_a", "1. First chapter"),
         ("ledger-sat", "A. The trap"),
@@ -205,7 +206,7 @@ def test_claims_html_has_one_heading_per_group(mini):
 def test_page_title_ignores_code(tmp_path):
     f = tmp_path / "p.md"
     f.write_text("````markdown\n# not this\n```{code-cell}\n# nor this\n```\n````\n\n# This one\n")
-    assert report.page_title(f) == "This one"
+    assert pages.page_title(f) == "This one"
 
 
 def test_benchmark_tables(tmp_path):
@@ -255,7 +256,7 @@ def test_benchmark_tables(tmp_path):
     (tmp_path / "book.json").write_text(
         json.dumps({"chapters": {"book/part1/02_global.ipynb": 6.0, "book/tour.ipynb": 7.2}, "total_s": 13.2})
     )
-    tables = report.benchmark_tables(tmp_path, ROOT)
+    tables = html_tables.benchmark_tables(tmp_path, ROOT)
     caption, frame = tables["figures"]
     assert caption.startswith("measured 2026-01-02 on Some CPU (2 cores)") and "1000 steps" in caption
     assert all("(" in c or c.startswith(("speed-up", "published")) for c in frame.columns), "units in headers"
@@ -270,12 +271,12 @@ def test_benchmark_tables(tmp_path):
         "2. Global convergence to the max-margin token",
         "whole book",
     ]
-    html = report.table_html(caption, frame)
+    html = html_tables.table_html(caption, frame)
     assert "{" not in html and "bench-meta" in html, "no raw JSON on the page"
 
 
 def test_real_benchmark_results_are_dated():
-    tables = report.benchmark_tables(ROOT / "benchmarks" / "results", ROOT)
+    tables = html_tables.benchmark_tables(ROOT / "benchmarks" / "results", ROOT)
     assert set(tables) == {"figures", "random", "book", "whole_process"}
     for name, (caption, _frame) in tables.items():
         assert caption.startswith("measured 20"), f"{name}: {caption}"

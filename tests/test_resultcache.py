@@ -1,4 +1,4 @@
-"""The results cache shared by the package: code fingerprints, locks, recorded claim results,
+"""The results cache shared by the package: locks, recorded claim results,
 no folders created by importing or by asking for a path, and every kind of damage to a stored result.
 """
 
@@ -27,47 +27,6 @@ ROOT = Path(__file__).resolve().parent.parent
 def data(tmp_path, monkeypatch):
     monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / "data"))
     return tmp_path / "data"
-
-
-# --------------------------------------------------------------------------- code fingerprints
-
-
-def test_closure_follows_imports_and_nothing_else():
-    vit = set(resultcache.module_closure("mmtoken.chapters.ch09_vit_sparsity"))
-    assert {
-        "mmtoken",
-        "mmtoken.chapters.ch09_vit_sparsity",
-        "mmtoken.vit",
-        "mmtoken.vit_runs",
-        "mmtoken.ledger",
-        "mmtoken.config",
-    } <= vit
-    # another chapter's code is not part of it: editing chapter 12 does not invalidate the ViT's results
-    assert not vit & {
-        "mmtoken.chapters.ch12_real_reviews",
-        "mmtoken.review_model",
-        "mmtoken.embedding",
-        "mmtoken.chapters.ch02_global",
-    }
-    reviews = set(resultcache.module_closure("mmtoken.chapters.ch12_real_reviews"))
-    assert {"mmtoken.review_model", "mmtoken.review_runs", "mmtoken.datasets.text"} <= reviews
-    assert "mmtoken.vit" not in reviews
-
-
-def test_closure_finds_lazy_imports_inside_functions(tmp_path):
-    # mmtoken.ledger imports resultcache and config only inside functions
-    assert {"mmtoken.resultcache", "mmtoken.config"} <= set(resultcache.module_closure("mmtoken.ledger"))
-
-
-def test_source_fingerprint_is_a_digest_of_the_closure():
-    a = resultcache.source_fingerprint("mmtoken.chapters.ch09_vit_sparsity")
-    b = resultcache.source_fingerprint("mmtoken.chapters.ch12_real_reviews")
-    assert len(a) == 64 and a != b and a == resultcache.source_fingerprint("mmtoken.chapters.ch09_vit_sparsity")
-
-
-def test_closure_rejects_a_module_outside_the_package():
-    with pytest.raises(ValueError, match="not a module"):
-        resultcache.module_closure("json")
 
 
 # --------------------------------------------------------------------------- one computation per result

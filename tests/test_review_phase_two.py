@@ -10,7 +10,7 @@ import pytest
 import torch
 from toy_reviews import TINY, toy_dataset
 
-from mmtoken import embedding, grad, review_model, review_phase_two, review_runs
+from mmtoken import embedding, grad, review_model, review_phase_two, review_runs, review_seeds
 
 pytestmark = pytest.mark.usefixtures("review_data_dir")
 
@@ -44,7 +44,7 @@ def test_phase_two_descends_and_selects_on_the_data_model():
     data = review_runs.prepare(s, ds)
     top = torch.as_tensor(review_model.top_decile(data.stats.count, data.stats.delta, 1))
     v, E_small, _ = review_runs.init(s, data.V, 10)
-    m, arrays = review_runs.two_phase(s, data, v, E_small, top, conflicts=True)
+    m, arrays = review_seeds.two_phase(s, data, v, E_small, top, conflicts=True)
     h, tp = m["phase_two"], m["two_phase"]
     assert all(b <= a for a, b in zip(h["loss"], h["loss"][1:]))  # monotone: rejected steps are not taken
     assert tp["attends_optimal"] == 1.0 and tp["accuracy"] >= 0.95 and tp["attended_conflicts"]["feasible"]

@@ -1,17 +1,19 @@
-"""mmtoken.review_runs: the validation split, the prepared data, one seed of every run at tiny scale,
-the per-seed results cache."""
+"""mmtoken.review_runs and mmtoken.review_seeds: the validation split, the prepared data, one seed of every run
+at tiny scale, the per-seed results cache and its key (the code the training calls, not plotting)."""
 
 from __future__ import annotations
 
 import dataclasses
 import shutil
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from toy_reviews import NEG, NEUTRAL, POS, TINY, toy_dataset
 
-from mmtoken import review_runs
+from mmtoken import fingerprint, review_runs, review_seeds
 from mmtoken.datasets import corpus, text
 
 pytestmark = pytest.mark.usefixtures("review_data_dir")
@@ -68,14 +70,14 @@ def test_seed_cache_recomputes_a_copied_result(monkeypatch):
     s_a = dataclasses.replace(s_a, epochs=1, epochs_v=1, epochs_uniform=1, p2_steps=5)
     ds_a, ds_b = toy_dataset(name="toy"), toy_dataset(seed=1, name="toyb")
     monkeypatch.setattr(text, "load", lambda name, download=True: {"toy": ds_a, "toyb": ds_b}[name])
-    review_runs.cached_seed(s_a, ds_a, 10)
-    arrays_b, meta_b = review_runs.cached_seed(s_b, ds_b, 10)
-    fa = review_runs.cache_fingerprint(s_a, ds_a.fingerprint, {"seed": 10})
-    fb = review_runs.cache_fingerprint(s_b, ds_b.fingerprint, {"seed": 10})
-    pa, pb = review_runs.result_path("toy", "seed10", fa), review_runs.result_path("toyb", "seed10", fb)
+    review_seeds.cached_seed(s_a, ds_a, 10)
+    arrays_b, meta_b = review_seeds.cached_seed(s_b, ds_b, 10)
+    fa = review_seeds.cache_fingerprint(review_seeds.cached_seed, s_a, ds_a.fingerprint, {"seed": 10})
+    fb = review_seeds.cache_fingerprint(review_seeds.cached_seed, s_b, ds_b.fingerprint, {"seed": 10})
+    pa, pb = review_seeds.result_path("toy", "seed10", fa), review_seeds.result_path("toyb", "seed10", fb)
     shutil.copyfile(pa, pb)
     with pytest.warns(RuntimeWarning, match="holds 'real_reviews/toy/seed10'"):
-        again, meta = review_runs.cached_seed(s_b, ds_b, 10)
+        again, meta = review_seeds.cached_seed(s_b, ds_b, 10)
     assert meta["joint"]["accuracy"] == meta_b["joint"]["accuracy"]
     assert np.array_equal(again["logits/joint"], arrays_b["logits/joint"])
 
@@ -98,3 +100,56 @@ def test_each_run_trains_what_run_settings_names():
     assert review_runs.run_settings(s, "uniform").lr == s.lr and review_runs.run_settings(s, "uniform_tuned").lr == 0.1
     with pytest.raises(ValueError, match="run must be one of"):
         review_runs.run_settings(s, "bow")
+
+
+def test_a_seed_runs_only_code_inside_its_key():
+    """Every package function that a seed's runs and the profile call (found by profiling them, the tokenizer
+    included) is a definition their key covers (:func:`mmtoken.review_seeds.cache_fingerprint`)."""
+    s = dataclasses.replace(TINY, epochs=1, epochs_v=1, epochs_uniform=1, p2_steps=5)
+    ds = toy_dataset()
+    package = str(Path(fingerprint.__file__).resolve().parent)
+    index = fingerprint.index()
+
+    def caller(frame):
+        """The nearest frame of the package's code below ``frame``, or ``None``."""
+        frame = frame.f_back
+        while frame is not None and not frame.f_globals.get("__name__", "").startswith("mmtoken"):
+            frame = frame.f_back
+        return frame
+
+    def outside(frame) -> bool:
+        """Code of a module left out of every key, or called by it (the key's own computation, the cache's
+        paths, the downloader), not the computation; the function handed to the cache (``compute``) is."""
+        if frame.f_globals.get("__name__", "") in fingerprint.OUTSIDE:
+            return True
+        up = caller(frame)
+        if up is None:
+            return False
+        if up.f_globals.get("__name__", "") in fingerprint.OUTSIDE and "<locals>" in frame.f_code.co_qualname:
+            return False  # the computation, called back by the results cache
+        return outside(up)
+
+    for entry, call in (
+        (review_seeds.cached_seed, lambda: review_seeds.cached_seed(s, ds, 10)),
+        (review_seeds.cached_profile, lambda: review_seeds.cached_profile(s, ds)),
+    ):
+        called: set[tuple[str, str]] = set()
+
+        def profile(frame, event, arg, called=called):
+            if event == "call":
+                module = frame.f_globals.get("__name__", "")
+                in_source = frame.f_code.co_filename.startswith(package)  # not dataclass-made code
+                if in_source and module.startswith("mmtoken.") and not outside(frame):
+                    called.add((module, frame.f_code.co_qualname.split(".")[0]))
+
+        sys.setprofile(profile)
+        try:
+            call()
+        finally:
+            sys.setprofile(None)
+        closure = set(index.closure(fingerprint.roots_of(entry)))
+        called = {(m, n) for m, n in called if n not in ("<module>", "<lambda>", "<genexpr>", "<listcomp>")}
+        assert {("mmtoken.datasets.tokenize", "tokenize_dataset"), ("mmtoken.review_runs", "prepare")} <= called
+        assert called <= closure, sorted(called - closure)
+        if entry is review_seeds.cached_seed:  # the training itself ran under the profile
+            assert {("mmtoken.review_model", "fit"), ("mmtoken.review_phase_two", "phase_two")} <= called

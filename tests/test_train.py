@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import geometry, instances, svm, train
+from mmtoken import geometry, instances, joint, svm, train
 from mmtoken.model import AttentionProblem
 
 
@@ -60,7 +60,7 @@ def test_regularization_path_approaches_gmm():
 
 def test_joint_training_selects_and_separates():
     inst = instances.fig3("tight")
-    h = train.train_joint(inst.X, inst.Y, inst.extra["v0"], inst.starts[0], steps=300, lr=0.1, record_every=100)
+    h = joint.train_joint(inst.X, inst.Y, inst.extra["v0"], inst.starts[0], steps=300, lr=0.1, record_every=100)
     assert h.v.shape == (4, 2) and h.p.shape == (4, 2)
     assert float(h.extra["output_prob"][-1].min()) > 0.9
     sel = h.probs[-1][np.arange(3), [1, 1, 1]]
@@ -99,9 +99,9 @@ def test_compiled_joint_matches_torch(monkeypatch):
         pytest.skip("numba not installed")
     inst = instances.fig3("loose")
     starts = np.array([[0.0, -1.0], [0.5, 0.5]])
-    fast = train.train_joint(inst.X, inst.Y, inst.extra["v0"], starts, steps=300, lr=0.1, record_every=100)
+    fast = joint.train_joint(inst.X, inst.Y, inst.extra["v0"], starts, steps=300, lr=0.1, record_every=100)
     monkeypatch.setenv("MMTOKEN_FASTPATH", "off")
-    slow = train.train_joint(inst.X, inst.Y, inst.extra["v0"], starts, steps=300, lr=0.1, record_every=100)
+    slow = joint.train_joint(inst.X, inst.Y, inst.extra["v0"], starts, steps=300, lr=0.1, record_every=100)
     assert fast.p.shape == slow.p.shape == (4, 2, 2) and fast.v.shape == slow.v.shape
     assert torch.allclose(fast.p, slow.p, atol=1e-10) and torch.allclose(fast.v, slow.v, atol=1e-10)
     assert torch.allclose(fast.extra["output_prob"], slow.extra["output_prob"], atol=1e-10)
@@ -127,9 +127,9 @@ def test_step_sizes_are_validated(bad):
         train.train_p(inst.problem(), inst.starts, steps=3, lr=bad)
     f3 = instances.fig3("tight")
     with pytest.raises(ValueError, match="lr"):
-        train.train_joint(f3.X, f3.Y, f3.extra["v0"], f3.starts[0], steps=3, lr=bad)
+        joint.train_joint(f3.X, f3.Y, f3.extra["v0"], f3.starts[0], steps=3, lr=bad)
     with pytest.raises(ValueError, match="lr_v"):
-        train.train_joint(f3.X, f3.Y, f3.extra["v0"], f3.starts[0], steps=3, lr=0.1, lr_v=bad)
+        joint.train_joint(f3.X, f3.Y, f3.extra["v0"], f3.starts[0], steps=3, lr=0.1, lr_v=bad)
 
 
 @pytest.mark.parametrize("theta0", [0, -0.3, np.nan, np.inf, 4.0])
@@ -176,9 +176,9 @@ def test_train_joint_checks_labels_and_y_before_the_kernel():
         ([1, -1, np.nan], "Y contains NaN"),
     ):
         with pytest.raises(ValueError, match=match):
-            train.train_joint(inst.X, Y, inst.extra["v0"], inst.starts[0], steps=5)
+            joint.train_joint(inst.X, Y, inst.extra["v0"], inst.starts[0], steps=5)
     with pytest.raises(ValueError, match="W must"):
-        train.train_joint(inst.X, inst.Y, inst.extra["v0"], inst.starts[0], steps=5, W=np.eye(3))
+        joint.train_joint(inst.X, inst.Y, inst.extra["v0"], inst.starts[0], steps=5, W=np.eye(3))
     from mmtoken import fastpath
 
     with pytest.raises(ValueError, match="Y must"):
@@ -361,7 +361,7 @@ def test_a_custom_loss_is_honoured_by_train_joint():
     starts = np.array([[0.0, -1.0], [0.5, 0.5]])
 
     def run(loss):
-        h = train.train_joint(inst.X, inst.Y, inst.extra["v0"], starts, steps=300, lr=0.1, loss=loss)
+        h = joint.train_joint(inst.X, inst.Y, inst.extra["v0"], starts, steps=300, lr=0.1, loss=loss)
         return torch.cat([h.p, h.v], -1)
 
     custom, exponential, logistic = run(named_logistic), run("exponential"), run("logistic")

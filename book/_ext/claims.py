@@ -9,7 +9,7 @@ On the ledger page, ``claims-ledger`` renders the rows that the page's notebook 
 under the given key (``glue(key, report.ledger_payload(results), display=False)``)
 as one section per chapter, in book order, under the chapter's title: real headings, so
 each group is in the page's contents sidebar. The tables come from
-:mod:`mmtoken.report`.
+:mod:`mmtoken.html_tables`.
 
 An id used with the role but absent from the ledger is a warning (an error under ``-W``).
 """
@@ -79,7 +79,7 @@ class ClaimsLedger(SphinxDirective):
     has_content = False
 
     def run(self) -> list[nodes.Node]:
-        from mmtoken import report   # the book's package renders the tables
+        from mmtoken import html_tables, pages, report   # the book's package renders the tables
         from myst_nb.ext.glue.utils import RetrievalError, retrieve_glue_data
 
         key = self.arguments[0]
@@ -96,14 +96,14 @@ class ClaimsLedger(SphinxDirective):
             return []
         self.env.mmtoken_claim_ids = {r["id"] for r in rows}
         root = Path(self.env.srcdir)
-        places = report.statement_places(root)
+        places = pages.statement_places(root)
         for p in sorted(root.glob("book/**/*.md")):         # the back links depend on these pages
             self.env.note_dependency(str(p))
         out: list[nodes.Node] = []
-        for group in report.ledger_groups(rows, root):
+        for group in html_tables.ledger_groups(rows, root):
             section = nodes.section(ids=[group.anchor], names=[nodes.fully_normalize_name(group.title)])
             section += nodes.title(group.title, group.title)
-            section += nodes.raw("", '<div class="ledger-wrap">' + report.group_html(group, self.env.docname, places)
+            section += nodes.raw("", '<div class="ledger-wrap">' + html_tables.group_html(group, self.env.docname, places)
                                  + "</div>", format="html")
             self.state.document.note_implicit_target(section, section)
             out.append(section)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mmtoken import config, geometry, grad, instances, losses, model, svm, train
+from mmtoken import config, geometry, grad, instances, joint, losses, model, svm, train
 from mmtoken.ledger import Measured, claim
 from mmtoken.plotting import colors, plot_curves, style, two_panels
 
@@ -257,7 +257,7 @@ def joint_regularization_path(
         # one rotation of v (p fixed), then one of p (v fixed); each kept only if the loss falls
         problem = model.AttentionProblem(K, model.scores(X, Y, Rv * a))
         sat = grad.saturation(problem, Rp * b)
-        cand = train.sphere_step(a, train.grad_v(X, Y, sat, loss), theta_v)
+        cand = train.sphere_step(a, joint.grad_v(X, Y, sat, loss), theta_v)
         new = joint_loss(X, Y, K, Rv * cand, Rp * b, loss)
         ok = new.lower_than(cur)
         a, theta_v = train.accept(ok, cand, a, theta_v)
@@ -303,7 +303,7 @@ def radial_slopes(
     K = X if W is None else X @ model.as_tensor(W, "W", device=X.device)
     problem = model.AttentionProblem(K, model.scores(X, Y, V))
     sat = grad.saturation(problem, P)
-    gv = train.grad_v(X, Y, sat, loss)
+    gv = joint.grad_v(X, Y, sat, loss)
     gp = grad.grad_p(problem, P, loss, sat).direction
     return torch.sign((gv * V).sum(-1)), torch.sign((gp * P).sum(-1))
 
@@ -632,7 +632,7 @@ def joint_run(case: str, s: Settings = Settings()) -> JointRun:
     inst = instances.fig3(case)
     ref = reference(case)
     with torch.inference_mode():
-        h = train.train_joint(
+        h = joint.train_joint(
             inst.X, inst.Y, s.v0, s.p0, steps=s.steps, lr=s.lr, lr_v=s.lr_v, loss=s.loss, record_every=s.every
         )
     p, v = h.p.numpy(), h.v.numpy()

@@ -26,7 +26,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from mmtoken import config, corpus_stats, plotting, report, review_model, review_regime, review_runs, review_search
+from mmtoken import (
+    config,
+    corpus_stats,
+    plotting,
+    report,
+    review_model,
+    review_regime,
+    review_runs,
+    review_search,
+    review_seeds,
+)
 from mmtoken.datasets import download, text
 from mmtoken.ledger import Measured, claim
 from mmtoken.plotting import colors, token_scatter
@@ -132,10 +142,10 @@ def run_dataset(s: review_runs.Setup, seeds: tuple = SEEDS) -> DatasetResult:
     ds = text.load(s.dataset, download=s.dataset != "yelp")
     data = review_runs.prepare(s, ds)
     top = review_model.top_decile(data.stats.count, data.stats.delta, review_runs.TOP_COUNT)
-    r = DatasetResult(s, data.corpus.vocab, data.stats, top, review_runs.cached_profile(s, ds, data))
-    compute_in_parallel(s, [seed for seed in seeds if not review_runs.seed_cached(s, ds, seed)])
+    r = DatasetResult(s, data.corpus.vocab, data.stats, top, review_seeds.cached_profile(s, ds, data))
+    compute_in_parallel(s, [seed for seed in seeds if not review_seeds.seed_cached(s, ds, seed)])
     for seed in seeds:
-        r.arrays[seed], r.metrics[seed] = review_runs.cached_seed(s, ds, seed, data)
+        r.arrays[seed], r.metrics[seed] = review_seeds.cached_seed(s, ds, seed, data)
     return r
 
 
@@ -163,11 +173,11 @@ def run(s: Settings = Settings()) -> Result:
 # %% book/part2/12_real_reviews.ipynb #121f57da
 _WORKER = """
 import json, sys
-from mmtoken import review_runs
+from mmtoken import review_runs, review_seeds
 from mmtoken.datasets import text
 fields = json.loads(sys.argv[1])
 s = review_runs.Setup(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
-review_runs.cached_seed(s, text.load(s.dataset, download=False), int(sys.argv[2]))
+review_seeds.cached_seed(s, text.load(s.dataset, download=False), int(sys.argv[2]))
 """
 
 
