@@ -71,7 +71,7 @@ nbval: setup
 
 # Every notebook is executed exactly once (see CONTRIBUTING.md, "What make test runs"):
 # 1. nbval executes each chapter's .ipynb, $(JOBS) at a time, and checks its stored outputs; each
-#    chapter records its claims' results (mmtoken.ledger) in the results cache;
+#    chapter records its claims' results (mmtoken.book.ledger) in the results cache;
 # 2. the strict build renders those stored outputs (scripts/stored_outputs.py seeds the build's
 #    execution cache with them) and executes nothing; the log line counts executions per notebook;
 # 3. the unit tests and the claims appendix, which read the recorded claim results.

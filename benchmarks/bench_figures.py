@@ -17,8 +17,8 @@ import torch
 from common import machine_meta  # benchmarks/ is on sys.path (run directly or from run_all)
 from torch import nn
 
-from mmtoken import instances, joint, train
-from mmtoken.model import AttentionProblem
+from mmtoken.attention import instances, joint, train
+from mmtoken.attention.model import AttentionProblem
 
 STEPS = 1000
 OUT = Path(__file__).resolve().parent / "results"

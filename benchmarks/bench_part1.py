@@ -7,7 +7,8 @@ Run with ``OMP_NUM_THREADS=1 python benchmarks/bench_part1.py``.
 import torch
 from common import print_timings
 
-from mmtoken import config, svm
+from mmtoken import config
+from mmtoken.attention import svm
 from mmtoken.chapters import app_saturation as saturation
 from mmtoken.chapters import ch01_model
 from mmtoken.chapters import ch02_global as ch

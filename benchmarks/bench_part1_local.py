@@ -7,7 +7,8 @@ Run with ``OMP_NUM_THREADS=1 python benchmarks/bench_part1_local.py``.
 import torch
 from common import print_timings
 
-from mmtoken import config, geometry, instances, svm
+from mmtoken import config
+from mmtoken.attention import geometry, instances, svm
 from mmtoken.chapters import ch03_local as lc
 from mmtoken.chapters import ch04_inputs as mi
 

@@ -5,7 +5,7 @@ Not a test. Prints
 * instances per second of normalized GD for the batched trainer (one call for
   all instances of one key dimension) and for a Python loop over the same
   instances, same steps, and their ratio (target >= 20x), for both code paths
-  of :func:`mmtoken.train.train_p`: the torch code (``MMTOKEN_FASTPATH=off``,
+  of :func:`mmtoken.attention.train.train_p`: the torch code (``MMTOKEN_FASTPATH=off``,
   the path a GPU runs) and, on a CPU with numba, the compiled kernel;
 * the wall and CPU time of the whole sweep ``ch08_random.run(Settings.at(scale))`` at the
   current scale (quick: >= 1000 instances, target < 60 s on 2 CPU cores), for
@@ -24,7 +24,8 @@ import numpy as np
 import torch
 from common import machine_meta  # benchmarks/ is on sys.path (run directly or from run_all)
 
-from mmtoken import config, fastpath, random_batch
+from mmtoken import config
+from mmtoken.attention import fastpath, random_batch
 from mmtoken.chapters import ch08_random as ch
 
 

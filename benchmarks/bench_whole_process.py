@@ -51,7 +51,7 @@ def main(argv=None) -> None:
         cases = {
             "import torch": ([py, "-c", "import torch"], None),
             "import mmtoken (+ config, ledger, plotting)": (
-                [py, "-c", "import mmtoken.config, mmtoken.ledger, mmtoken.plotting"],
+                [py, "-c", "import mmtoken.config, mmtoken.book.ledger, mmtoken.book.plotting"],
                 None,
             ),
             "mmtoken figures, rendering kept (unchanged code)": ([py, *figs], None),

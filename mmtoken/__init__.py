@@ -1,39 +1,53 @@
 """mmtoken: max-margin token selection in attention, as an executable book.
 
-The package, by topic (one idea per module):
+The package is the book's library, by topic (as QuantEcon.py is); each topic is a subpackage
+whose docstring lists its modules (``help(mmtoken.attention)``):
 
-- set-up: :mod:`config` (size switch, device, seeds, progress), :mod:`validate` (argument checks).
-- paper A's selection core: :mod:`model` (the attention model), :mod:`losses`, :mod:`grad`
-  (saturation-safe gradients), :mod:`fastpath` (compiled CPU kernel), :mod:`train` (GD, normalized GD,
-  regularization paths and the one sphere-descent step), :mod:`joint` (joint training of the head and
-  the token), :mod:`smoothness` (the step
-  condition), :mod:`svm` (Att-SVM and the other hard-margin problems), :mod:`geometry` (optimal tokens,
-  neighbours, cones, correlations),
-  :mod:`instances` (the published configurations, :meth:`instances.Instance.gmm`), :mod:`public_code`
-  (a replica of the public code, for comparison).
-- paper B's embeddings: :mod:`embedding` (the model with trained embeddings), :mod:`synthetic` (the
-  data model), :mod:`corpus_stats` (token statistics of a labelled corpus, Spearman).
-- paper B on real reviews: :mod:`review_model` (the gather model and its training),
-  :mod:`review_phase_two` (``p`` with ``E`` fixed), :mod:`review_search` (the validation search),
-  :mod:`review_runs` (chapter 12's setups, splits and data, one model's training), :mod:`review_seeds`
-  (every run of a held-out seed, the baselines, their results cache), :mod:`review_regime` (the theory's
-  regime).
-- the vision transformer: :mod:`vit` (model and attention statistics), :mod:`vit_runs` (cached runs).
-- data: :mod:`datasets` (``download``, ``sources``, ``packages``, ``parsers``, ``corpus``, ``text``,
-  ``tokenize``, ``images``, ``cli``).
-- Part I's long runs, shared by its chapters: :mod:`long_paths` (plain GD over decades, the step
-  condition, the planar regularization path), :mod:`random_batch` (normalized GD on a padded batch of
-  random instances, and what it selected).
-- the book: :mod:`chapters` (each chapter's experiment, generated from the book's ``#| export``
-  cells: settings, ``run``, figures, claims; the local and joint paths of chapters 3 and 5 and "your own
-  instance" live there), :mod:`ledger` (claims), :mod:`resultcache` (the one results cache),
-  :mod:`fingerprint` (results keyed by the code they call), :mod:`report` (claims and numbers as text),
-  :mod:`pages` (the book's pages, their order and titles), :mod:`html_tables` (the ledger and the
-  benchmarks as HTML), :mod:`plotting` (theme and figure types), ``python -m mmtoken`` (:mod:`__main__`).
+- :mod:`mmtoken.attention`: paper A, one softmax attention layer selecting tokens: ``model``,
+  ``losses``, ``grad`` (saturation-safe gradients), ``fastpath`` and ``fastpath_kernels``
+  (compiled CPU kernels), ``train`` (GD, normalized GD, regularization paths), ``joint`` (joint (v, p) training),
+  ``smoothness`` (the step condition), ``svm`` (Att-SVM and the other hard-margin problems) and ``svm_solvers``,
+  ``geometry`` (optimal tokens, neighbours, cones, correlations), ``instances`` (the published
+  configurations), ``long_paths`` and ``random_batch`` (Part I's shared long runs),
+  ``public_code`` (a replica of the public code, for comparison).
+- :mod:`mmtoken.embeddings`: paper B, attention with trained embeddings: ``embedding`` (the
+  model, the one step, the ``<cls>`` problem), ``synthetic`` (the data model), ``corpus_stats``
+  (token statistics of a labelled corpus), and the real-review runs of chapter 12 (``review_*``).
+- :mod:`mmtoken.selfattention`: paper C, transformers as SVMs: ``tfsvm`` (the W model, its
+  trainer, the Frobenius SVM, Part III's random instances).
+- :mod:`mmtoken.vision`: the vision transformer of chapter 9: ``vit``, ``vit_train``, its runs
+  (``vit_runs``) and their cache (``vit_cache``).
+- :mod:`mmtoken.datasets`: the offline data (IMDB, Yelp, Rotten Tomatoes, Fashion-MNIST,
+  CIFAR-10): sources, downloads, parsers, tokenizer; ``python -m mmtoken.datasets fetch|status``.
+- :mod:`mmtoken.book`: what checks, stores and shows results: ``ledger`` (the claims),
+  ``resultcache`` (the one results cache), ``fingerprint`` (the code a result depends on),
+  ``pages`` (the book's order and titles), ``report`` and ``html_tables`` (the claims appendix),
+  ``plotting`` (the theme and figure types).
+- :mod:`mmtoken.chapters`: each chapter's experiment (settings, ``run``, figures, claims),
+  generated from the book's ``#| export`` cells; never edited by hand.
+- set-up: :mod:`mmtoken.config` (the quick/paper switch, device, seeds, progress) and
+  :mod:`mmtoken.validate` (argument checks); ``python -m mmtoken claims|figures``.
 
 A chapter's experiment is read in the chapter and run from there; outside the book, import its
 generated module: ``from mmtoken.chapters import ch02_global as ch; ch.run(ch.Settings(lr=0.5))``.
+A primitive is imported from its topic: ``from mmtoken.attention import svm, train``.
 """
+
+import importlib
 
 __version__ = "0.1.0"
 __all__ = ["__version__"]
+
+TOPICS = ("attention", "embeddings", "selfattention", "vision", "datasets", "book", "chapters")
+"""The subpackages, imported on first use (``import mmtoken`` stays light: no torch)."""
+
+
+def __getattr__(name: str):
+    # ``mmtoken.attention`` without importing it first; anything else is a plain AttributeError
+    if name in TOPICS:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *TOPICS])

@@ -19,7 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import config, ledger
+from mmtoken import config
+from mmtoken.book import ledger
 
 
 class UsageError(ValueError):
@@ -49,7 +50,7 @@ def _writable_folder(path: Path) -> Path:
 
 
 def _claims(args) -> int:
-    from .chapters import load_all
+    from mmtoken.chapters import load_all
 
     load_all()
     selected = ledger.select(args.only)
@@ -93,7 +94,7 @@ def _draw(make, stem: Path) -> list[str]:
     """Draw one ``FIGURES`` entry in the book's theme and save it as PNG and PDF."""
     import matplotlib.pyplot as plt
 
-    from .plotting import save, set_theme, use_headless
+    from mmtoken.book.plotting import save, set_theme, use_headless
 
     use_headless()
     set_theme()
@@ -110,7 +111,7 @@ def _figure_modules(only: list[str] | None) -> list[str]:
     Read as text, without importing anything: a module is a candidate if its
     name is asked for or its source names one of the asked figures.
     """
-    from . import chapters
+    from mmtoken import chapters
 
     out = []
     for name in chapters.modules():
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     f.set_defaults(func=_figures)
     args = parser.parse_args(argv)
     scale = getattr(args, "sub_scale", None) or args.scale
-    from .datasets.download import DataFolderError
+    from mmtoken.datasets.download import DataFolderError
 
     try:
         if args.only is not None and any(not o.strip() for o in args.only):

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from . import validate
+from mmtoken import validate
 
 if TYPE_CHECKING:
     import torch

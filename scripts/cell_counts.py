@@ -29,7 +29,7 @@ from pathlib import Path
 import jupytext
 
 ROOT = Path(__file__).resolve().parents[1]
-BOOK_MODULES = frozenset({"report", "plotting", "config", "chapters", "ledger", "resultcache", "fingerprint"})
+BOOK_MODULES = frozenset({"book", "config", "chapters"})  # the book's own: mmtoken.book.*, not the library
 """Modules of the book, not of the library: calling them shows no experiment."""
 THEORY = ("tour", "01", "02", "03", "04", "05", "06", "07", "08", "10", "11", "13", "14", "15")
 """The theory chapters issue 24's "at least half" applies to: the tour (``book/tour.md``, no number) and the
@@ -78,12 +78,12 @@ def primitive_modules(tree: ast.AST) -> set[str]:
             out |= {a.asname or a.name for a in node.names if a.name not in BOOK_MODULES}
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mmtoken."):
             top = node.module.split(".")[1]
-            if top not in BOOK_MODULES and len(node.module.split(".")) == 2:
-                out |= {a.asname or a.name for a in node.names}  # from mmtoken.datasets import text
+            if top not in BOOK_MODULES:
+                out |= {a.asname or a.name for a in node.names}  # from mmtoken.attention import svm
         elif isinstance(node, ast.Import):
             for a in node.names:
                 parts = a.name.split(".")
-                if parts[0] == "mmtoken" and len(parts) == 2 and parts[1] not in BOOK_MODULES and a.asname:
+                if parts[0] == "mmtoken" and len(parts) >= 2 and parts[1] not in BOOK_MODULES and a.asname:
                     out.add(a.asname)
     return out
 

@@ -39,9 +39,12 @@ from torch.utils.flop_counter import FlopCounterMode, flop_registry
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mmtoken import config, grad, review_model, train, vit  # noqa: E402
+from mmtoken import config  # noqa: E402
+from mmtoken.attention import grad, train  # noqa: E402
+from mmtoken.attention.model import AttentionProblem  # noqa: E402
 from mmtoken.chapters import ch08_random, ch09_vit_sparsity, ch12_real_reviews  # noqa: E402
-from mmtoken.model import AttentionProblem  # noqa: E402
+from mmtoken.embeddings import review_model  # noqa: E402
+from mmtoken.vision import vit  # noqa: E402
 
 SNIPPET = ROOT / "book" / "_snippets" / "gpu.md"
 
@@ -184,7 +187,7 @@ def vit_work(scale: str, batch: int = 2) -> Work:
 def reviews_work(scale: str) -> Work:
     """Chapter 12: the four Adam fits of every seed on IMDB and Rotten Tomatoes (two-phase runs left out)."""
     from mmtoken.datasets import text
-    from mmtoken.review_runs import RUNS, SEEDS, prepare, run_settings, tensors
+    from mmtoken.embeddings.review_runs import RUNS, SEEDS, prepare, run_settings, tensors
 
     total = Work(0.0, 0.0, "float32")
     for name in ("imdb", "rt"):

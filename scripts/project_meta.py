@@ -22,7 +22,7 @@ binder        ``binder/requirements.txt`` (the release, pinned)
 chapters      the hidden install cell of every ``book/**/*.md`` notebook
 package-data  ``mmtoken/book_data/``: what reader notebooks read from the
               repository, shipped with the package (the book's order, titles and
-              claim places; the benchmark results), see ``mmtoken.pages.BOOK_DATA``
+              claim places; the benchmark results), see ``mmtoken.book.pages.BOOK_DATA``
 ============  ==================================================================
 
 Usage::
@@ -490,11 +490,11 @@ def package_data(root: Path) -> dict[Path, str]:
     """``mmtoken/book_data/`` as it must be: the book index and a copy of each benchmark result."""
     import json
 
-    if not (root / "mmtoken" / "pages.py").is_file():  # a copy without the package (tests)
+    if not (root / "mmtoken" / "book" / "pages.py").is_file():  # a copy without the package (tests)
         return {}
     sys.path.insert(0, str(root))
     try:
-        from mmtoken import pages  # the checkout's own (the one the wheel ships)
+        from mmtoken.book import pages  # the checkout's own (the one the wheel ships)
     finally:
         sys.path.remove(str(root))
     out = root / "mmtoken" / "book_data"

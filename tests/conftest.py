@@ -24,7 +24,7 @@ def _environment_unchanged():
     """After every test, MMTOKEN_DATA and MMTOKEN_SCALE are what the session started with: a fixture of any scope
     that changes them must undo it before its tests run (a leaked data folder once made a notebook run later on
     the same worker read an empty results cache); and every registered claim is still the one it was."""
-    ledger = sys.modules.get("mmtoken.ledger")
+    ledger = sys.modules.get("mmtoken.book.ledger")
     before = {k: c.func for k, c in ledger.REGISTRY.items()} if ledger else {}
     yield
     now = {k: os.environ.get(k) for k in _GUARDED}
@@ -56,7 +56,7 @@ def tiny(tmp_path_factory):
     import torch
     from toy_reviews import TINY, toy_dataset
 
-    from mmtoken import review_runs, review_seeds
+    from mmtoken.embeddings import review_runs, review_seeds
 
     mp = pytest.MonkeyPatch()
     mp.setenv("MMTOKEN_DATA", str(tmp_path_factory.mktemp("data")))
@@ -80,7 +80,7 @@ def tiny_data(tmp_path, monkeypatch):
     import numpy as np
     from toy_vit import tiny_arrays
 
-    from mmtoken import vit_runs as runs
+    from mmtoken.vision import vit_runs as runs
 
     monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path))
     data = tiny_arrays()

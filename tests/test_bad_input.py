@@ -22,12 +22,13 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import config, geometry, grad, svm, train
+from mmtoken import config
+from mmtoken.attention import geometry, grad, svm, train
+from mmtoken.attention.losses import get_loss
+from mmtoken.attention.model import AttentionProblem, as_tensor
 from mmtoken.chapters import app_your_instance as explore
 from mmtoken.datasets import cifar10, cli, corpus, fashion_mnist, images, parsers, text
 from mmtoken.datasets.download import DatasetError, DatasetMissing
-from mmtoken.losses import get_loss
-from mmtoken.model import AttentionProblem, as_tensor
 
 # ----------------------------------------------------------------------------- one small well-formed instance
 _rng = np.random.default_rng(0)
@@ -296,7 +297,7 @@ add(
     lambda ctx: train.train_p(PROBLEM, STARTS, steps=5, lr=1e300),
     Ok(lambda h: bool(torch.isfinite(h.p).all())),
 )
-from mmtoken import joint  # noqa: E402
+from mmtoken.attention import joint  # noqa: E402
 
 F3 = dict(
     X=np.array(
@@ -640,9 +641,11 @@ add(
 
 
 # ----------------------------------------------------------------------------- issue 28: trustworthy at the edges
-from mmtoken import corpus_stats, instances, model, smoothness, tfsvm  # noqa: E402
+from mmtoken.attention import instances, model, smoothness  # noqa: E402
 from mmtoken.chapters import ch13_w_vs_kq as ch13  # noqa: E402
 from mmtoken.chapters import ch15_multi_token as mt  # noqa: E402
+from mmtoken.embeddings import corpus_stats  # noqa: E402
+from mmtoken.selfattention import tfsvm  # noqa: E402
 
 _XZ_rng = np.random.default_rng(5)
 XW = _XZ_rng.normal(size=(3, 3, 2))
@@ -1073,7 +1076,7 @@ add(
 
 
 def _interrupted(ctx):
-    from mmtoken import ledger
+    from mmtoken.book import ledger
 
     def stop(*a, **k):
         raise KeyboardInterrupt

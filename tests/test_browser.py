@@ -32,7 +32,7 @@ from urllib.parse import unquote, urlparse
 import bookcheck
 import pytest
 
-from mmtoken.pages import book_order
+from mmtoken.book.pages import book_order
 
 pytestmark = pytest.mark.slow  # needs the built book and a browser: `make slow` / `make test`
 
@@ -161,7 +161,7 @@ def test_one_numbering(pages):
         letter = labels.get(name)
         if letter and letter.isalpha():
             if not h1 or h1.group(1) != letter:
-                problems.append(f"{name}: title not numbered {letter} (as mmtoken.pages.book_order letters it)")
+                problems.append(f"{name}: title not numbered {letter} (as mmtoken.book.pages.book_order letters it)")
             stray = [x for x in found if not re.search(rf"\b{letter}\.\d", x)]
             if stray:
                 problems.append(f"{name}: numbers without the letter {letter}: {stray}")

@@ -50,7 +50,9 @@ def test_half_the_cells_of_a_converted_appendix_show_the_experiment(md):
 
 
 def test_what_counts():
-    mods = cell_counts.primitive_modules(__import__("ast").parse("from mmtoken import train, report, svm"))
+    mods = cell_counts.primitive_modules(
+        __import__("ast").parse("from mmtoken.attention import svm, train\nfrom mmtoken.book import report")
+    )
     assert mods == {"train", "svm"}  # report is the book's, not the library's
     assert cell_counts.shows_setup("h = train.train_p(problem, p0, steps=10)", mods)
     assert not cell_counts.shows_setup("fig = train.plot_paths(h)", mods)  # a figure

@@ -5,9 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import chapters, config, instances, ledger, svm, train
+from mmtoken import chapters, config
+from mmtoken.attention import instances, svm, train
+from mmtoken.attention.model import AttentionProblem
+from mmtoken.book import ledger
 from mmtoken.chapters import ch01_model as ch
-from mmtoken.model import AttentionProblem
 
 PBAR = np.array(ch.Settings().pbar)
 

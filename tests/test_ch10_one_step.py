@@ -5,8 +5,8 @@ import pytest
 import torch
 from toy_embedding import toy_batch
 
-from mmtoken import embedding, synthetic
 from mmtoken.chapters.ch10_one_step import one_step_autograd
+from mmtoken.embeddings import embedding, synthetic
 
 
 @pytest.mark.parametrize("scale", [1e-3, 0.3, 3.0])

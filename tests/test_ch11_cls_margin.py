@@ -6,8 +6,9 @@ import pytest
 import torch
 from toy_embedding import toy_batch
 
-from mmtoken import embedding, grad, synthetic
+from mmtoken.attention import grad
 from mmtoken.chapters import ch11_cls_margin as cm
+from mmtoken.embeddings import embedding, synthetic
 
 
 def test_train_cls_records_and_staged_steps():
@@ -20,7 +21,7 @@ def test_train_cls_records_and_staged_steps():
 
 
 def test_train_cls_batch_matches_separate_runs_and_respects_budgets():
-    from mmtoken import train
+    from mmtoken.attention import train
 
     data, E, v = toy_batch()
     Eb = torch.stack([E, 0.3 * E])

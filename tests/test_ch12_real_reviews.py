@@ -11,8 +11,9 @@ import dataclasses
 import pytest
 from toy_reviews import TINY
 
-from mmtoken import ledger, review_model
+from mmtoken.book import ledger
 from mmtoken.chapters import ch12_real_reviews as rr
+from mmtoken.embeddings import review_model
 
 pytestmark = pytest.mark.usefixtures("review_data_dir")
 

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from mmtoken import geometry, instances, smoothness, tfsvm
+from mmtoken.attention import geometry, instances, smoothness
 from mmtoken.chapters import ch14_overparam as tg
+from mmtoken.selfattention import tfsvm
 
 S = tg.Settings()
 W0 = np.array(S.w0)

@@ -5,8 +5,8 @@ import itertools
 import numpy as np
 import pytest
 
-from mmtoken import tfsvm
 from mmtoken.chapters import ch14_overparam as op
+from mmtoken.selfattention import tfsvm
 
 
 def test_instances_shapes_and_scores():

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import geometry, svm, tfsvm
+from mmtoken.attention import geometry, svm
 from mmtoken.chapters import ch15_multi_token as mt
+from mmtoken.selfattention import tfsvm
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """The claims ledger: every theorem claim passes at quick scale; the CLI reports them.
 
 The results are those recorded when the chapters ran (``make test`` executes the
-notebooks first); :func:`mmtoken.ledger.recorded` evaluates only what is missing
+notebooks first); :func:`mmtoken.book.ledger.recorded` evaluates only what is missing
 or was recorded by other code, so this file does not re-run the ledger.
 """
 
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mmtoken import config, ledger
+from mmtoken import config
 from mmtoken.__main__ import main
+from mmtoken.book import ledger
 from mmtoken.chapters import load_all
 
 ROOT = Path(__file__).resolve().parent.parent

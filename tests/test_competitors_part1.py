@@ -7,7 +7,8 @@ Part I's claims; the cheap ones run in the unit tests, the ones needing a chapte
 
 import pytest
 
-from mmtoken import config, ledger
+from mmtoken import config
+from mmtoken.book import ledger
 from mmtoken.chapters import load_all
 
 CHEAP = ("A.global.stationary_counterexample", "A.inputs.published_draw")

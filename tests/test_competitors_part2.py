@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from mmtoken import ledger
+from mmtoken.book import ledger
 from mmtoken.chapters import ch11_cls_margin as cm
 
 

@@ -2,13 +2,14 @@
 
 Each claim's ``against`` applies the claim's own check to the competitor named in
 its ``competitor=`` text; the competitor must not pass. The claim itself is read
-from its record (:func:`mmtoken.ledger.recorded`), so only the competitors are
+from its record (:func:`mmtoken.book.ledger.recorded`), so only the competitors are
 evaluated here (they reuse each chapter's cached run).
 """
 
 import pytest
 
-from mmtoken import config, ledger
+from mmtoken import config
+from mmtoken.book import ledger
 from mmtoken.chapters import load_all
 
 load_all()

@@ -1,11 +1,11 @@
-"""mmtoken.corpus_stats: the (partial) Spearman correlation, the U-shape statistics, the polarity mix."""
+"""mmtoken.embeddings.corpus_stats: the (partial) Spearman correlation, the U-shape statistics, the polarity mix."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from mmtoken import corpus_stats
+from mmtoken.embeddings import corpus_stats
 
 pytestmark = pytest.mark.usefixtures("review_data_dir")
 

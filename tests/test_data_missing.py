@@ -3,7 +3,8 @@ appendix reads records, computing nothing (issue 27.1, issue 30.2)."""
 
 import pytest
 
-from mmtoken import config, html_tables, ledger, report, resultcache
+from mmtoken import config
+from mmtoken.book import html_tables, ledger, report, resultcache
 from mmtoken.datasets import DatasetMissing
 
 HERE = "mmtoken.chapters.ch00_tour"  # a package module: claims "defined" there are recorded

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from toy_reviews import toy_dataset
 
-from mmtoken import resultcache
+from mmtoken.book import resultcache
 from mmtoken.datasets import cli, corpus, packages, parsers, sources, text, tokenize
 from mmtoken.datasets.download import DatasetError, DatasetMissing, cache_dir, sha256_file
 

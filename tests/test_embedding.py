@@ -7,7 +7,8 @@ import pytest
 import torch
 from toy_embedding import toy_batch
 
-from mmtoken import embedding, grad, synthetic
+from mmtoken.attention import grad
+from mmtoken.embeddings import embedding, synthetic
 
 
 def test_head_and_init_are_seeded_and_scaled():
@@ -92,7 +93,7 @@ def test_one_step_batched_over_leading_dims():
 
 
 def test_small_init_gives_half_alpha_line():
-    from mmtoken.corpus_stats import token_stats
+    from mmtoken.embeddings.corpus_stats import token_stats
 
     data, E, v = toy_batch(scale=1e-8)
     E1 = embedding.one_step(E, v, data.tokens, data.labels, 5.0, data.mask)
@@ -148,7 +149,7 @@ def test_cls_problem_and_attention_batched_over_tables():
 
 @pytest.mark.parametrize("scale", [1e-3, 0.5, 5.0])
 def test_one_step_error_within_the_bound(scale):
-    from mmtoken.corpus_stats import token_stats
+    from mmtoken.embeddings.corpus_stats import token_stats
 
     data, E, v = toy_batch(scale=scale)
     eta = 7.0

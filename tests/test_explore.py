@@ -6,7 +6,7 @@ matplotlib.use("Agg", force=True)
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from mmtoken import instances  # noqa: E402
+from mmtoken.attention import instances  # noqa: E402
 from mmtoken.chapters.app_your_instance import Settings, analyze  # noqa: E402
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from mmtoken import chapters, fingerprint, ledger, resultcache
+from mmtoken import chapters
+from mmtoken.book import fingerprint, ledger, resultcache
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -152,7 +153,7 @@ def test_a_reader_s_settings_leave_every_verdict_as_it_was(tmp_path):
     clean = verdicts("--recompute")
     reader = (
         "from mmtoken.chapters import ch04_inputs as ch\n"
-        "from mmtoken import ledger\n"
+        "from mmtoken.book import ledger\n"
         "r = ch.run(ch.Settings(seed=2, lr_ngd=0.5))\n"
         "assert r is not ch.run(ch.Settings())\n"
         "ledger.run_claims(['A.inputs'])\n"

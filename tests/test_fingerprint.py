@@ -1,4 +1,4 @@
-"""Fingerprints cover a computation, not the modules around it (:mod:`mmtoken.fingerprint`).
+"""Fingerprints cover a computation, not the modules around it (:mod:`mmtoken.book.fingerprint`).
 
 The package is copied to a scratch folder and edited there: a plotting or download
 function changes no recorded claim's key; a trainer changes exactly the keys of the
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from mmtoken import fingerprint, ledger
+from mmtoken.book import fingerprint, ledger
 from mmtoken.chapters import load_all
 
-PACKAGE = Path(fingerprint.__file__).resolve().parent
+PACKAGE = Path(fingerprint.__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -55,23 +55,23 @@ def test_the_scratch_copy_keys_claims_as_the_package_does(scratch, claims):
 
 def test_editing_plotting_or_download_code_leaves_every_claim_valid(scratch, claims):
     before = keys(scratch, claims)
-    plotting = ast.parse((scratch / "plotting.py").read_text(encoding="utf-8"))
+    plotting = ast.parse((scratch / "book" / "plotting.py").read_text(encoding="utf-8"))
     for fn in [n.name for n in plotting.body if isinstance(n, ast.FunctionDef)]:
-        edit_function(scratch / "plotting.py", fn)
+        edit_function(scratch / "book" / "plotting.py", fn)
     download = ast.parse((scratch / "datasets" / "download.py").read_text(encoding="utf-8"))
     for fn in [n.name for n in download.body if isinstance(n, ast.FunctionDef)]:
         edit_function(scratch / "datasets" / "download.py", fn)
-    edit_function(scratch / "html_tables.py", "claims_html")
+    edit_function(scratch / "book" / "html_tables.py", "claims_html")
     assert keys(scratch, claims) == before
 
 
 def test_editing_a_trainer_makes_exactly_its_claims_stale(scratch, claims):
     before = keys(scratch, claims)
-    edit_function(scratch / "train.py", "train_p")
+    edit_function(scratch / "attention" / "train.py", "train_p")
     after = keys(scratch, claims)
     stale = {i for i in before if before[i] != after[i]}
     index = fingerprint.Index(PACKAGE)
-    users = {c.id for c in claims if ("mmtoken.train", "train_p") in index.closure(ledger.code_roots(c))}
+    users = {c.id for c in claims if ("mmtoken.attention.train", "train_p") in index.closure(ledger.code_roots(c))}
     assert stale == users
     # independently of the analysis: chapter 2's GD claims train p with train_p; its
     # regularization path (an SVM solve per radius), the review models (their own trainer)
@@ -127,7 +127,7 @@ def test_results_cache_keys_by_the_compute_function(tmp_path, monkeypatch):
     """experiment_result's key is the code its compute function calls (fingerprint.of)."""
     import numpy as np
 
-    from mmtoken import resultcache
+    from mmtoken.book import resultcache
     from mmtoken.chapters import ch02_global as ch
 
     monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / "data"))
@@ -149,7 +149,7 @@ def test_results_cache_keys_by_the_compute_function(tmp_path, monkeypatch):
 
 def review_entries() -> dict:
     """The cached entry points of chapter 12's runs, whose code their keys cover (review_seeds.cache_fingerprint)."""
-    from mmtoken import review_regime, review_search, review_seeds
+    from mmtoken.embeddings import review_regime, review_search, review_seeds
 
     return {
         "seed": review_seeds.cached_seed,
@@ -176,7 +176,7 @@ def edit_statement(path: Path, start: str) -> None:
 def test_review_run_keys_cover_the_training_and_not_the_figures(scratch):
     """A real-review run's key changes with any function its training calls (the tokenizer, the losses, the
     statistics, the model, phase two, the protocol) and with none of the chapter's figures, tables or claims."""
-    from mmtoken import review_seeds
+    from mmtoken.embeddings import review_seeds
 
     before = review_keys(scratch)
     assert before == {k: fingerprint.of(f) for k, f in review_entries().items()}, "the scratch copy keys as the package"
@@ -184,17 +184,17 @@ def test_review_run_keys_cover_the_training_and_not_the_figures(scratch):
     closure = set(fingerprint.index().closure(fingerprint.roots_of(review_seeds.cached_seed)))
     assert {
         ("mmtoken.datasets.tokenize", "encode"),
-        ("mmtoken.losses", "logistic"),
-        ("mmtoken.corpus_stats", "token_stats"),
-        ("mmtoken.review_model", "fit"),
-        ("mmtoken.review_phase_two", "phase_two"),
-        ("mmtoken.review_runs", "train_model"),
-        ("mmtoken.review_seeds", "two_phase"),
+        ("mmtoken.attention.losses", "logistic"),
+        ("mmtoken.embeddings.corpus_stats", "token_stats"),
+        ("mmtoken.embeddings.review_model", "fit"),
+        ("mmtoken.embeddings.review_phase_two", "phase_two"),
+        ("mmtoken.embeddings.review_runs", "train_model"),
+        ("mmtoken.embeddings.review_seeds", "two_phase"),
     } <= closure
-    assert not {m for m, _ in closure} & {"mmtoken.plotting", "mmtoken.chapters.ch12_real_reviews"}
+    assert not {m for m, _ in closure} & {"mmtoken.book.plotting", "mmtoken.chapters.ch12_real_reviews"}
 
     # the chapter's module (figures, tables, claims) and the plotting primitives: every key stays
-    for path in (scratch / "plotting.py", scratch / "chapters" / "ch12_real_reviews.py"):
+    for path in (scratch / "book" / "plotting.py", scratch / "chapters" / "ch12_real_reviews.py"):
         for fn in [n.name for n in ast.parse(path.read_text(encoding="utf-8")).body if isinstance(n, ast.FunctionDef)]:
             edit_function(path, fn)
     assert review_keys(scratch) == before
@@ -202,16 +202,16 @@ def test_review_run_keys_cover_the_training_and_not_the_figures(scratch):
     # each function the training calls: the seed's key changes every time
     edits = [
         (scratch / "datasets" / "tokenize.py", "encode"),
-        (scratch / "corpus_stats.py", "token_stats"),
-        (scratch / "corpus_stats.py", "spearman"),
-        (scratch / "embedding.py", "gather_outputs"),
-        (scratch / "review_model.py", "fit"),
-        (scratch / "review_model.py", "one_step_E"),
-        (scratch / "review_phase_two.py", "phase_two"),
-        (scratch / "review_runs.py", "prepare"),
-        (scratch / "review_runs.py", "train_model"),
-        (scratch / "review_seeds.py", "two_phase"),
-        (scratch / "losses.py", None),
+        (scratch / "embeddings" / "corpus_stats.py", "token_stats"),
+        (scratch / "embeddings" / "corpus_stats.py", "spearman"),
+        (scratch / "embeddings" / "embedding.py", "gather_outputs"),
+        (scratch / "embeddings" / "review_model.py", "fit"),
+        (scratch / "embeddings" / "review_model.py", "one_step_E"),
+        (scratch / "embeddings" / "review_phase_two.py", "phase_two"),
+        (scratch / "embeddings" / "review_runs.py", "prepare"),
+        (scratch / "embeddings" / "review_runs.py", "train_model"),
+        (scratch / "embeddings" / "review_seeds.py", "two_phase"),
+        (scratch / "attention" / "losses.py", None),
     ]
     seen = [before["seed"]]
     for path, fn in edits:
@@ -227,6 +227,6 @@ def test_review_run_keys_are_of_definitions_not_modules(scratch):
     """The seed-free profile trains no attention model: editing the joint trainer leaves its key (and the
     regime's, which trains by phase two) valid, and changes the seed's and the search's."""
     before = review_keys(scratch)
-    edit_function(scratch / "review_model.py", "fit")
+    edit_function(scratch / "embeddings" / "review_model.py", "fit")
     after = review_keys(scratch)
     assert {k for k in before if before[k] != after[k]} == {"seed", "search"}

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import project_meta as pm  # noqa: E402
 import reader_notebooks as rn  # noqa: E402
 
-from mmtoken import html_tables, pages  # noqa: E402
+from mmtoken.book import html_tables, pages  # noqa: E402
 
 META = pm.load(ROOT)
 BUILT = ROOT / "_build" / "html" / rn.OUT
@@ -169,7 +169,7 @@ def reader_env(data: Path, offline: bool = False) -> dict[str, str]:
 
 def test_the_venv_is_the_wheel_alone(wheel_python, tmp_path):
     probe = (
-        "import importlib.util, json, pathlib, mmtoken; from mmtoken import html_tables, pages; "
+        "import importlib.util, json, pathlib, mmtoken; from mmtoken.book import html_tables, pages; "
         "print(json.dumps({'file': mmtoken.__file__, 'version': mmtoken.__version__, "
         "'checkout': (pathlib.Path(mmtoken.__file__).parent.parent / 'pyproject.toml').is_file(), "
         "'myst_nb': importlib.util.find_spec('myst_nb') is not None, "

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import grad, instances, long_paths, public_code, smoothness, svm, train
+from mmtoken.attention import grad, instances, long_paths, public_code, smoothness, svm, train
+from mmtoken.attention.model import AttentionProblem
 from mmtoken.chapters import app_saturation as saturation
 from mmtoken.chapters import ch02_global
-from mmtoken.model import AttentionProblem
 
 
 def test_instance_gmm_fig1_global_closed_form():
@@ -211,7 +211,7 @@ def test_settings_take_any_sequence_of_starts_and_reject_bad_ones():
 
 
 def test_a_changed_setting_is_cached_under_a_name_of_its_own():
-    from mmtoken import resultcache
+    from mmtoken.book import resultcache
 
     assert resultcache.settings_name("published", ch02_global.Settings()) == "published"
     other = resultcache.settings_name("published", ch02_global.Settings(lr=0.5))

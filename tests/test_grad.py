@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import geometry, grad, instances, losses
-from mmtoken.model import AttentionProblem
+from mmtoken.attention import geometry, grad, instances, losses
+from mmtoken.attention.model import AttentionProblem
 
 
 def _random_problem(batch=(4,), n=3, T=5, m=3, seed=0):

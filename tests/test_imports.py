@@ -25,20 +25,20 @@ def _loaded_after(code: str) -> set[str]:
 
 
 def test_import_mmtoken_loads_no_heavy_library():
-    assert _loaded_after("import mmtoken, mmtoken.config, mmtoken.ledger, mmtoken.plotting") == set()
+    assert _loaded_after("import mmtoken, mmtoken.config, mmtoken.book.ledger, mmtoken.book.plotting") == set()
 
 
 def test_the_tour_and_a_theory_chapter_load_neither_seaborn_nor_numba_on_import():
     loaded = _loaded_after(
-        "import mmtoken.plotting as p; p.set_theme(); p.colors(3); "
-        "import mmtoken.train, mmtoken.fastpath, mmtoken.chapters.ch02_global"
+        "import mmtoken.book.plotting as p; p.set_theme(); p.colors(3); "
+        "import mmtoken.attention.train, mmtoken.attention.fastpath, mmtoken.chapters.ch02_global"
     )
     assert not loaded & {"seaborn", "scipy.stats", "numba"}
 
 
 def test_theme_is_seaborns_whitegrid_notebook_theme():
     sns = pytest.importorskip("seaborn")
-    from mmtoken import plotting
+    from mmtoken.book import plotting
 
     assert plotting.SEABORN_WHITEGRID == {k: v for k, v in sns.axes_style("whitegrid").items() if k != "image.cmap"}
     assert plotting.SEABORN_NOTEBOOK == dict(sns.plotting_context("notebook"))

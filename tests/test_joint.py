@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import geometry, grad, instances, losses, random_batch, svm, train
+from mmtoken.attention import geometry, grad, instances, losses, random_batch, svm, train
+from mmtoken.attention.model import AttentionProblem
 from mmtoken.chapters import ch05_joint as joint
 from mmtoken.chapters import ch06_nonlinear as nh
 from mmtoken.chapters import ch07_losses as loss_shapes
 from mmtoken.chapters import ch08_random
-from mmtoken.model import AttentionProblem
 
 
 # ---------------------------------------------------------------- joint (chapter 5)
@@ -336,7 +336,7 @@ def test_joint_paths_figure_distinct_rays_and_token_names_without_overlap():
         p_mm=np.array([1.25, 0.25]),
         p_relax=np.array([1.0, 0.0]),
     )
-    from mmtoken import plotting
+    from mmtoken.book import plotting
 
     fig, axes = plotting.two_panels(["tight", "loose"], aspect=1.0)  # the size it is shown at in the book
     ax = axes[0]

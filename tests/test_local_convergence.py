@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import config, geometry, grad, instances, svm, train
+from mmtoken import config
+from mmtoken.attention import geometry, grad, instances, svm, train
+from mmtoken.attention.model import AttentionProblem
 from mmtoken.chapters import ch03_local as lc
 from mmtoken.chapters import ch04_inputs as mi
-from mmtoken.model import AttentionProblem
 
 
 # ---------------------------------------------------------------- chapter 3

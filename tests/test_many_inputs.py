@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from mmtoken import geometry, instances, svm
+from mmtoken.attention import geometry, instances, svm
 from mmtoken.chapters import ch04_inputs as mi
 
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import model
-from mmtoken.model import AttentionProblem
+from mmtoken.attention import model
+from mmtoken.attention.model import AttentionProblem
 
 
 def test_shapes_and_softmax_rows():

@@ -1,5 +1,5 @@
 """Printed outputs fit the book's column: no stored output line is wider than
-``mmtoken.report.OUTPUT_WIDTH`` characters (about 688 px of the column at 1280 px).
+``mmtoken.book.report.OUTPUT_WIDTH`` characters (about 688 px of the column at 1280 px).
 
 The browser check (tests/test_browser.py) measures the rendered page; this test
 reads the stored notebooks, so it runs in a second and names the cell to fix.
@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mmtoken.report import OUTPUT_WIDTH
+from mmtoken.book.report import OUTPUT_WIDTH
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted(p for p in (ROOT / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)

@@ -2,7 +2,7 @@
 
 A wheel has no ``_toc.yml``, chapters or ``benchmarks/results``: the claims appendix
 (``html_tables.claims_html``: the book's order and where each claim is stated) and the
-benchmarks appendix read the copies in ``mmtoken.pages.BOOK_DATA`` instead, which
+benchmarks appendix read the copies in ``mmtoken.book.pages.BOOK_DATA`` instead, which
 ``python scripts/project_meta.py apply package-data`` writes and its ``check`` (a test in
 ``tests/test_publish_meta.py``) keeps equal to the repository's.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mmtoken import html_tables, pages
+from mmtoken.book import html_tables, pages
 
 ROOT = Path(__file__).resolve().parent.parent
 

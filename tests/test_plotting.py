@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from mmtoken import plotting
+from mmtoken.book import plotting
 
 CSS_PX_PER_PT = 100 / 72  # at figure.dpi = 100, a figure shown at its own width
 

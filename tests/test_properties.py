@@ -19,8 +19,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mmtoken import geometry, grad, joint, svm, train
-from mmtoken.model import AttentionProblem
+from mmtoken.attention import geometry, grad, joint, svm, train
+from mmtoken.attention.model import AttentionProblem
 
 PROPS = settings(
     max_examples=25, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]
@@ -270,8 +270,8 @@ def test_tfsvm_trainers_at_every_key_scale(seed, u, fast, separate):
 
 
 def _tfsvm_scales(seed, u, separate):
-    from mmtoken import tfsvm
     from mmtoken.chapters import ch13_w_vs_kq as ch13
+    from mmtoken.selfattention import tfsvm
 
     c = 10.0**u
     g = torch.Generator().manual_seed(seed % 2**31)

@@ -1,6 +1,6 @@
 """Every module of the package says what it exports: ``__all__``, complete and resolvable.
 
-A reader's ``from mmtoken.svm import *`` or ``dir()``-driven tab completion should list the
+A reader's ``from mmtoken.attention.svm import *`` or ``dir()``-driven tab completion should list the
 module's own functions and classes, not ``np`` and ``torch``; ``py.typed`` tells type checkers
 that the inline annotations are the package's interface (PEP 561).
 """
@@ -20,7 +20,12 @@ MODULES = sorted(m.name for m in pkgutil.walk_packages(mmtoken.__path__, "mmtoke
 
 
 def test_every_module_is_listed():
-    assert {"mmtoken.svm", "mmtoken.geometry", "mmtoken.instances", "mmtoken.chapters.ch00_tour"} <= set(MODULES)
+    assert {
+        "mmtoken.attention.svm",
+        "mmtoken.attention.geometry",
+        "mmtoken.attention.instances",
+        "mmtoken.chapters.ch00_tour",
+    } <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -45,7 +50,7 @@ def test_all_is_complete_and_resolves(name):
 
 def test_star_import_leaves_out_the_imported_libraries():
     ns: dict = {}
-    exec("from mmtoken.svm import *", ns)
+    exec("from mmtoken.attention.svm import *", ns)
     assert "att_svm" in ns and "np" not in ns and "torch" not in ns
 
 

@@ -1,11 +1,11 @@
-"""The replica of the public code (mmtoken.public_code) and the trap built on it (tour, saturation appendix)."""
+"""The replica of the public code (mmtoken.attention.public_code) and the trap built on it (tour, saturation appendix)."""
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from mmtoken import instances, public_code, train
+from mmtoken.attention import instances, public_code, train
 from mmtoken.chapters import ch00_tour as tour
 
 

@@ -1,5 +1,5 @@
-"""The book's pages (mmtoken.pages), the claims as text (mmtoken.report), and the ledger and the
-benchmark tables as HTML (mmtoken.html_tables)."""
+"""The book's pages (mmtoken.book.pages), the claims as text (mmtoken.book.report), and the ledger and the
+benchmark tables as HTML (mmtoken.book.html_tables)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mmtoken import html_tables, pages, report
-from mmtoken.ledger import Result
+from mmtoken.book import html_tables, pages, report
+from mmtoken.book.ledger import Result
 
 ROOT = Path(__file__).resolve().parent.parent
 

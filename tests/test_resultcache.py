@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mmtoken import config, ledger, resultcache
+from mmtoken import config
+from mmtoken.book import ledger, resultcache
 from mmtoken.chapters import load_all
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,7 +152,7 @@ def test_importing_every_module_creates_no_folder(tmp_path):
         "for m in pkgutil.walk_packages(mmtoken.__path__, 'mmtoken.'):\n"
         "    if m.name != 'mmtoken.__main__':\n"
         "        importlib.import_module(m.name)\n"
-        "from mmtoken import config, ledger\n"
+        "from mmtoken import config\nfrom mmtoken.book import ledger\n"
         "from mmtoken.datasets.download import cache_dir\n"
         "config.data_dir(); cache_dir('vit'); ledger.records_dir('quick')\n"
         "from mmtoken.chapters import ch12_real_reviews  # noqa: F401\n"

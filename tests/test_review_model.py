@@ -1,4 +1,4 @@
-"""mmtoken.review_model: the gather model, collapsed rows, length batches, the one step, Adam fits, evaluation,
+"""mmtoken.embeddings.review_model: the gather model, collapsed rows, length batches, the one step, Adam fits, evaluation,
 the bag-of-words baseline."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import corpus_stats, embedding, review_model
+from mmtoken.embeddings import corpus_stats, embedding, review_model
 
 pytestmark = pytest.mark.usefixtures("review_data_dir")
 

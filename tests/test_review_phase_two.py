@@ -1,4 +1,4 @@
-"""mmtoken.review_phase_two: the saturation-safe logit gradient, phase two on the data model, selection
+"""mmtoken.embeddings.review_phase_two: the saturation-safe logit gradient, phase two on the data model, selection
 conflicts, the optimal and attended tokens."""
 
 from __future__ import annotations
@@ -10,14 +10,15 @@ import pytest
 import torch
 from toy_reviews import TINY, toy_dataset
 
-from mmtoken import embedding, grad, review_model, review_phase_two, review_runs, review_seeds
+from mmtoken.attention import grad
+from mmtoken.embeddings import embedding, review_model, review_phase_two, review_runs, review_seeds
 
 pytestmark = pytest.mark.usefixtures("review_data_dir")
 
 
 @pytest.mark.parametrize("scale", [0.5, 40.0])
 def test_logit_gradient_is_grad_p_of_the_cls_problem(scale):
-    """The gathered, saturation-safe gradient equals mmtoken.grad.grad_p on the materialised keys E_{x_it},
+    """The gathered, saturation-safe gradient equals mmtoken.attention.grad.grad_p on the materialised keys E_{x_it},
     unsaturated and deep in saturation (where plain autograd loses the direction)."""
     V, d = 9, 12
     g = torch.Generator().manual_seed(3)

@@ -1,4 +1,4 @@
-"""mmtoken.review_regime: the control data drawn from paper B's data model."""
+"""mmtoken.embeddings.review_regime: the control data drawn from paper B's data model."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from toy_reviews import TINY, toy_dataset
 
-from mmtoken import review_regime, review_runs
+from mmtoken.embeddings import review_regime, review_runs
 
 pytestmark = pytest.mark.usefixtures("review_data_dir")
 

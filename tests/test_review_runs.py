@@ -1,4 +1,4 @@
-"""mmtoken.review_runs and mmtoken.review_seeds: the validation split, the prepared data, one seed of every run
+"""mmtoken.embeddings.review_runs and mmtoken.embeddings.review_seeds: the validation split, the prepared data, one seed of every run
 at tiny scale, the per-seed results cache and its key (the code the training calls, not plotting)."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import pytest
 import torch
 from toy_reviews import NEG, NEUTRAL, POS, TINY, toy_dataset
 
-from mmtoken import fingerprint, review_runs, review_seeds
+from mmtoken.book import fingerprint
 from mmtoken.datasets import corpus, text
+from mmtoken.embeddings import review_runs, review_seeds
 
 pytestmark = pytest.mark.usefixtures("review_data_dir")
 
@@ -104,7 +105,7 @@ def test_each_run_trains_what_run_settings_names():
 
 def test_a_seed_runs_only_code_inside_its_key():
     """Every package function that a seed's runs and the profile call (found by profiling them, the tokenizer
-    included) is a definition their key covers (:func:`mmtoken.review_seeds.cache_fingerprint`)."""
+    included) is a definition their key covers (:func:`mmtoken.embeddings.review_seeds.cache_fingerprint`)."""
     s = dataclasses.replace(TINY, epochs=1, epochs_v=1, epochs_uniform=1, p2_steps=5)
     ds = toy_dataset()
     package = str(Path(fingerprint.__file__).resolve().parent)
@@ -149,7 +150,13 @@ def test_a_seed_runs_only_code_inside_its_key():
             sys.setprofile(None)
         closure = set(index.closure(fingerprint.roots_of(entry)))
         called = {(m, n) for m, n in called if n not in ("<module>", "<lambda>", "<genexpr>", "<listcomp>")}
-        assert {("mmtoken.datasets.tokenize", "tokenize_dataset"), ("mmtoken.review_runs", "prepare")} <= called
+        assert {
+            ("mmtoken.datasets.tokenize", "tokenize_dataset"),
+            ("mmtoken.embeddings.review_runs", "prepare"),
+        } <= called
         assert called <= closure, sorted(called - closure)
         if entry is review_seeds.cached_seed:  # the training itself ran under the profile
-            assert {("mmtoken.review_model", "fit"), ("mmtoken.review_phase_two", "phase_two")} <= called
+            assert {
+                ("mmtoken.embeddings.review_model", "fit"),
+                ("mmtoken.embeddings.review_phase_two", "phase_two"),
+            } <= called

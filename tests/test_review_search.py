@@ -1,11 +1,11 @@
-"""mmtoken.review_search: the coordinate search on the validation split."""
+"""mmtoken.embeddings.review_search: the coordinate search on the validation split."""
 
 from __future__ import annotations
 
 import pytest
 from toy_reviews import TINY, toy_dataset
 
-from mmtoken import review_search
+from mmtoken.embeddings import review_search
 
 pytestmark = pytest.mark.usefixtures("review_data_dir")
 

@@ -1,10 +1,10 @@
-"""ATT-SVM, relaxed, head and W-form SVMs (mmtoken.svm) and their solvers (mmtoken.svm_solvers): KKT,
+"""ATT-SVM, relaxed, head and W-form SVMs (mmtoken.attention.svm) and their solvers (mmtoken.attention.svm_solvers): KKT,
 independent solver, closed forms, errors."""
 
 import numpy as np
 import pytest
 
-from mmtoken import geometry, instances, svm, svm_solvers
+from mmtoken.attention import geometry, instances, svm, svm_solvers
 
 
 def test_att_svm_kkt_and_nnls_agree():

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import synthetic
-from mmtoken.corpus_stats import token_stats
+from mmtoken.embeddings import synthetic
+from mmtoken.embeddings.corpus_stats import token_stats
 
 
 def test_structure_and_shapes():

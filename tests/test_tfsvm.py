@@ -1,12 +1,13 @@
-"""mmtoken.tfsvm (keys map, W trainer, Frobenius Att-SVM) and chapter 13's own code (mmtoken.chapters.ch13_w_vs_kq:
+"""mmtoken.selfattention.tfsvm (keys map, W trainer, Frobenius Att-SVM) and chapter 13's own code (mmtoken.chapters.ch13_w_vs_kq:
 the (K, Q) gradients and trainer, the plain-softmax gradient, the nuclear-norm Att-SVM*); input checks."""
 
 import numpy as np
 import pytest
 import torch
 
-from mmtoken import geometry, grad, svm, tfsvm
+from mmtoken.attention import geometry, grad, svm
 from mmtoken.chapters import ch13_w_vs_kq as ch13
+from mmtoken.selfattention import tfsvm
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken import geometry, instances, joint, svm, train
-from mmtoken.model import AttentionProblem
+from mmtoken.attention import geometry, instances, joint, svm, train
+from mmtoken.attention.model import AttentionProblem
 
 
 def test_normalized_gd_history_and_norm_growth():
@@ -31,7 +31,7 @@ def test_batched_equals_one_by_one():
 def test_plain_gd_step_is_the_gradient():
     problem = AttentionProblem(torch.randn(2, 3, 2, dtype=torch.float64), torch.randn(2, 3, dtype=torch.float64))
     p0 = torch.zeros(2, dtype=torch.float64)
-    from mmtoken.grad import autograd_grad
+    from mmtoken.attention.grad import autograd_grad
 
     h = train.train_p(problem, p0, steps=1, lr=0.5, method="gd")
     assert torch.allclose(h.final_p, p0 - 0.5 * autograd_grad(problem, p0), atol=1e-14)
@@ -71,7 +71,7 @@ def test_joint_training_selects_and_separates():
 @pytest.mark.parametrize("loss", ["logistic", "exponential", "correlation"])
 def test_compiled_kernel_matches_torch(method, loss, monkeypatch):
     """The numba kernel and the torch code are two implementations of the same steps."""
-    from mmtoken import fastpath
+    from mmtoken.attention import fastpath
 
     if not fastpath.available():
         pytest.skip("numba not installed")
@@ -93,7 +93,7 @@ def test_compiled_kernel_matches_torch(method, loss, monkeypatch):
 
 
 def test_compiled_joint_matches_torch(monkeypatch):
-    from mmtoken import fastpath
+    from mmtoken.attention import fastpath
 
     if not fastpath.available():
         pytest.skip("numba not installed")
@@ -179,7 +179,7 @@ def test_train_joint_checks_labels_and_y_before_the_kernel():
             joint.train_joint(inst.X, Y, inst.extra["v0"], inst.starts[0], steps=5)
     with pytest.raises(ValueError, match="W must"):
         joint.train_joint(inst.X, inst.Y, inst.extra["v0"], inst.starts[0], steps=5, W=np.eye(3))
-    from mmtoken import fastpath
+    from mmtoken.attention import fastpath
 
     with pytest.raises(ValueError, match="Y must"):
         fastpath.run_joint(
@@ -218,7 +218,7 @@ def test_huge_explicit_history_warns(monkeypatch):
 
 @pytest.mark.parametrize("chunk", [1, 7, 64, None])
 def test_chunked_kernel_is_bit_identical_to_one_call(chunk):
-    from mmtoken import fastpath
+    from mmtoken.attention import fastpath
 
     if not fastpath.available():
         pytest.skip("numba not installed")
@@ -244,7 +244,7 @@ def test_compiled_run_honours_ctrl_c_and_reports_progress():
     import threading
     import time
 
-    from mmtoken import fastpath
+    from mmtoken.attention import fastpath
 
     if not fastpath.available():
         pytest.skip("numba not installed")
@@ -335,10 +335,10 @@ def test_a_custom_loss_is_honoured_by_train_p(method):
     not the built-in's whose name it bears (issue 24, defect 1: the kernel dispatched by name)."""
     import dataclasses
 
-    from mmtoken import losses
+    from mmtoken.attention import losses
 
     named_logistic = dataclasses.replace(losses.exponential, name="logistic")
-    from mmtoken import fastpath
+    from mmtoken.attention import fastpath
 
     assert not fastpath.runs_loss(named_logistic) and fastpath.runs_loss(losses.logistic)
     g = np.random.default_rng(0)  # several inputs: with one, a normalized step does not depend on the loss
@@ -354,7 +354,7 @@ def test_a_custom_loss_is_honoured_by_train_joint():
     """The same for joint training of ``(v, p)``, the other compiled kernel."""
     import dataclasses
 
-    from mmtoken import losses
+    from mmtoken.attention import losses
 
     named_logistic = dataclasses.replace(losses.exponential, name="logistic")
     inst = instances.fig3("loose")

@@ -1,4 +1,4 @@
-"""mmtoken.vit, the small ViT: shapes, attention rows, key-query and value-output matrices, attention statistics."""
+"""mmtoken.vision.vit, the small ViT: shapes, attention rows, key-query and value-output matrices, attention statistics."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 from toy_vit import bright_patch_data, small
 
-from mmtoken import vit, vit_train
+from mmtoken.vision import vit, vit_train
 
 # --------------------------------------------------------------------------- the model
 

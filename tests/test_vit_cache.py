@@ -1,4 +1,4 @@
-"""mmtoken.vit_cache: the experiment configuration, and every kind of damage to a cache folder (reported, then
+"""mmtoken.vision.vit_cache: the experiment configuration, and every kind of damage to a cache folder (reported, then
 rebuilt), checkpoints read safely, swapped and stale folders, leftovers of interrupted writes."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 import torch
 from toy_vit import TINY
 
-from mmtoken import vit_cache
-from mmtoken import vit_runs as runs
 from mmtoken.datasets.download import sha256_file
+from mmtoken.vision import vit_cache
+from mmtoken.vision import vit_runs as runs
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""mmtoken.vit_runs: the split and the log points, the cached experiment at tiny scale (training, reloading,
+"""mmtoken.vision.vit_runs: the split and the log points, the cached experiment at tiny scale (training, reloading,
 checkpoints, worker processes), the key and the training code it covers."""
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ import pytest
 import torch
 from toy_vit import TINY, small, tiny_arrays
 
-from mmtoken import config, resultcache, vit, vit_cache, vit_train
-from mmtoken import vit_runs as runs
+from mmtoken import config
+from mmtoken.book import resultcache
 from mmtoken.chapters import ch09_vit_sparsity as vs
+from mmtoken.vision import vit, vit_cache, vit_train
+from mmtoken.vision import vit_runs as runs
 
 # --------------------------------------------------------------------------- the split and the log points
 
@@ -148,7 +150,7 @@ def test_the_key_covers_every_mmtoken_function_training_calls(monkeypatch):
     assert {vit_train.train, vit.attention_statistics, vit.probe_statistics, runs.split_indices} <= called
     uncovered = [f for f in called if f.__module__ not in modules and f not in runs.TRAINING_CODE]
     assert set(uncovered) <= not_computing, f"train_into calls {uncovered}, which the key does not cover"
-    assert {"mmtoken.vit", "mmtoken.vit_train"} <= modules
+    assert {"mmtoken.vision.vit", "mmtoken.vision.vit_train"} <= modules
     full = runs.code_fingerprint.__wrapped__()
     monkeypatch.setattr(runs, "TRAINING_CODE", runs.TRAINING_CODE[:-1])
     assert runs.code_fingerprint.__wrapped__() != full

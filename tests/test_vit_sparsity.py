@@ -10,9 +10,9 @@ import pytest
 import torch
 from toy_vit import TINY, small
 
-from mmtoken import vit, vit_cache, vit_train
-from mmtoken import vit_runs as runs
 from mmtoken.chapters import ch09_vit_sparsity as vs
+from mmtoken.vision import vit, vit_cache, vit_train
+from mmtoken.vision import vit_runs as runs
 
 
 def test_verdicts_exclude_collapse_and_compare_like_with_like():

@@ -1,4 +1,4 @@
-"""mmtoken.vit_train, training the small ViT: the schedule, augmentation, normalisation, the loop, its settings."""
+"""mmtoken.vision.vit_train, training the small ViT: the schedule, augmentation, normalisation, the loop, its settings."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 from toy_vit import bright_patch_data, small
 
-from mmtoken import vit, vit_train
 from mmtoken.chapters import ch09_vit_sparsity as vs
+from mmtoken.vision import vit, vit_train
 
 
 def test_lr_factor_warmup_then_cosine():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from mmtoken import synthetic
+from mmtoken.embeddings import synthetic
 
 
 def toy_batch(seed=0, d=6, scale=0.3, min_len=3):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mmtoken import review_runs
 from mmtoken.datasets import corpus
+from mmtoken.embeddings import review_runs
 
 POS, NEG = ["great", "superb", "moving"], ["awful", "dull", "boring"]
 NEUTRAL = [f"w{k}" for k in range(30)]

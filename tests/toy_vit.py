@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from mmtoken import vit, vit_cache, vit_train
+from mmtoken.vision import vit, vit_cache, vit_train
 
 
 def small(**kw) -> vit.ViTConfig:

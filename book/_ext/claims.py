@@ -9,7 +9,7 @@ On the ledger page, ``claims-ledger`` renders the rows that the page's notebook 
 under the given key (``glue(key, report.ledger_payload(results), display=False)``)
 as one section per chapter, in book order, under the chapter's title: real headings, so
 each group is in the page's contents sidebar. The tables come from
-:mod:`mmtoken.html_tables`.
+:mod:`mmtoken.book.html_tables`.
 
 An id used with the role but absent from the ledger is a warning (an error under ``-W``).
 """
@@ -79,7 +79,7 @@ class ClaimsLedger(SphinxDirective):
     has_content = False
 
     def run(self) -> list[nodes.Node]:
-        from mmtoken import html_tables, pages, report   # the book's package renders the tables
+        from mmtoken.book import html_tables, pages, report  # the book's package renders the tables
         from myst_nb.ext.glue.utils import RetrievalError, retrieve_glue_data
 
         key = self.arguments[0]

@@ -291,7 +291,7 @@ class Converter:
         if name == "claims-ledger":   # the book's tables come from glued data a notebook does not have
             return ("The cell above prints the ledger as text. The book shows it as one table per "
                     f"chapter on {self.resolve('claim', '', 'its ledger page')}; here, "
-                    "`from mmtoken import html_tables; from IPython.display import HTML`, then "
+                    "`from mmtoken.book import html_tables; from IPython.display import HTML`, then "
                     "`HTML(html_tables.claims_html(results))`, shows the same tables.")
         raise ReaderError(f"directive {{{name}}} has no reader-notebook form; add one in {__name__}")
 

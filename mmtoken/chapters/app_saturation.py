@@ -12,7 +12,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from mmtoken import config, geometry, grad, instances, ledger, plotting, public_code, train
+from mmtoken import config
+from mmtoken.attention import geometry, grad, instances, public_code, train
+from mmtoken.book import ledger, plotting
 
 CHAPTER = "saturation"
 

@@ -11,7 +11,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mmtoken import geometry, losses, model, plotting, train, validate
+from mmtoken import validate
+from mmtoken.attention import geometry, losses, model, train
+from mmtoken.book import plotting
 
 CHAPTER = "your_instance"
 
@@ -68,7 +70,7 @@ def problem_and_starts(X, Y, v, W=None, starts=None, s: Settings = Settings()):
 
 # %% book/appendix/your_instance.ipynb #63e12383
 def classify(problem: model.AttentionProblem, final: np.ndarray) -> list[geometry.SelectionReport]:
-    """Per final point of ``final (S, m)``: the :class:`~mmtoken.geometry.SelectionReport` of the
+    """Per final point of ``final (S, m)``: the :class:`~mmtoken.attention.geometry.SelectionReport` of the
     selection it makes (each selection solved once)."""
     K, gamma = problem.K.cpu().numpy(), problem.gamma.cpu().numpy()
     cache: dict[tuple, geometry.SelectionReport] = {}
@@ -126,7 +128,7 @@ class Analysis:
     problem : the ``p``-problem built from ``(X, Y, v, W)``.
     starts : ``(S, m)`` starting points.
     history : the training run of all starts (one batch).
-    reports : per start, the :class:`~mmtoken.geometry.SelectionReport` of the selection GD made.
+    reports : per start, the :class:`~mmtoken.attention.geometry.SelectionReport` of the selection GD made.
     table : one row per start: selection, feasibility, local / global optimality,
         correlation with ``p_mm`` of that selection, smallest attention on the selected tokens,
         and ``ties``: the inputs whose selected token ties in score with another (then several
@@ -194,7 +196,7 @@ def analyze(X, Y, v, s: Settings | None = None, *, W=None, starts=None, **change
     ------
     ValueError naming the argument for malformed input (shapes, labels, NaN, complex
     numbers, counts, step sizes); TypeError for ``s`` not a :class:`Settings` or an unknown
-    setting; :class:`mmtoken.svm.SolverFailed` if the ATT-SVM of a selection cannot be decided at
+    setting; :class:`mmtoken.attention.svm.SolverFailed` if the ATT-SVM of a selection cannot be decided at
     float64 precision (never reported as infeasible).
     """
     if s is not None and not isinstance(s, Settings):

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mmtoken import config, geometry, grad, instances, ledger, model, plotting, public_code, svm, train
+from mmtoken import config
+from mmtoken.attention import geometry, grad, instances, model, public_code, svm, train
+from mmtoken.book import ledger, plotting
 
 CHAPTER = "tour"
 
@@ -102,7 +104,7 @@ class TrapResult:
 @functools.lru_cache(maxsize=None)
 def trap(s: Settings = Settings()) -> TrapResult:
     """``s.trap_steps`` steps from the starts of ``s``, recorded every ``s.trap_every``: the book's trainer
-    and :func:`mmtoken.public_code.run_instance`, the replica of the authors' float32 code."""
+    and :func:`mmtoken.attention.public_code.run_instance`, the replica of the authors' float32 code."""
     r, starts = run(s), np.array(s.starts)
     with torch.inference_mode():
         h = train.train_p(

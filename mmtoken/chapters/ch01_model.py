@@ -13,11 +13,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from mmtoken import config, geometry, grad, instances, long_paths, smoothness, svm, train
-from mmtoken.ledger import Measured, claim
-from mmtoken.losses import get_loss
-from mmtoken.model import AttentionProblem
-from mmtoken.plotting import colors, style
+from mmtoken import config
+from mmtoken.attention import geometry, grad, instances, long_paths, smoothness, svm, train
+from mmtoken.attention.losses import get_loss
+from mmtoken.attention.model import AttentionProblem
+from mmtoken.book.ledger import Measured, claim
+from mmtoken.book.plotting import colors, style
 
 CHAPTER = "01_model"
 
@@ -29,7 +30,7 @@ class Settings:
     # Lemma 1: plain GD on W and on p side by side, from the six starts of paper A, Fig. 1 (global)
     steps: int = 500  # GD steps of both runs (5000 at paper scale)
     lr: float = 1.0  # their step, the plain-GD step of paper A, Fig. 2
-    loss: str = "logistic"  # a name of mmtoken.losses: the lemma holds for any differentiable loss
+    loss: str = "logistic"  # a name of mmtoken.attention.losses: the lemma holds for any differentiable loss
     seeds: tuple = (1, 2)  # draws of the random unit pbar and W(0): planar keys, raw tokens as keys
     # the limit in W: GD on W (3 x 3) from W(0) = 0 on the raw tokens, pbar fixed
     pbar: tuple = (1 / 3, 2 / 3, 2 / 3)  # the fixed unit vector pbar (W_mm = q_mm pbar^T turns with it)
@@ -71,7 +72,7 @@ def w_run(
     Parameters
     ----------
     K : ``(1, T, m)`` keys; gamma : ``(1, T)`` scores; W0 : ``(starts, m, m)``; pbar : ``(m,)``.
-    steps, lr : plain GD steps and step size; loss : a name of :mod:`mmtoken.losses` or a ``Loss``.
+    steps, lr : plain GD steps and step size; loss : a name of :mod:`mmtoken.attention.losses` or a ``Loss``.
 
     Returns
     -------
@@ -127,7 +128,7 @@ class PairRun:
 def pair_run(
     name: str, inst: instances.Instance, keymap: np.ndarray, steps: int, lr: float, seed: int, loss: str = "logistic"
 ) -> PairRun:
-    """The W-run (:func:`w_run`) and the p-run (:func:`mmtoken.train.train_p`) on the keys ``inst.X @ keymap``.
+    """The W-run (:func:`w_run`) and the p-run (:func:`mmtoken.attention.train.train_p`) on the keys ``inst.X @ keymap``.
 
     ``keymap`` is ``(d, m)``: the planar keys ``instances.PLANE`` or the raw tokens ``np.eye(3)``.
     """

@@ -16,10 +16,12 @@ import numpy as np
 import torch
 from scipy.optimize import brentq
 
-from mmtoken import config, geometry, grad, instances, long_paths, resultcache, smoothness, svm, train
-from mmtoken.ledger import Measured, claim
-from mmtoken.model import AttentionProblem
-from mmtoken.plotting import colors, plot_curves, plot_paths, subplots
+from mmtoken import config
+from mmtoken.attention import geometry, grad, instances, long_paths, smoothness, svm, train
+from mmtoken.attention.model import AttentionProblem
+from mmtoken.book import resultcache
+from mmtoken.book.ledger import Measured, claim
+from mmtoken.book.plotting import colors, plot_curves, plot_paths, subplots
 
 CHAPTER = "02_global"
 
@@ -383,7 +385,7 @@ def _reg_check(ref) -> Measured:
     "A.global.plain_gd",
     chapter=CHAPTER,
     checks="Theorem 2 (paper A): plain GD with step eta <= 1/L_p (L_p: the book's own smoothness bound, "
-    "mmtoken.smoothness, not the paper's constant); Fig. 1 (global)",
+    "mmtoken.attention.smoothness, not the paper's constant); Fig. 1 (global)",
     statement="Plain GD p <- p - eta grad L(p) (saturation-safe gradient, eta = 1 below 1/L_p for this instance) "
     "from the six Fig. 1 (global) starts, 10^6 steps, converges in direction to the GMM, not to the e2 axis, "
     "while ||p|| grows logarithmically.",

@@ -17,10 +17,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mmtoken import config, geometry, grad, instances, long_paths, losses, model, train, validate
-from mmtoken.ledger import Measured, claim
-from mmtoken.model import AttentionProblem
-from mmtoken.plotting import DIRECTION_STYLES, colors, plot_paths, subplots
+from mmtoken import config, validate
+from mmtoken.attention import geometry, grad, instances, long_paths, losses, model, train
+from mmtoken.attention.model import AttentionProblem
+from mmtoken.book.ledger import Measured, claim
+from mmtoken.book.plotting import DIRECTION_STYLES, colors, plot_paths, subplots
 
 CHAPTER = "03_local"
 
@@ -304,7 +305,7 @@ def plain_run(s: Settings) -> long_paths.PlainRun:
 
 # %% book/part1/03_local.ipynb #a9182440
 def plot_plain_local(r: long_paths.PlainRun | None = None, axes=None):
-    """Plain GD on Fig. 1 (local), :func:`mmtoken.long_paths.plot_plain` against each start's limit:
+    """Plain GD on Fig. 1 (local), :func:`mmtoken.attention.long_paths.plot_plain` against each start's limit:
     the four upper starts (GMM) and the two lowest (LMM) as two bundles."""
     r = r or plain_run()
     limits = plain_limits()
@@ -391,7 +392,7 @@ def cone_regularization_path(
     Returns
     -------
     ``(nR, starts, *B, m)``: the point reached for each radius and start
-    (take the best start with :func:`mmtoken.train.best_of_starts`).
+    (take the best start with :func:`mmtoken.attention.train.best_of_starts`).
     """
     loss = losses.get_loss(loss)
     if not 0.0 < mu < 1.0:

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mmtoken import config, geometry, instances, long_paths, svm, train
-from mmtoken.ledger import Measured, claim
-from mmtoken.losses import Loss
-from mmtoken.plotting import colors, plot_curves, plot_paths, subplots
+from mmtoken import config
+from mmtoken.attention import geometry, instances, long_paths, svm, train
+from mmtoken.attention.losses import Loss
+from mmtoken.book.ledger import Measured, claim
+from mmtoken.book.plotting import colors, plot_curves, plot_paths, subplots
 
 CHAPTER = "04_inputs"
 
@@ -26,7 +27,7 @@ class Settings:
 
     seed: int = 0  # seed of the public code's torch draw of the tokens (instances.fig2)
     starts: tuple = ((1.0, 0.0), (0.5, 0.0), (0.0, 0.0), (-0.5, 0.0), (-1.0, 0.0), (-1.5, 0.0))  # p0
-    loss: str | Loss = "logistic"  # any loss of Assumption A: a name of mmtoken.losses or a Loss
+    loss: str | Loss = "logistic"  # any loss of Assumption A: a name of mmtoken.attention.losses or a Loss
     lr_ngd: float = 0.1  # normalized GD's step (published)
     steps_ngd: int = 4000  # its iterations (paper scale: 20,000)
     lr_gd: float = 1.0  # plain GD's step (published)

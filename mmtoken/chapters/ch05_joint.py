@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mmtoken import config, geometry, grad, instances, joint, losses, model, svm, train
-from mmtoken.ledger import Measured, claim
-from mmtoken.plotting import colors, plot_curves, style, two_panels
+from mmtoken import config
+from mmtoken.attention import geometry, grad, instances, joint, losses, model, svm, train
+from mmtoken.book.ledger import Measured, claim
+from mmtoken.book.plotting import colors, plot_curves, style, two_panels
 
 CHAPTER = "05_joint"
 CASES = ("tight", "loose")  # the two published configurations of Fig. 3
@@ -44,7 +45,7 @@ class Settings:
     lr_v: float = 0.1  # step of v, its gradient normalized on its own
     steps: int = 1000  # GD steps (paper scale: 10,000)
     every: int = 1  # record every `every` steps (paper scale: 10)
-    loss: str = "logistic"  # of the path and of GD (a name of mmtoken.losses)
+    loss: str = "logistic"  # of the path and of GD (a name of mmtoken.attention.losses)
 
 
 def settings(scale: str | None = None) -> Settings:
@@ -170,7 +171,7 @@ def limit_direction(K, alpha, support, excess, rho: float) -> np.ndarray:
 class JointLoss:
     """``L(v, p)`` at a batch of points, in the forms the comparisons need (shapes ``(...)``, ``top (..., n)``).
 
-    ``base + excess`` is the saturation-safe split of :func:`mmtoken.grad.loss_parts` (exact to the last
+    ``base + excess`` is the saturation-safe split of :func:`mmtoken.attention.grad.loss_parts` (exact to the last
     digit of ``excess`` between two points with the same most-attended tokens ``top``); ``total`` is
     ``mean l(u_i)`` formed directly, the right comparison between points whose ``top`` differ (where the
     split can cancel: a large base against a large negative excess).

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mmtoken import config, geometry, losses, svm, train
-from mmtoken.ledger import Measured, claim
-from mmtoken.plotting import colors, plot_curves
+from mmtoken import config
+from mmtoken.attention import geometry, losses, svm, train
+from mmtoken.book.ledger import Measured, claim
+from mmtoken.book.plotting import colors, plot_curves
 
 CHAPTER = "06_nonlinear"
 
@@ -30,7 +31,7 @@ class Settings:
     T: int = 4
     q: int = 3
     H: int = 8
-    loss: str = "logistic"  # a name of mmtoken.losses
+    loss: str = "logistic"  # a name of mmtoken.attention.losses
     # Assumption D's check: random pairs of attention maps per q0, the q0 tested, the seed of the pairs
     pairs: int = 4000
     q0_grid: tuple = (1e-3, 1e-2, 0.1, 0.5, 1.0)

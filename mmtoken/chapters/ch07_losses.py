@@ -12,10 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mmtoken import config, geometry, grad, instances, long_paths, losses, svm, train
-from mmtoken.ledger import Measured, claim
-from mmtoken.model import AttentionProblem
-from mmtoken.plotting import LINESTYLES, colors, three_panels
+from mmtoken import config
+from mmtoken.attention import geometry, grad, instances, long_paths, losses, svm, train
+from mmtoken.attention.model import AttentionProblem
+from mmtoken.book.ledger import Measured, claim
+from mmtoken.book.plotting import LINESTYLES, colors, three_panels
 
 CHAPTER = "07_losses"
 
@@ -30,7 +31,7 @@ EARLY = 200
 class Settings:
     """Paper A, Fig. 4 rerun (with the exponential loss added): the defaults are the published values."""
 
-    losses: tuple = LOSS_NAMES  # one run per loss: names of mmtoken.losses or Loss objects
+    losses: tuple = LOSS_NAMES  # one run per loss: names of mmtoken.attention.losses or Loss objects
     C_values: tuple = C_VALUES  # the score C of the first input's optimal token
     p0: tuple = (0.0, 0.0)  # the start (published: the origin)
     lr: float = 0.1  # normalized GD's step (published)
@@ -81,7 +82,7 @@ def reg_path(loss: str | losses.Loss = "correlation", s: Settings = Settings()) 
 
 # %% book/part1/07_losses.ipynb #88595e29
 def stacked_loss(names) -> losses.Loss:
-    """One :class:`~mmtoken.losses.Loss` applying ``names[j]`` (a name or a Loss) to batch index ``j`` (the first
+    """One :class:`~mmtoken.attention.losses.Loss` applying ``names[j]`` (a name or a Loss) to batch index ``j`` (the first
     batch dim). Its name joins theirs, none of the built-in ones: the trainers run it on the torch path."""
     parts = [losses.get_loss(n) for n in names]
     if len(parts) == 1:  # one loss: itself (any batch shape)

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from mmtoken import config, instances, random_batch, svm, validate
-from mmtoken.corpus_stats import spearman
-from mmtoken.ledger import Measured, claim
-from mmtoken.plotting import colors
+from mmtoken import config, validate
+from mmtoken.attention import instances, random_batch, svm
+from mmtoken.book.ledger import Measured, claim
+from mmtoken.book.plotting import colors
+from mmtoken.embeddings.corpus_stats import spearman
 
 CHAPTER = "08_random"
 

@@ -21,9 +21,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mmtoken import config, report, vit, vit_cache, vit_runs, vit_train
-from mmtoken.ledger import Measured, claim
-from mmtoken.plotting import COLUMN_WIDTH, colors, panel_titles, style, subplots
+from mmtoken import config
+from mmtoken.book import report
+from mmtoken.book.ledger import Measured, claim
+from mmtoken.book.plotting import COLUMN_WIDTH, colors, panel_titles, style, subplots
+from mmtoken.vision import vit, vit_cache, vit_runs, vit_train
 
 CHAPTER = "09_vit_sparsity"
 
@@ -556,7 +558,7 @@ def cls_logits(model: vit.ViT, inputs: torch.Tensor, layer: int = -1) -> torch.T
 
     Returns
     -------
-    ``(B, heads, P)``; their softmax is :func:`mmtoken.vit.cls_patch_attention` of that block.
+    ``(B, heads, P)``; their softmax is :func:`mmtoken.vision.vit.cls_patch_attention` of that block.
     """
     layer = layer % len(model.blocks)
     x = model.embed(model.patchify(inputs))

@@ -11,9 +11,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mmtoken import config, embedding, geometry, plotting, synthetic
-from mmtoken.corpus_stats import TokenStats, token_stats
-from mmtoken.ledger import Measured, claim
+from mmtoken import config
+from mmtoken.attention import geometry
+from mmtoken.book import plotting
+from mmtoken.book.ledger import Measured, claim
+from mmtoken.embeddings import embedding, synthetic
+from mmtoken.embeddings.corpus_stats import TokenStats, token_stats
 
 CHAPTER = "10_one_step"
 
@@ -54,7 +57,7 @@ def one_step_autograd(
     lr: float,
     mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The step of :func:`mmtoken.embedding.one_step` by autograd through :func:`mmtoken.embedding.forward`
+    """The step of :func:`mmtoken.embeddings.embedding.one_step` by autograd through :func:`mmtoken.embeddings.embedding.forward`
     (an independent check; ``E0`` is ``(V, d)``)."""
     with torch.enable_grad():
         E = E0.detach().clone().requires_grad_(True)

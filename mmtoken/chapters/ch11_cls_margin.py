@@ -17,11 +17,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mmtoken import config, embedding, geometry, plotting, svm, synthetic
-from mmtoken.corpus_stats import TokenStats, token_stats
-from mmtoken.ledger import Measured, claim
-from mmtoken.plotting import style, subplots, token_scatter
-from mmtoken.train import History, train_p
+from mmtoken import config
+from mmtoken.attention import geometry, svm
+from mmtoken.attention.train import History, train_p
+from mmtoken.book import plotting
+from mmtoken.book.ledger import Measured, claim
+from mmtoken.book.plotting import style, subplots, token_scatter
+from mmtoken.embeddings import embedding, synthetic
+from mmtoken.embeddings.corpus_stats import TokenStats, token_stats
 
 CHAPTER = "11_cls_margin"
 
@@ -164,9 +167,9 @@ def train_cls_batch(
     """Normalized GD on ``p`` from ``p = 0`` for several tables at once, each with its own step budget.
 
     ``p <- p - lr g/||g||`` with a fixed step ``lr`` (saturation-safe
-    gradients, the compiled kernel of :func:`mmtoken.train.train_p`). Table
+    gradients, the compiled kernel of :func:`mmtoken.attention.train.train_p`). Table
     ``j`` runs ``budgets[j]`` steps. All tables still running share one call
-    of :func:`~mmtoken.train.train_p`; a table drops out of the batch when its
+    of :func:`~mmtoken.attention.train.train_p`; a table drops out of the batch when its
     budget is spent, so no table runs past its budget. The calls are cut into
     chunks of ``chunk`` records, which bounds the memory of the history.
 
@@ -180,7 +183,7 @@ def train_cls_batch(
 
     Returns
     -------
-    list of ``S`` :class:`mmtoken.train.History`, one per table, recorded at
+    list of ``S`` :class:`mmtoken.attention.train.History`, one per table, recorded at
     every multiple of ``record_every`` up to its budget (step 0 included).
     """
     if E.ndim != 3:
@@ -373,7 +376,7 @@ def train_cls(
     direction of the gradient flow is followed to large norms in few steps
     (a time change of the flow; the iterates still move along ``-grad L``).
 
-    Returns the :class:`mmtoken.train.History` of :func:`mmtoken.train.train_p`
+    Returns the :class:`mmtoken.attention.train.History` of :func:`mmtoken.attention.train.train_p`
     (steps counted over all stages).
     """
     problem = embedding.cls_problem(E, v, tokens, labels, mask)
@@ -543,7 +546,7 @@ def joint_gd(
 
     Both move with the same step: ``E <- E - lr grad_E L``, ``p <- p - lr grad_p L``
     (:func:`joint_gradient`). From ``p0 = 0`` the first ``E`` update is the
-    one step of :func:`mmtoken.embedding.one_step` (the ``p`` part of ``grad_E`` vanishes at
+    one step of :func:`mmtoken.embeddings.embedding.one_step` (the ``p`` part of ``grad_E`` vanishes at
     ``p = 0``). Batched over leading dims of ``E0`` (e.g. initialisation scales).
 
     Returns
@@ -589,7 +592,7 @@ def joint_gradient(
     ``grad_{E_s} L = (1/N) sum_{it: x_it = s} (a_it p + b_it v)``,
 
     with ``a_it = l'(u_i) s_it (gamma_it - u_i)`` and ``b_it = l'(u_i) y_i s_it``.
-    As in :mod:`mmtoken.grad`, logits are taken relative to the most attended
+    As in :mod:`mmtoken.attention.grad`, logits are taken relative to the most attended
     token, ``log s_it`` is formed from them, and ``u_i - gamma_itop`` is summed
     from the small probabilities; so every weight keeps its relative accuracy
     when the softmax saturates (``1 - s_top`` is never formed). Token weights

@@ -26,20 +26,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from mmtoken import (
-    config,
-    corpus_stats,
-    plotting,
-    report,
-    review_model,
-    review_regime,
-    review_runs,
-    review_search,
-    review_seeds,
-)
+from mmtoken import config
+from mmtoken.book import plotting, report
+from mmtoken.book.ledger import Measured, claim
+from mmtoken.book.plotting import colors, token_scatter
 from mmtoken.datasets import download, text
-from mmtoken.ledger import Measured, claim
-from mmtoken.plotting import colors, token_scatter
+from mmtoken.embeddings import corpus_stats, review_model, review_regime, review_runs, review_search, review_seeds
 
 CHAPTER = "12_real_reviews"
 
@@ -60,9 +52,9 @@ MODELS = ("joint", "joint_v", "uniform", "uniform_tuned", "bow", "two_phase")
 
 @dataclass(frozen=True)
 class Settings:
-    """The chapter's runs: the held-out seeds and one :class:`~mmtoken.review_runs.Setup` per data set.
+    """The chapter's runs: the held-out seeds and one :class:`~mmtoken.embeddings.review_runs.Setup` per data set.
 
-    The defaults are the quick-scale choices of :func:`mmtoken.review_search.search` on the validation split.
+    The defaults are the quick-scale choices of :func:`mmtoken.embeddings.review_search.search` on the validation split.
     """
 
     datasets: tuple = DATASETS  # the data sets run, in this order
@@ -173,8 +165,8 @@ def run(s: Settings = Settings()) -> Result:
 # %% book/part2/12_real_reviews.ipynb #121f57da
 _WORKER = """
 import json, sys
-from mmtoken import review_runs, review_seeds
 from mmtoken.datasets import text
+from mmtoken.embeddings import review_runs, review_seeds
 fields = json.loads(sys.argv[1])
 s = review_runs.Setup(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
 review_seeds.cached_seed(s, text.load(s.dataset, download=False), int(sys.argv[2]))
@@ -313,7 +305,7 @@ def trial_tables(dataset: str) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def setup_table(res: Result) -> tuple[pd.DataFrame, dict[str, tuple]]:
-    """Every field of each data set's :class:`~mmtoken.review_runs.Setup`, one column per data set,
+    """Every field of each data set's :class:`~mmtoken.embeddings.review_runs.Setup`, one column per data set,
     and (apart, being long) the scan values ``c`` of each data set."""
     setups = {name: dataclasses.asdict(r.setup) for name, r in res.datasets.items()}
     table = pd.DataFrame(
@@ -457,7 +449,7 @@ SMALL_SEEDS = SEEDS[:3]  # the small-initialisation regime: three held-out seeds
 
 @dataclass
 class Regime:
-    """The two-phase protocol at :data:`mmtoken.review_regime.REGIME`, per held-out seed."""
+    """The two-phase protocol at :data:`mmtoken.embeddings.review_regime.REGIME`, per held-out seed."""
 
     setup: review_runs.Setup
     arrays: dict[int, dict]
@@ -470,11 +462,11 @@ class Regime:
 
 @functools.lru_cache(maxsize=None)
 def regime(which: str = "reviews", steps: int | None = None, small: bool = False) -> Regime:
-    """The two-phase protocol at the theory's dimension (:data:`mmtoken.review_regime.REGIME`), every held-out seed.
+    """The two-phase protocol at the theory's dimension (:data:`mmtoken.embeddings.review_regime.REGIME`), every held-out seed.
 
     ``which``: ``"reviews"`` (Rotten Tomatoes) or ``"control"`` (sequences of the data model, same sizes);
     ``steps``: another budget for phase two; ``small``: the small initialisation
-    :data:`mmtoken.review_regime.SMALL` instead, on the seeds :data:`SMALL_SEEDS`.
+    :data:`mmtoken.embeddings.review_regime.SMALL` instead, on the seeds :data:`SMALL_SEEDS`.
     """
     arrays, metrics = {}, {}
     for seed in SMALL_SEEDS if small else SEEDS:

@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from mmtoken import config, fastpath, geometry, grad, smoothness, svm, tfsvm, train, validate
-from mmtoken.ledger import Measured, claim
-from mmtoken.model import AttentionProblem, as_tensor
-from mmtoken.plotting import colors, style, subplots
+from mmtoken import config, validate
+from mmtoken.attention import fastpath, geometry, grad, smoothness, svm, train
+from mmtoken.attention.model import AttentionProblem, as_tensor
+from mmtoken.book.ledger import Measured, claim
+from mmtoken.book.plotting import colors, style, subplots
+from mmtoken.selfattention import tfsvm
 
 CHAPTER = "13_w_vs_kq"
 
@@ -152,9 +154,9 @@ def nuclear_svm(X, Z, alpha, solver: str = NUCLEAR_SOLVER, tol: float = NUCLEAR_
 
     Raises
     ------
-    ValueError naming the argument; :class:`mmtoken.svm.InfeasibleSVM` when no ``W``
-    separates (confirmed by paper A's certified ATT-SVM, :func:`mmtoken.tfsvm.frobenius_svm`,
-    whose feasible set is the same); :class:`mmtoken.svm.SolverFailed` when the solver's
+    ValueError naming the argument; :class:`mmtoken.attention.svm.InfeasibleSVM` when no ``W``
+    separates (confirmed by paper A's certified ATT-SVM, :func:`mmtoken.selfattention.tfsvm.frobenius_svm`,
+    whose feasible set is the same); :class:`mmtoken.attention.svm.SolverFailed` when the solver's
     answer fails the certificate.
     """
     K, alpha = tfsvm.keys_selection(X, Z, alpha)
@@ -205,7 +207,7 @@ def kq_grad(
     """Directions of ``grad_K = G Q + 2 lambda K`` and ``grad_Q = G^T K + 2 lambda Q`` at ``W = K Q^T``.
 
     ``G = grad_W L`` is paper A's saturation-safe ``p``-gradient on the keys
-    :func:`mmtoken.tfsvm.w_keys`, kept as a unit direction ``Ĝ`` and ``log ||G||``; since
+    :func:`mmtoken.selfattention.tfsvm.w_keys`, kept as a unit direction ``Ĝ`` and ``log ||G||``; since
     ``G Q = ||G|| Ĝ Q`` the directions of ``Ĝ Q`` and ``Ĝ^T K`` are those of the
     two gradients, whatever the size of ``||G||``. With a penalty
     ``lambda (||K||_F^2 + ||Q||_F^2)`` (``penalty = lambda``), the two terms are
@@ -214,7 +216,7 @@ def kq_grad(
 
     Parameters
     ----------
-    problem : :func:`mmtoken.tfsvm.w_problem`; K, Q : ``(..., d, m)``; penalty : ``lambda >= 0``.
+    problem : :func:`mmtoken.selfattention.tfsvm.w_problem`; K, Q : ``(..., d, m)``; penalty : ``lambda >= 0``.
 
     Returns
     -------
@@ -273,7 +275,7 @@ def train_kq(
 
     Parameters
     ----------
-    problem : :func:`mmtoken.tfsvm.w_problem` (keys ``(..., n, T, d*d)``).
+    problem : :func:`mmtoken.selfattention.tfsvm.w_problem` (keys ``(..., n, T, d*d)``).
     K0, Q0 : ``(..., d, m)`` starts (batch broadcasting against the problem's).
     steps : whole number >= 0; lr : positive step; record_every : whole number >= 1.
     separate : ``True`` (default, the public code): each factor its own unit step;
@@ -352,7 +354,7 @@ def _train_kq_compiled(problem, K, Q, steps, lr, record, separate, penalty):
     mask = np.ones(gamma.shape, dtype=np.bool_)
     R = len(record)
     out_K, out_Q = np.empty((R, Kf.shape[0], d, m)), np.empty((R, Kf.shape[0], d, m))
-    from mmtoken import fastpath_kernels as kernels  # numba: imported on first use
+    from mmtoken.attention import fastpath_kernels as kernels  # numba: imported on first use
 
     kernels.run_kq(
         Kx,

@@ -17,9 +17,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mmtoken import config, corpus_stats, geometry, grad, instances, random_batch, smoothness, svm, tfsvm, train
-from mmtoken.ledger import Measured, claim
-from mmtoken.plotting import panel_titles, style, two_panels
+from mmtoken import config
+from mmtoken.attention import geometry, grad, instances, random_batch, smoothness, svm, train
+from mmtoken.book.ledger import Measured, claim
+from mmtoken.book.plotting import panel_titles, style, two_panels
+from mmtoken.embeddings import corpus_stats
+from mmtoken.selfattention import tfsvm
 
 CHAPTER = "14_overparam"
 
@@ -100,7 +103,7 @@ def reg_path_continued(problem, radii, w0, iters: int, iters_continued: int) -> 
     """``argmin_{||W||_F <= R} L(W)`` along ``radii`` by continuation, batched over the problem's instances.
 
     The first radius searches from every start direction ``w0 (starts, m)``
-    (:func:`mmtoken.train.regularization_path`, best kept); each later radius starts
+    (:func:`mmtoken.attention.train.regularization_path`, best kept); each later radius starts
     from the best points of the radius before (``iters_continued`` rotations) (every instance's, shared as starts
     by all instances, the best kept per instance). Searching each radius from
     scratch needs about ten times the rotations at ``R = 100`` to converge (a

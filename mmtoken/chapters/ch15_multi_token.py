@@ -15,9 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mmtoken import config, geometry, svm, svm_solvers, tfsvm, validate
-from mmtoken.ledger import Measured, claim
-from mmtoken.plotting import one_panel, panel_titles, style, two_panels
+from mmtoken import config, validate
+from mmtoken.attention import geometry, svm, svm_solvers
+from mmtoken.book.ledger import Measured, claim
+from mmtoken.book.plotting import one_panel, panel_titles, style, two_panels
+from mmtoken.selfattention import tfsvm
 
 CHAPTER = "15_multi_token"
 
@@ -178,7 +180,7 @@ def gen_svm(K, sets, tied: bool = True) -> GenSVMSolution:
 
     Raises
     ------
-    ValueError naming the argument for malformed input; :class:`mmtoken.svm.InfeasibleSVM` (with a
+    ValueError naming the argument for malformed input; :class:`mmtoken.attention.svm.InfeasibleSVM` (with a
     Farkas certificate) when no direction meets the constraints.
     """
     D, rows, E, ties = constraint_rows(K, sets, tied)

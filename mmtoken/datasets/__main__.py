@@ -2,6 +2,6 @@
 (:mod:`mmtoken.datasets.cli`)."""
 
 if __name__ == "__main__":
-    from .cli import main
+    from mmtoken.datasets.cli import main
 
     raise SystemExit(main())

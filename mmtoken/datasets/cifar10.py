@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .download import (
+from mmtoken.datasets.download import (
     DOWNLOAD_DEADLINE,
     DatasetError,
     DatasetMissing,

@@ -6,11 +6,11 @@ __all__ = ["main"]
 
 import sys
 
-from ..config import ConfigError
-from .corpus import cache_path, cache_status, read_cache
-from .download import DatasetError, DatasetMissing
-from .sources import NAMES
-from .text import fetch
+from mmtoken.config import ConfigError
+from mmtoken.datasets.corpus import cache_path, cache_status, read_cache
+from mmtoken.datasets.download import DatasetError, DatasetMissing
+from mmtoken.datasets.sources import NAMES
+from mmtoken.datasets.text import fetch
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import sources
-from .download import DatasetError, DatasetMissing, atomic_write_bytes, cache_dir, fit_line
+from mmtoken.datasets import sources
+from mmtoken.datasets.download import DatasetError, DatasetMissing, atomic_write_bytes, cache_dir, fit_line
 
 CACHE_FORMAT = 1
 

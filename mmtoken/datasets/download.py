@@ -57,7 +57,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from ..config import data_dir
+from mmtoken.config import data_dir
 
 DOWNLOAD_DEADLINE = 4 * 3600.0
 """Seconds a whole download may take (the connection timeout bounds each wait separately)."""

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import cifar10, fashion_mnist
-from .download import cache_dir, fit_line, read_origins
+from mmtoken.datasets import cifar10, fashion_mnist
+from mmtoken.datasets.download import cache_dir, fit_line, read_origins
 
 IMAGE_DATASETS = {"fashion-mnist": fashion_mnist.FASHION_MNIST_CLASSES, "cifar-10": cifar10.CIFAR10_CLASSES}
 

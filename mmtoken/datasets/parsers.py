@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import sources
-from .corpus import TextDataset, check_counts, make_dataset, texts_digest, train_digest
-from .download import DatasetError, sha256_file, verify_sha256
-from .sources import REGISTRY
+from mmtoken.datasets import sources
+from mmtoken.datasets.corpus import TextDataset, check_counts, make_dataset, texts_digest, train_digest
+from mmtoken.datasets.download import DatasetError, sha256_file, verify_sha256
+from mmtoken.datasets.sources import REGISTRY
 
 
 def _verified(path: str | os.PathLike, sha256: str | None) -> Path:

@@ -21,7 +21,7 @@ __all__ = [
 
 from pathlib import Path
 
-from .download import cache_dir
+from mmtoken.datasets.download import cache_dir
 
 NAMES = ("imdb", "rt", "yelp")
 

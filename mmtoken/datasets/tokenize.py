@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..resultcache import sweep
-from .download import DatasetError, atomic_write_bytes, cache_dir
-from .text import TextDataset
+from mmtoken.book.resultcache import sweep
+from mmtoken.datasets.download import DatasetError, atomic_write_bytes, cache_dir
+from mmtoken.datasets.text import TextDataset
 
 PAD = "<pad>"
 PAD_ID = 0

@@ -1,0 +1,27 @@
+"""Paper A (Tarzanagh, Li, Zhang, Oymak 2023): token selection by one softmax attention layer.
+
+The model f(X) = v^T X^T softmax(X W z), its losses and saturation-safe gradients, the trainers (GD,
+normalized GD, joint (p, v), regularization paths) with their compiled CPU kernels, the hard-margin
+problems (Att-SVM and its relatives) and the geometry that compares them, the published instances,
+and the shared long-run helpers of Part I.
+
+Modules:
+
+- :mod:`fastpath`: A compiled CPU kernel for the ``p``-dynamics of small problems.
+- :mod:`fastpath_kernels`: The numba kernels of :mod:`mmtoken.attention.fastpath` (compiled on first use, cached on disk).
+- :mod:`geometry`: Geometry of token selection: optimal tokens, SVM-neighbours, local optimality, cones, correlations.
+- :mod:`grad`: Saturation-safe gradients of the attention loss (the numerical trap of the book).
+- :mod:`instances`: The published configurations of paper A as named constructors, and random instances.
+- :mod:`joint`: Joint training of the head ``v`` and the token ``p`` (chapter 5, the published Fig. 3 runs): each moves along its own normalized gradient (:func:`mmtoken.attention.grad.grad_p`, :func:`grad_v`), every start at once, through the compiled CPU kernel where it runs the loss (:func:`mmtoken.attention.fastpath.runs_loss`), in torch otherwise.
+- :mod:`long_paths`: Long runs of paper A's theorem algorithms, shared by the chapters of Part I.
+- :mod:`losses`: Losses of Assumption A (paper A): strictly decreasing, bounded derivative on bounded sets.
+- :mod:`model`: The attention model of paper A, batched over leading dimensions.
+- :mod:`public_code`: A replica of paper A's public code: float32 autograd through the softmax, the way the figures were made.
+- :mod:`random_batch`: Where normalized GD from ``p0 = 0`` goes on a batch of instances, and what the selection it reaches is.
+- :mod:`smoothness`: Smoothness of the attention loss ``L(p)``: the constant behind the step condition ``eta <= 1/L``.
+- :mod:`svm`: Hard-margin SVM problems of paper A, solved with cvxpy (Clarabel) and checked independently.
+- :mod:`svm_solvers`: The solvers behind the hard-margin SVMs of :mod:`mmtoken.attention.svm`: ``min ||x|| s.t. D x >= b``.
+- :mod:`train`: Training loops: gradient descent, normalized GD, regularization paths.
+"""
+
+__all__: list[str] = []

@@ -1,0 +1,172 @@
+"""Long runs of paper A's theorem algorithms, shared by the chapters of Part I.
+
+* :func:`plain_gd`: plain GD ``p <- p - eta grad L(p)`` (Theorems 2-3's algorithm) for up to 10^6 and more
+  steps through the compiled kernel, recorded about 90 times per decade (:class:`PlainRun`), and
+  :func:`decade_summary`, what the claims check of it (direction over the last decade, ``log k`` growth);
+* :func:`smoothness_of`: the step condition ``eta <= 1/L_p`` of an instance (:mod:`mmtoken.attention.smoothness`);
+* :func:`planar_reg_path`: Theorem 1's regularization path of a planar problem, best of 12 start directions;
+* :func:`plot_plain` and :func:`starts_legend`: how the chapters draw them.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "PLAIN_LR",
+    "PLAIN_STEPS",
+    "PlainRun",
+    "plain_gd",
+    "decade_summary",
+    "Smoothness",
+    "smoothness_of",
+    "planar_reg_path",
+    "plot_plain",
+    "starts_legend",
+]
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from mmtoken.attention import geometry, instances, smoothness, train
+from mmtoken.attention.model import AttentionProblem
+from mmtoken.book.plotting import style, subplots
+
+PLAIN_LR = 1.0
+"""Plain GD step: below ``1/L_p`` for every instance of chapters 2-3 (see :mod:`mmtoken.attention.smoothness`)."""
+PLAIN_STEPS = 1_000_000
+"""Plain GD steps of the theorem claims of chapters 2-3 (at both scales: the claims name 10^6)."""
+
+
+@dataclass
+class PlainRun:
+    """Plain GD ``p <- p - eta grad L(p)`` from a batch of starts, recorded ~90 times per decade of steps."""
+
+    steps: np.ndarray  # (S,) recorded steps, 0 .. total
+    p: np.ndarray  # (S, starts, m)
+    norm: np.ndarray  # (S, starts)
+    lr: float
+
+    def at(self, k: int) -> int:
+        """Row of step ``k`` in the record."""
+        hit = np.flatnonzero(self.steps == k)
+        if not len(hit):
+            raise ValueError(f"step {k} was not recorded")
+        return int(hit[0])
+
+
+def plain_gd(problem: AttentionProblem, starts, steps: int = PLAIN_STEPS, lr: float = PLAIN_LR) -> PlainRun:
+    """Plain GD with the saturation-safe gradient (compiled kernel through :func:`mmtoken.attention.train.train_p`).
+
+    The run is cut at the powers of ten (GD is memoryless, so restarting from
+    the last iterate continues the same trajectory); each decade is recorded
+    about 90 times, so the history stays small for 10^6 steps.
+    """
+    edges = [0] + [10**j for j in range(2, 19) if 10**j < steps] + [steps]
+    p = np.asarray(starts, float)
+    rows_s, rows_p = [], []
+    with torch.inference_mode():
+        for a, b in zip(edges[:-1], edges[1:]):
+            every = max(1, a // 10) if a else 1
+            h = train.train_p(problem, p, steps=b - a, lr=lr, method="gd", record_every=every, record_probs=False)
+            keep = slice(0 if a == 0 else 1, None)  # the first row repeats the last of the decade before
+            rows_s.append(h.steps[keep] + a)
+            rows_p.append(h.p.numpy()[keep])
+            p = h.p.numpy()[-1]
+    P = np.concatenate(rows_p)
+    return PlainRun(np.concatenate(rows_s), P, np.linalg.norm(P, axis=-1), lr)
+
+
+def decade_summary(r: PlainRun, ref) -> dict:
+    """Correlation with ``ref`` at the last three powers of ten and the growth of ``||p||`` per decade.
+
+    ``rising``: the correlation of every start increased over the last decade;
+    ``log_growth``: for every start the increase of ``||p||`` over the last decade is
+    within 25% of its increase over the decade before (``||p||`` grows like ``log k``).
+    """
+    k = int(r.steps[-1])
+    i3, i2, i1 = r.at(k), r.at(k // 10), r.at(k // 100)
+    corr = geometry.correlation(r.p, ref)
+    inc_last = r.norm[i3] - r.norm[i2]
+    inc_prev = r.norm[i2] - r.norm[i1]
+    return {
+        "steps": k,
+        "corr": corr[i3],
+        "corr_decade_before": corr[i2],
+        "rising": bool(np.all(corr[i3] > corr[i2])),
+        "inc_last": inc_last,
+        "inc_prev": inc_prev,
+        "log_growth": bool(np.all(np.abs(inc_last - inc_prev) <= 0.25 * inc_prev)),
+    }
+
+
+@dataclass
+class Smoothness:
+    """The step condition ``eta <= 1/L_p`` for one instance."""
+
+    bound: float  # analytic bound on sup ||hess L|| (mmtoken.attention.smoothness)
+    grid_max: float  # largest ||hess L|| met on the grid [-box, box]^2
+    grid_argmax: np.ndarray
+    box: float
+    lr: float
+
+    @property
+    def step_ok(self) -> bool:
+        return self.lr <= 1.0 / self.bound
+
+
+def smoothness_of(inst: instances.Instance, lr: float = PLAIN_LR, box: float = 15.0) -> Smoothness:
+    """Bound ``L_p`` for an instance and measure the Hessian norm on a planar grid."""
+    bound = smoothness.smoothness_bound(inst.K, inst.gamma)
+    gmax, where = smoothness.hessian_norm_max(inst.problem(), box)
+    return Smoothness(bound, gmax, where, box, lr)
+
+
+def planar_reg_path(problem: AttentionProblem, radii, iters: int, loss: str = "logistic") -> np.ndarray:
+    """``argmin_{||p|| <= R} L(p)`` for each radius of a planar problem (one instance): ``(nR, 2)``.
+
+    The best of 12 start directions on the circle (:func:`mmtoken.attention.train.regularization_path`).
+    Chapters 2, 4 and 7 check Theorem 1 with it.
+    """
+    angles = np.linspace(0, 2 * np.pi, 12, endpoint=False)
+    w0 = np.stack([np.cos(angles), np.sin(angles)], -1)  # 12 start directions
+    with torch.inference_mode():
+        pts = train.regularization_path(problem, radii, w0, loss=loss, iters=iters)
+        return train.best_of_starts(problem, pts, loss=loss).numpy()
+
+
+# ---------------------------------------------------------------- figures
+def starts_legend(ax, count: int, what: str = "starts") -> None:
+    """One legend entry for a bundle of paths drawn one colour each (not one entry per start)."""
+    ax.plot([], [], color="0.35", lw=1.6, label=f"{count} {what} (dot: start)")
+    ax.legend(loc="best")
+
+
+def plot_plain(r: PlainRun, ref, axes=None, groups: dict | None = None):
+    """Plain GD: ``1 - corr`` with ``ref`` (panel "direction") and ``||p||`` (panel "norm") against the step.
+
+    ``groups`` maps a legend label to the indices of the starts drawn as one bundle
+    (one colour and one legend entry per bundle); default: all starts, one bundle.
+    """
+    if axes is None:
+        fig, axes = subplots(2, titles=["direction", "norm"])
+    fig = axes[0].figure
+    keep = r.steps > 0
+    corr = geometry.correlation(r.p, ref)
+    S = r.p.shape[1]
+    groups = groups or {f"{S} starts": list(range(S))}
+    for g, (name, idx) in enumerate(groups.items()):
+        st = style(g)
+        for k, j in enumerate(idx):
+            lab = name if k == 0 else None
+            axes[0].plot(r.steps[keep], np.maximum(1 - corr[keep, j], 1e-16), lw=1.2, label=lab, **st)
+            axes[1].plot(r.steps[keep], r.norm[keep, j], lw=1.2, label=lab, **st)
+    axes[0].set_xscale("log")
+    axes[0].set_yscale("log")
+    axes[0].set_xlabel("iteration k")
+    axes[0].set_ylabel("1 - correlation with the limit")
+    axes[1].set_xscale("log")
+    axes[1].set_xlabel("iteration k")
+    axes[1].set_ylabel(r"$\|p(k)\|$")
+    axes[1].legend(loc="best")
+    return fig

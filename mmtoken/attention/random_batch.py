@@ -1,0 +1,157 @@
+"""Where normalized GD from ``p0 = 0`` goes on a batch of instances, and what the selection it reaches is.
+
+Shared by the random-instance studies (chapter 8, ``A.random.*``; chapter 14, ``W`` keys of a transformer):
+
+* :func:`train_batch`: normalized GD on a padded batch of instances ``(I, n, T, m)`` in one call, read out
+  at the end (``p``, the selection, the log-attention) with the divergence test of :data:`DECADE_RECORDS`;
+  :func:`train_one_by_one`, the same training one instance at a time (the reference the batch must equal);
+* :func:`analyse`: the ATT-SVM of the selection reached (NNLS), the correlation of ``p`` with it and with
+  the globally optimal direction, and the minimum score gap over its SVM-neighbours;
+* :data:`LOG_SATURATED`: when an instance's softmax counts as saturated.
+"""
+
+from __future__ import annotations
+
+__all__ = ["LOG_SATURATED", "DECADE_RECORDS", "train_batch", "train_one_by_one", "analyse"]
+
+import numpy as np
+import torch
+
+from mmtoken.attention import geometry, grad, svm, train
+from mmtoken.attention.model import AttentionProblem
+
+LOG_SATURATED = -20.0
+"""An instance is saturated when in every input the non-selected tokens hold at most ``e^-20`` of the attention
+(GD has left the region of finite stationary points and ``||p||`` diverges)."""
+DECADE_RECORDS = 10
+"""The divergence test looks at ``||p||`` and the loss at every tenth of the run (the last decade of steps,
+``steps/10 .. steps``): a run *diverges* when ``||p||`` grows over the decade and the loss strictly falls from each
+record to the next (the loss compared as ``base + excess``, :func:`mmtoken.attention.grad.loss_parts`, so that the fall
+keeps its digits under saturation; where the excess has underflowed to 0 the largest non-selected log-mass must
+fall instead). A run that has reached a finite stationary point (normalized GD then cycles around it with
+``||p||`` fixed) fails it, however small its non-selected mass."""
+
+
+def train_batch(K, gamma, mask, steps: int, lr: float) -> dict:
+    """Normalized GD from ``p0 = 0`` (logistic loss, saturation-safe gradient) on a batch of padded instances.
+
+    Parameters
+    ----------
+    K : ``(I, n, T, m)`` keys of ``I`` instances (padding anywhere, masked out).
+    gamma : ``(I, n, T)`` scores.
+    mask : ``(I, n, T)`` booleans, ``True`` on real tokens (an input of one real token carries no gradient).
+    steps : number of normalized GD steps.
+    lr : step size.
+
+    Returns
+    -------
+    dict of arrays: ``p (I, m)`` the final iterate, ``alpha (I, n)`` the selection (most attended token of each
+    input), ``log_s (I, n, T)`` the log-attention at ``p``, and the divergence test of :data:`DECADE_RECORDS` on
+    the last decade of steps: ``diverging``, ``norm_grows``, ``loss_falls`` (booleans) and
+    ``norm_growth_last_decade`` (floats), each ``(I,)``.
+    """
+    pr = AttentionProblem(K, gamma, mask)
+    p0 = torch.zeros(pr.K.shape[0], pr.K.shape[-1], dtype=pr.K.dtype, device=pr.K.device)
+    every = max(steps // DECADE_RECORDS, 1)
+    with torch.inference_mode():
+        h = train.train_p(pr, p0, steps=steps, lr=lr, record_every=every, record_probs=False)
+        keep = torch.as_tensor(np.asarray(h.steps) >= steps // DECADE_RECORDS)
+        P = h.p[keep].to(pr.K.device)  # (R, I, m): steps/10, 2 steps/10, .., steps
+        sats = [grad.saturation(pr, q) for q in P]
+        sat = sats[-1]
+    real = torch.as_tensor(mask, device=pr.K.device)
+    log_rest, base, excess = [], [], []
+    for q, st in zip(P, sats):
+        # largest non-selected log-mass over the inputs of each instance (no underflow)
+        is_top = torch.zeros_like(st.log_s, dtype=torch.bool).scatter_(-1, st.top[..., None], True)
+        rest = torch.logsumexp(st.log_s.masked_fill(is_top | ~real, float("-inf")), -1)  # (I, n)
+        log_rest.append(rest.amax(-1))
+        b, e = grad.loss_parts(pr, q, sat=st)  # L = base + excess, the excess kept to its own digits
+        base.append(b), excess.append(e)
+    log_rest, base, excess = (torch.stack(x).cpu().numpy() for x in (log_rest, base, excess))  # (R, I)
+    norm = P.norm(dim=-1).cpu().numpy()  # (R, I)
+    dL = np.diff(base, axis=0) + np.diff(excess, axis=0)  # exact 0 in base when the selection is kept
+    underflow = (excess[1:] == 0) & (excess[:-1] == 0) & (np.diff(log_rest, axis=0) < 0)
+    norm_grows = norm[-1] > norm[0]  # over the decade as a whole: a run still turning may dip between records
+    loss_falls = np.all((dL < 0) | underflow, axis=0)
+    diverging = norm_grows & loss_falls
+    return {
+        "p": P[-1].cpu().numpy(),
+        "alpha": sat.top.cpu().numpy(),
+        "log_s": sat.log_s.cpu().numpy(),
+        "diverging": diverging,
+        "norm_grows": norm_grows,
+        "loss_falls": loss_falls,
+        "norm_growth_last_decade": norm[-1] - norm[0],
+    }
+
+
+def train_one_by_one(K, gamma, mask, steps: int, lr: float) -> np.ndarray:
+    """The training of :func:`train_batch`, one instance at a time (its reference and the benchmark's baseline).
+
+    Parameters as :func:`train_batch`; returns the final iterates ``p (I, m)``.
+    """
+    out = []
+    for j in range(K.shape[0]):
+        pr = AttentionProblem(K[j], gamma[j], mask[j])
+        with torch.inference_mode():
+            h = train.train_p(
+                pr, np.zeros(K.shape[-1]), steps=steps, lr=lr, record_every=max(steps, 1), record_probs=False
+            )
+        out.append(h.p[-1].numpy())
+    return np.stack(out)
+
+
+def analyse(K, gamma, alpha, p, tol: float = 1e-6) -> dict:
+    """Classify the selection ``alpha`` GD reached at ``p`` on one instance.
+
+    Parameters
+    ----------
+    K : ``(n, T, m)`` keys (no padding).
+    gamma : ``(n, T)`` scores.
+    alpha : ``(n,)`` the selected token of each input.
+    p : ``(m,)`` GD's final iterate.
+    tol : a constraint of ATT-SVM(alpha) is active (an SVM-neighbour) when its slack is at most ``tol`` relative
+        to the largest margin.
+
+    Returns
+    -------
+    dict: ``global`` (``alpha`` is the optimal selection ``gamma.argmax(-1)``), ``feasible`` (ATT-SVM(alpha) is;
+    solved by NNLS, :func:`mmtoken.attention.svm.min_norm_nnls`), ``corr`` (correlation of ``p`` with ``p^mm(alpha)``),
+    ``p_mm_norm``, ``gap`` (minimum score gap ``gamma_{i alpha_i} - gamma_it`` over the SVM-neighbours; ``nan``
+    when there are none), ``corr_opt`` (correlation with ``p^mm(opt)``, the competitor: 0 where ATT-SVM(opt) is
+    infeasible), ``gmm_feasible`` and ``corr_gmm`` (``corr`` when ``alpha`` is global). ``nan`` where undefined.
+    """
+    n, T, _ = K.shape
+    opt = gamma.argmax(-1)
+    rows = [(i, t) for i in range(n) for t in range(T) if t != alpha[i]]
+    D = np.array([K[i, alpha[i]] - K[i, t] for i, t in rows])
+    rec = {
+        "global": bool((alpha == opt).all()),
+        "feasible": True,
+        "corr": np.nan,
+        "gap": np.nan,
+        "corr_gmm": np.nan,
+        "p_mm_norm": np.nan,
+        "gmm_feasible": True,
+    }
+    rec["corr_opt"] = 0.0  # correlation with p_mm(opt), the competitor (0 where ATT-SVM(opt) is infeasible)
+    if not rec["global"]:
+        D_opt = np.array([K[i, opt[i]] - K[i, t] for i in range(n) for t in range(T) if t != opt[i]])
+        try:
+            rec["corr_opt"] = float(geometry.correlation(p, svm.min_norm_nnls(D_opt, np.ones(len(D_opt)))))
+        except (svm.InfeasibleSVM, RuntimeError):
+            rec["gmm_feasible"] = False
+    try:
+        x = svm.min_norm_nnls(D, np.ones(len(rows)))
+    except (svm.InfeasibleSVM, RuntimeError):
+        rec["feasible"] = False
+        return rec
+    slack = D @ x - 1.0
+    nb = [rows[j] for j in np.flatnonzero(np.abs(slack) <= tol * max(1.0, np.abs(D @ x).max()))]
+    rec["corr"] = float(geometry.correlation(p, x))
+    rec["p_mm_norm"] = float(np.linalg.norm(x))
+    rec["gap"] = float(min(gamma[i, alpha[i]] - gamma[i, t] for i, t in nb)) if nb else np.nan
+    if rec["global"]:
+        rec["corr_gmm"] = rec["corr_opt"] = rec["corr"]
+    return rec

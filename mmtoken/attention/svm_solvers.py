@@ -1,0 +1,424 @@
+"""The solvers behind the hard-margin SVMs of :mod:`mmtoken.attention.svm`: ``min ||x|| s.t. D x >= b``.
+
+Clarabel (through cvxpy), an exact least-norm polish on the active set,
+Lawson and Hanson's least-distance programming by NNLS (:func:`least_distance`;
+:func:`min_norm_nnls` is that route on its own, for any rows) and an
+independent acceptance check; the verified answer is an :class:`SVMSolution`
+(:func:`solve_min_norm`). The problems themselves, and their constraint rows,
+are in :mod:`mmtoken.attention.svm`.
+
+Right at every scale
+--------------------
+The solution of ``min ||x|| s.t. D x >= b`` scales as ``1/c`` when ``D``
+scales as ``c``, but an interior-point solver works to absolute tolerances:
+on keys of size ``1e5`` or ``1e-5`` it returns wrong points or wrong
+statuses. So the answer is an *exact point accepted only after an
+independent check at the problem's own scale*: every constraint met, at
+least one active, and the KKT conditions satisfied to :data:`KKT_TOL`
+relative to the scale (see :meth:`SVMSolution.kkt_relative`). The exact
+point is Clarabel's solution (of the problem as given, or, where that fails,
+of a normalised form: each row ``D_j`` divided by its norm, the right-hand
+sides rescaled so the largest is 1) polished on its active set by an exact
+least-norm solve; failing that, the least-distance solution of the
+normalised form by NNLS (:func:`min_norm_nnls`). Where Clarabel's own point
+lies within :data:`ACCURACY` (relative) of the verified one it is returned
+instead, with its multipliers: those are the answers the book has always
+printed for well-scaled data (``check["method"]`` says which).
+
+Two errors, never confused:
+
+:class:`InfeasibleSVM` (a ``ValueError``)
+    no direction meets the constraints. Reported only with an independent
+    certificate (Farkas multipliers from the NNLS route) proving that every
+    feasible point would have norm above ``1 / CERTIFICATE_TOL`` in
+    normalised units; the message names the inputs to blame.
+:class:`SolverFailed` (a ``RuntimeError``)
+    neither route produced a point that passes the check nor a certificate of
+    infeasibility: the numerical problem is too ill-conditioned (e.g. rows
+    whose norms differ by many orders of magnitude). It says nothing about
+    feasibility, so :func:`mmtoken.attention.geometry.classify` lets it propagate
+    instead of calling the selection infeasible.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "SOLVER",
+    "KKT_TOL",
+    "ACCURACY",
+    "SCALE_RANGE",
+    "CERTIFICATE_TOL",
+    "KKT_MEASURES",
+    "InfeasibleSVM",
+    "SolverFailed",
+    "SVMSolution",
+    "least_distance",
+    "clarabel_qp",
+    "solve_min_norm",
+    "min_norm_nnls",
+]
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import nnls
+
+from mmtoken import validate
+
+SOLVER = "CLARABEL"
+KKT_TOL = 1e-9
+"""Relative tolerance of the acceptance check (primal, active, dual, stationarity, complementarity)
+of the verified point; an exact point (polished or NNLS) meets it at the level of rounding."""
+ACCURACY = 1e-7
+"""Clarabel's own point is returned when it lies within this relative distance of the verified one."""
+SCALE_RANGE = (np.log(1e-305), np.log(1e305))
+"""Natural-log range of the solution's scale ``max b_j / ||D_j||`` that float64 holds with full precision."""
+CERTIFICATE_TOL = 1e-9
+"""An infeasibility certificate must bound the normalised margin below this to be reported."""
+
+
+KKT_MEASURES = ("primal", "active", "dual", "stationarity", "complementarity")
+
+
+class InfeasibleSVM(ValueError):
+    """No direction meets the margin constraints (confirmed by an independent certificate)."""
+
+
+class SolverFailed(RuntimeError):
+    """No solver produced a point that passes the independent check; feasibility is unknown."""
+
+
+@dataclass
+class SVMSolution:
+    """A solved max-margin problem.
+
+    Attributes
+    ----------
+    x : the solution (``p``, ``v`` or ``W``), never zero.
+    D : ``(N, k)`` constraint rows (each row ``a_j``: ``a_j^T x >= b_j``), flattened for ``W``.
+    b : ``(N,)`` right-hand sides.
+    dual : ``(N,)`` Lagrange multipliers of ``min 1/2||x||^2 s.t. D x >= b`` (they scale as
+        ``1/c^2`` with the data and may underflow to 0 at extreme scales; :attr:`check` holds
+        the scale-free verification).
+    rows : list of ``(i, t)`` naming the input and token of each row.
+    check : the relative KKT measures of the verified exact point (:meth:`kkt_relative`), the
+        ``method`` that produced the returned one and, when Clarabel's own point is returned,
+        its relative ``distance_to_verified`` (at most :data:`ACCURACY`).
+    """
+
+    x: np.ndarray
+    D: np.ndarray
+    b: np.ndarray
+    dual: np.ndarray
+    rows: list
+    check: dict = field(default_factory=dict)
+
+    @property
+    def margin(self) -> float:
+        """``1 / ||x||``: the margin of the normalised solution (finite: ``x`` is never zero)."""
+        return 1.0 / _norm(self.x)
+
+    def kkt_residuals(self) -> dict[str, float]:
+        """Largest absolute violation of each KKT condition of ``min 1/2||x||^2 s.t. D x >= b``.
+
+        Absolute values depend on the scale of the data; :meth:`kkt_relative` does not.
+        """
+        x = self.x.ravel()
+        slack = self.D @ x - self.b
+        return {
+            "primal": float(max(0.0, -slack.min())) if len(slack) else 0.0,
+            "dual": float(max(0.0, -self.dual.min())) if len(self.dual) else 0.0,
+            "stationarity": float(np.abs(x - self.D.T @ self.dual).max()),
+            "complementarity": float(np.abs(self.dual * slack).max()) if len(slack) else 0.0,
+        }
+
+    def kkt_relative(self) -> dict[str, float]:
+        """The scale-free KKT measures of the verified exact point (each ``<= KKT_TOL``).
+
+        With unit rows ``a_j = D_j/||D_j||``, ``x̂ = x/||x||``, relative slacks
+        ``tau_j = (D_j x - b_j) / (||D_j|| ||x||)`` and multipliers of the unit rows
+        ``nu_j = ||D_j|| dual_j / ||x||``: ``primal = max(0, -min tau)``,
+        ``active = min over b_j > 0 of (D_j x - b_j)/b_j``, ``dual = max(0, -min nu)``,
+        ``stationarity = ||x̂ - sum nu_j a_j||``, ``complementarity = sum nu_j |tau_j|``.
+        """
+        return {k: v for k, v in self.check.items() if k in KKT_MEASURES}
+
+
+# ---------------------------------------------------------------------------
+# scale-safe norms and the acceptance check
+# ---------------------------------------------------------------------------
+
+
+def _norm(v: np.ndarray) -> float:
+    """``||v||`` without overflow or underflow of the squares."""
+    v = np.asarray(v, dtype=float).ravel()
+    s = np.abs(v).max() if v.size else 0.0
+    return float(s * np.linalg.norm(v / s)) if s > 0 else 0.0
+
+
+def _row_norms(D: np.ndarray) -> np.ndarray:
+    s = np.abs(D).max(axis=1) if D.shape[1] else np.zeros(D.shape[0])
+    safe = np.where(s > 0, s, 1.0)
+    return np.where(s > 0, s * np.linalg.norm(D / safe[:, None], axis=1), 0.0)
+
+
+def _relative_kkt(D, b, r, x, nu) -> dict[str, float]:
+    """Scale-free KKT measures of ``x`` with unit-row multipliers ``nu`` (rows with ``r = 0`` excluded)."""
+    nx = _norm(x)
+    if not np.isfinite(nx) or nx == 0:
+        return {"primal": np.inf, "active": np.inf, "dual": np.inf, "stationarity": np.inf, "complementarity": np.inf}
+    x = x.ravel()
+    a = D / r[:, None]
+    xh = x / nx
+    tau = a @ xh - (b / r) / nx
+    pos = b > 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        rel_b = (D[pos] @ x - b[pos]) / b[pos]
+    nuh = nu / nx
+    return {
+        "primal": float(max(0.0, -tau.min())),
+        "active": float(abs(min(rel_b.min(), 1.0))) if pos.any() else 0.0,
+        "dual": float(max(0.0, -nuh.min())),
+        "stationarity": float(np.linalg.norm(xh - a.T @ nuh)),
+        "complementarity": float(np.sum(np.abs(nuh) * np.abs(tau))),
+    }
+
+
+def _passes(measures: dict) -> bool:
+    return all(np.isfinite(v) and v <= KKT_TOL for v in measures.values())
+
+
+# ---------------------------------------------------------------------------
+# the solvers (Clarabel, NNLS) and the exact polish
+# ---------------------------------------------------------------------------
+
+
+def least_distance(G: np.ndarray, h: np.ndarray):
+    """Least-distance programming ``min ||y|| s.t. G y >= h`` by NNLS (Lawson & Hanson, ch. 23).
+
+    Returns ``("feasible", y, mu)`` with ``y = G^T mu, mu >= 0``, or
+    ``("infeasible", u, bound)``: Farkas multipliers ``u >= 0`` and the bound
+    ``||G^T u|| / h^T u`` on the margin of any feasible point (0 for an exact certificate).
+    """
+    k = G.shape[1]
+    E = np.vstack([G.T, h[None, :]])
+    f = np.zeros(k + 1)
+    f[-1] = 1.0
+    u, _ = nnls(E, f, maxiter=max(50 * E.shape[1], 1000))
+    res = E @ u - f
+    if res[-1] < 0 and np.linalg.norm(res) > 1e-12:
+        return "feasible", -res[:-1] / res[-1], u / (-res[-1])
+    beta = float(h @ u)
+    bound = float(np.linalg.norm(G.T @ u) / beta) if beta > 0 else np.inf
+    return "infeasible", u, bound
+
+
+def clarabel_qp(G: np.ndarray, h: np.ndarray):
+    """Clarabel on ``min 1/2||y||^2 s.t. G y >= h``: ``(y, mu, status)`` (``y`` None unless solved)."""
+    import cvxpy as cp  # imported when a problem is solved (about a second, with scipy.stats)
+
+    y = cp.Variable(G.shape[1])
+    constraint = G @ y >= h
+    problem = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(y)), [constraint])
+    try:
+        with warnings.catch_warnings():  # an inaccurate solution is caught by the check, not by a warning
+            warnings.simplefilter("ignore", UserWarning)
+            problem.solve(solver=SOLVER)
+    except cp.error.SolverError as exc:
+        return None, None, f"solver error ({exc})"
+    if problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) or y.value is None:
+        return None, None, problem.status
+    mu = np.maximum(np.asarray(constraint.dual_value, dtype=float).ravel(), 0.0)
+    return np.asarray(y.value, dtype=float), mu, problem.status
+
+
+def _polish(G: np.ndarray, h: np.ndarray, y: np.ndarray, mu: np.ndarray):
+    """The exact least-norm point on the active set of an approximate solution ``(y, mu)``.
+
+    ``y* = pinv(G_A) h_A`` on the rows ``A`` active at ``y`` (or carrying a
+    multiplier); multipliers from a least-squares fit ``G_A^T mu_A = y*`` (or a
+    non-negative one where that fit has negative entries, e.g. degenerate vertices).
+    """
+    ny = np.linalg.norm(y)
+    active = ((G @ y - h) <= 1e-6 * max(ny, 1.0)) | (mu > 1e-6 * max(mu.max(), 1e-300))
+    if not active.any():
+        return None, None
+    GA, hA = G[active], h[active]
+    y_star = np.linalg.pinv(GA) @ hA
+    muA = np.linalg.lstsq(GA.T, y_star, rcond=None)[0]
+    if muA.min() < 0:
+        muA = nnls(GA.T, y_star, maxiter=max(50 * GA.shape[0], 1000))[0]
+    out = np.zeros(len(h))
+    out[active] = muA
+    return y_star, out
+
+
+def _representable(D: np.ndarray, b: np.ndarray, r: np.ndarray, keep: np.ndarray, data: str) -> float:
+    """The scale ``c = max b_j / ||D_j||`` of the solution, refusing data whose solution float64 cannot hold."""
+    if not np.isfinite(D).all():
+        raise ValueError(f"{data}: the constraint rows overflow float64 (differences of huge entries); rescale {data}")
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):
+        log_c = np.max(np.log(b[keep & (b > 0)]) - np.log(r[keep & (b > 0)]))
+    if not SCALE_RANGE[0] < log_c < SCALE_RANGE[1]:
+        raise ValueError(
+            f"{data}: the solution would have norm about 1e{log_c / np.log(10):.0f}, outside the range "
+            f"float64 holds with full precision; rescale {data}"
+        )
+    return float(np.exp(log_c))
+
+
+def _unit_rhs(b: np.ndarray, r: np.ndarray, c: float) -> np.ndarray:
+    """``b_j / (||D_j|| c)`` (at most 1); right-hand sides below ``-1e300`` are clipped there: any
+    point float64 can hold meets them, so they cannot bind."""
+    with np.errstate(over="ignore", under="ignore"):
+        return np.maximum((b / r) / c, -1e300)
+
+
+def solve_min_norm(D: np.ndarray, b: np.ndarray, rows: list, what: str, data: str = "K") -> SVMSolution:
+    """``min 1/2||x||^2 s.t. D x >= b``, right at every scale; see the module docstring.
+
+    ``data`` names the argument(s) the rows come from, for the errors.
+    """
+    r = _row_norms(D)
+    zero = r == 0
+    if (zero & (b > 0)).any():
+        bad = sorted({rows[j] for j in np.flatnonzero(zero & (b > 0))})
+        raise InfeasibleSVM(
+            f"{what}: no solution. Constraint rows {bad} (input, token) are zero: "
+            "the token equals the selected one, so no direction can separate them."
+        )
+    keep = ~zero
+    if not (b[keep] > 0).any():
+        raise ValueError(f"{what}: every right-hand side is 0, so x = 0 is the solution and there is no margin")
+    c = _representable(D, b, r, keep, data)
+    # the normalised problem: unit rows, largest right-hand side 1 (x = c y)
+    G = D[keep] / r[keep, None]
+    h = _unit_rhs(b[keep], r[keep], c)
+
+    def verified(y, mu):
+        """The measures of ``x = c y`` (unit-row multipliers ``c mu``) at the problem's scale, if it passes."""
+        m = _relative_kkt(D[keep], b[keep], r[keep], c * y, c * mu)
+        return m if _passes(m) else None
+
+    # 1. Clarabel on the problem as given (the book's stored answers), as a starting point
+    with np.errstate(all="ignore"):
+        x0, lam0, status0 = clarabel_qp(D[keep], b[keep])
+        starts = []
+        if x0 is not None and np.isfinite(x0).all() and np.isfinite(lam0 * r[keep]).all():
+            starts.append((x0 / c, lam0 * r[keep] / c))
+    # 2. Clarabel on the normalised problem where that failed
+    status = status0
+    if not starts:
+        y1, mu1, status = clarabel_qp(G, h)
+        if y1 is not None:
+            starts.append((y1, mu1))
+    # an exact point: the start polished on its active set, else the NNLS least-distance solution
+    exact = None
+    for y, mu in starts:
+        y_p, mu_p = _polish(G, h, y, mu)
+        if y_p is not None and (m := verified(y_p, mu_p)) is not None:
+            exact = (y_p, mu_p, m, "clarabel+polish")
+    if exact is None:
+        kind, out, extra = least_distance(G, h)
+        if kind == "feasible":
+            if (m := verified(out, extra)) is not None:
+                exact = (out, extra, m, "nnls")
+        elif extra <= CERTIFICATE_TOL:
+            raise InfeasibleSVM(
+                f"{what}: no solution (Clarabel: {status}; certified by NNLS Farkas multipliers, "
+                f"margin bound {extra:.1e}). " + _blame(G, h, [rows[j] for j in np.flatnonzero(keep)])
+            )
+        else:
+            raise SolverFailed(
+                f"{what}: Clarabel reports {status} and the NNLS certificate only bounds the "
+                f"normalised margin by {extra:.1e} (> {CERTIFICATE_TOL}): feasibility cannot be "
+                "decided at float64 precision."
+            )
+    if exact is None:
+        raise SolverFailed(
+            f"{what}: neither Clarabel (status {status}) nor the NNLS route produced a point that "
+            f"passes the KKT check at relative tolerance {KKT_TOL}; the rows are too ill-conditioned "
+            f"to decide (row norms from {r[keep].min():.3g} to {r[keep].max():.3g})."
+        )
+    y, mu, measures, method = exact
+    x = c * y
+    nu = np.zeros(len(b))
+    nu[keep] = c * mu
+    with np.errstate(under="ignore", over="ignore"):
+        dual = np.where(keep, nu / np.where(keep, r, 1.0), 0.0)
+    check = dict(measures, method=method)
+    if x0 is not None and _norm(x0 - x) <= ACCURACY * _norm(x):
+        # Clarabel's own point agrees with the verified one: keep it (and its multipliers), so that
+        # well-scaled problems give the answers the book has always printed
+        full = np.zeros(len(b))
+        full[keep] = lam0
+        check.update(method="clarabel, verified", distance_to_verified=_norm(x0 - x) / _norm(x))
+        return SVMSolution(np.asarray(x0, dtype=float), D, b, full, rows, check)
+    return SVMSolution(x, D, b, dual, rows, check)
+
+
+def _feasible(G: np.ndarray, h: np.ndarray) -> bool:
+    """Feasibility of normalised rows by the NNLS route (a certificate decides infeasibility)."""
+    kind, _, bound = least_distance(G, h)
+    return kind == "feasible" or bound > CERTIFICATE_TOL
+
+
+def _blame(G, h, rows) -> str:
+    """Name the inputs whose own constraints are already infeasible."""
+    inputs = sorted({i for i, _ in rows})
+    bad = [
+        i
+        for i in inputs
+        if not _feasible(
+            G[[j for j, q in enumerate(rows) if q[0] == i]], h[[j for j, q in enumerate(rows) if q[0] == i]]
+        )
+    ]
+    if bad:
+        return f"input(s) {bad} cannot be separated on their own (their selected token is not a vertex the keys can single out)"
+    return f"each input is separable alone, but inputs {inputs} cannot be separated by one common direction"
+
+
+def min_norm_nnls(D, b, data: str = "D and b") -> np.ndarray:
+    """``min ||x|| s.t. D x >= b`` by Lawson and Hanson's least-distance programming via NNLS.
+
+    An independent check on the cvxpy solutions (active-set, no interior point):
+    the rows are normalised, then with ``E = [D^T; b^T]`` and ``f = (0, .., 0, 1)``
+    ``min_u>=0 ||E u - f||`` is solved and ``x = -r[:-1] / r[-1]`` for the residual
+    ``r = E u - f``, mapped back to the scale of ``D``.
+
+    Parameters
+    ----------
+    D : ``(N, k)`` rows, ``k >= 1``; b : ``(N,)``.
+    data : what the rows were built from, named in the errors (a caller's own argument).
+
+    Returns
+    -------
+    ``(k,)`` the least-norm feasible point (zero when no constraint binds, e.g. ``N = 0``).
+
+    Raises
+    ------
+    InfeasibleSVM with a certificate when no point meets the constraints.
+    """
+    D = validate.real_array(D, "D", ndim=2)
+    b = validate.real_array(b, "b", ndim=1)
+    if D.shape[1] == 0:
+        raise ValueError(f"D must have at least one column, got shape {D.shape}")
+    if b.shape != (D.shape[0],):
+        raise ValueError(f"b must have shape ({D.shape[0]},) (one entry per row of D), got {b.shape}")
+    r = _row_norms(D)
+    zero = r == 0
+    if (zero & (b > 0)).any():
+        raise InfeasibleSVM(
+            f"least-distance problem is infeasible: rows {np.flatnonzero(zero & (b > 0)).tolist()} "
+            "of D are zero with b > 0"
+        )
+    keep = ~zero
+    if not (b[keep] > 0).any():
+        return np.zeros(D.shape[1])  # x = 0 meets every constraint (also when there is none)
+    c = _representable(D, b, r, keep, data)
+    G = D[keep] / r[keep, None]
+    kind, y, bound = least_distance(G, _unit_rhs(b[keep], r[keep], c))
+    if kind == "infeasible":
+        raise InfeasibleSVM(f"least-distance problem is infeasible (certificate bounds the margin by {bound:.1e})")
+    return c * y

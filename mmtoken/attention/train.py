@@ -1,0 +1,386 @@
+"""Training loops: gradient descent, normalized GD, regularization paths.
+
+All loops run every start / instance of a batch in one tensor operation
+and record a :class:`History` (a thinned copy of the iterates, norms,
+losses and softmax probabilities). Joint training of the head and the
+token is :func:`mmtoken.attention.joint.train_joint`, which records the same history.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from mmtoken import validate
+from mmtoken.attention import fastpath
+from mmtoken.attention.grad import grad_p, loss_parts, loss_value, safe_norm, saturation, unit_and_log_norm
+from mmtoken.attention.losses import Loss, get_loss
+from mmtoken.attention.model import AttentionProblem, as_tensor
+from mmtoken.config import progress_bar, progress_enabled
+
+METHODS = ("normalized", "gd")
+MAX_RECORDS = 10_000
+"""With ``record_every=None`` (the default) a run records every step up to this many steps,
+and beyond that every ``ceil(steps / MAX_RECORDS)``-th step: the history stays bounded."""
+HISTORY_WARN_BYTES = 1 << 30
+"""A history estimated above this size (an explicit ``record_every`` on a long run) warns;
+above 32 times this size it is refused (``ValueError`` naming ``record_every``) before any
+memory is taken."""
+
+
+@dataclass
+class History:
+    """What a training run recorded, every ``record_every`` steps and at the end.
+
+    Attributes (``S`` recorded steps, batch shape ``...``)
+    ----------
+    steps : ``(S,)`` step indices (0 = the start).
+    p : ``(S, ..., m)`` iterates.
+    norm : ``(S, ...)`` ``||p||``.
+    loss : ``(S, ...)`` training loss.
+    probs : ``(S, ..., n, T)`` softmax probabilities (if recorded).
+    v : ``(S, ..., d)`` head iterates (joint training only, :func:`mmtoken.attention.joint.train_joint`).
+    """
+
+    steps: np.ndarray
+    p: torch.Tensor
+    norm: torch.Tensor
+    loss: torch.Tensor
+    probs: torch.Tensor | None = None
+    v: torch.Tensor | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def final_p(self) -> torch.Tensor:
+        return self.p[-1]
+
+
+def record_steps(steps: int, record_every: int | None, floats_per_record: int = 0) -> set[int]:
+    """The steps a run records: every ``record_every``-th (``None``: bounded by :data:`MAX_RECORDS`) and the
+    last; a history of ``floats_per_record`` floats a record above :data:`HISTORY_WARN_BYTES` warns."""
+    steps = validate.count(steps, "steps")
+    if record_every is None:
+        record_every = max(1, math.ceil(steps / MAX_RECORDS))
+    record_every = validate.count(record_every, "record_every", minimum=1)
+    _warn_history(steps // record_every + 1 + (steps % record_every != 0), floats_per_record)
+    return set(range(0, steps + 1, record_every)) | {steps}
+
+
+def _warn_history(n_records: int, floats_per_record: int) -> None:
+    """Warn when a history would hold more than :data:`HISTORY_WARN_BYTES`; refuse far beyond."""
+    size = 8 * n_records * floats_per_record
+    msg = (
+        f"the recorded history would take about {size / 2**30:.1f} GiB ({n_records} records); "
+        "pass a larger record_every (or leave it at None, which bounds the history)"
+    )
+    if size > 32 * HISTORY_WARN_BYTES:
+        raise ValueError(msg.replace("would take", "would take more memory than is sensible:"))
+    if size > HISTORY_WARN_BYTES:
+        warnings.warn(msg, UserWarning, stacklevel=4)
+
+
+def progress_flag(progress, name: str = "progress"):
+    """``progress`` checked: ``True``, ``False`` or ``None`` (``ValueError`` naming ``name`` otherwise)."""
+    if progress is not None and not isinstance(progress, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True, False or None, got {progress!r}")
+    return progress
+
+
+def stack_rows(rows: list[torch.Tensor]) -> torch.Tensor:
+    """The recorded rows of a history, ``S`` tensors of one shape, as one ``(S, ...)`` tensor on the CPU."""
+    return torch.stack(rows).cpu()
+
+
+def train_p(
+    problem: AttentionProblem,
+    p0,
+    *,
+    steps: int,
+    lr: float = 0.1,
+    method: str = "normalized",
+    loss: str | Loss = "logistic",
+    record_every: int | None = None,
+    record_probs: bool = True,
+    progress: bool | None = None,
+) -> History:
+    """Train the tunable token ``p`` with the head fixed.
+
+    Parameters
+    ----------
+    problem : keys and scores, batch shape ``B`` (e.g. instances).
+    p0 : starts, shape broadcastable to ``(..., m)`` against the problem's batch
+        (e.g. ``(starts, m)`` for one instance, or ``(starts, 1, m)`` against ``I`` instances).
+    steps, lr : number of steps and step size.
+    method : ``"normalized"`` (``p -= lr g/||g||``, the published runs) or ``"gd"`` (``p -= lr g``).
+    loss : a name (logistic, the default; exponential; correlation) or any :class:`~mmtoken.attention.losses.Loss`;
+        the compiled kernel runs only the built-in losses (:func:`~mmtoken.attention.fastpath.runs_loss`), any
+        other loss takes the torch path.
+    record_every : thinning of the recorded history; ``None`` (default) records every
+        step of runs up to :data:`MAX_RECORDS` steps and a bounded thinned history beyond.
+    record_probs : also keep the softmax probabilities.
+    progress : show a progress bar (default: only for long runs on a terminal or in Jupyter,
+        see :func:`mmtoken.config.progress_enabled`).
+
+    Returns
+    -------
+    History
+
+    Raises
+    ------
+    ValueError naming the argument: ``steps`` not a whole number >= 0, ``lr`` not a positive
+    finite number, ``record_every`` not a whole number >= 1, ``p0`` with no start, a wrong
+    dimension or a batch that does not broadcast against the problem's.
+    A ``KeyboardInterrupt`` (Ctrl-C) stops the run between chunks of steps.
+    """
+    if not isinstance(problem, AttentionProblem):
+        raise ValueError(f"problem must be an AttentionProblem, got {type(problem).__name__}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    loss = get_loss(loss)
+    lr = validate.positive(lr, "lr")
+    record_probs = validate.flag(record_probs, "record_probs")
+    progress = progress_flag(progress)
+    p = as_tensor(p0, "p0", device=problem.K.device).clone()
+    steps = validate.count(steps, "steps")
+    if p.ndim == 0 or p.shape[-1] != problem.m:
+        raise ValueError(f"p0 must end in the key dimension m = {problem.m}, got shape {tuple(p.shape)}")
+    try:
+        batch = torch.Size(
+            validate.batch_shape(
+                problem.K.shape[:-3],
+                problem.gamma.shape[:-2],
+                p.shape[:-1],
+                problem.mask.shape[:-2] if problem.mask is not None else (),
+            )
+        )
+    except ValueError:
+        raise ValueError(
+            f"p0 {tuple(p.shape)} does not broadcast against the problem's batch {tuple(problem.K.shape[:-3])}"
+        ) from None
+    if math.prod(batch) == 0:
+        raise ValueError(f"p0 holds no start (batch shape {tuple(batch)})")
+    record = record_steps(
+        steps, record_every, math.prod(batch) * (problem.m + 2 + (problem.n * problem.T if record_probs else 0))
+    )
+    p = p.expand(*batch, problem.m).clone()
+    if problem.K.device.type == "cpu" and fastpath.available() and fastpath.runs_loss(loss):
+        return _train_p_compiled(problem, p, steps, lr, method, loss, sorted(record), record_probs, progress)
+    rows: dict[str, list] = {"step": [], "p": [], "loss": [], "probs": []}
+    bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
+    for k in progress_bar(range(steps + 1), enabled=bar, desc=f"{method} GD"):
+        sat = saturation(problem, p)
+        if k in record:
+            rows["step"].append(k)
+            rows["p"].append(p.clone())
+            rows["loss"].append(loss.value(sat.u).mean(-1))
+            if record_probs:
+                rows["probs"].append(sat.probs)
+        if k == steps:
+            break
+        g = grad_p(problem, p, loss, sat)
+        step = g.direction if method == "normalized" else g.value()
+        p = p - lr * step
+    P = stack_rows(rows["p"])
+    return History(
+        np.array(rows["step"]),
+        P,
+        safe_norm(P),
+        stack_rows(rows["loss"]),
+        stack_rows(rows["probs"]) if record_probs else None,
+    )
+
+
+def _train_p_compiled(
+    problem: AttentionProblem,
+    p: torch.Tensor,
+    steps: int,
+    lr: float,
+    method: str,
+    loss: Loss,
+    record: list[int],
+    record_probs: bool,
+    progress: bool | None = None,
+) -> History:
+    """:func:`train_p` through the compiled CPU kernel (in chunks: a progress bar and Ctrl-C
+    work between them); the history is evaluated afterwards in one batch."""
+    K, gamma, mask = problem.K, problem.gamma, problem.mask
+    n, T, m = problem.n, problem.T, problem.m
+    batch = p.shape[:-1]
+    flat = lambda x, tail: x.expand(*batch, *tail).reshape(-1, *tail).numpy()
+    full_mask = torch.ones(gamma.shape, dtype=torch.bool) if mask is None else mask
+    bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
+    with progress_bar(total=steps, enabled=bar, desc=f"{method} GD") as pbar:
+        out = fastpath.run(
+            flat(K, (n, T, m)),
+            flat(gamma, (n, T)),
+            flat(full_mask, (n, T)),
+            flat(p, (m,)),
+            steps,
+            lr,
+            method == "normalized",
+            loss.name,
+            np.array(record),
+            callback=lambda done: pbar.update(done - pbar.n),
+        )
+    P = torch.from_numpy(out).reshape(len(record), *batch, m)
+    sat = saturation(problem, P)
+    return History(np.array(record), P, safe_norm(P), loss.value(sat.u).mean(-1), sat.probs if record_probs else None)
+
+
+def sphere_step(w: torch.Tensor, direction: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+    """Rotate unit vectors ``w`` by angle ``theta`` against the tangent part of ``direction``.
+
+    The one descent move on a sphere that every regularization path of the
+    package uses: ``w (..., m)`` unit vectors, ``direction (..., m)`` a
+    gradient (only its component tangent to the sphere matters), ``theta (...)``
+    angles. Returns unit vectors ``(..., m)``; where the tangent part vanishes
+    ``w`` is returned unchanged.
+    """
+    # the loops of the package pass tensors (unchecked, for speed); anything else is checked and converted
+    w = w if isinstance(w, torch.Tensor) else as_tensor(w, "w")
+    direction = direction if isinstance(direction, torch.Tensor) else as_tensor(direction, "direction", device=w.device)
+    theta = theta if isinstance(theta, torch.Tensor) else as_tensor(theta, "theta", dtype=w.dtype, device=w.device)
+    if w.ndim < 1 or direction.shape[-1:] != w.shape[-1:]:
+        raise ValueError(
+            f"w and direction must end in the same dimension m, got {tuple(w.shape)}, {tuple(direction.shape)}"
+        )
+    tangent = direction - (direction * w).sum(-1, keepdim=True) * w
+    tn = tangent.norm(dim=-1, keepdim=True)
+    t = torch.where(tn > 0, tangent / tn.clamp_min(1e-300), torch.zeros_like(tangent))
+    new = torch.cos(theta)[..., None] * w - torch.sin(theta)[..., None] * t
+    return new / new.norm(dim=-1, keepdim=True)
+
+
+def accept(
+    ok: torch.Tensor, candidate: torch.Tensor, current: torch.Tensor, theta: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The monotone line search of every regularization path, one step: keep what lowered the loss.
+
+    ``ok (...)`` says where ``candidate (..., m)`` lowered the loss; there it replaces ``current (..., m)``
+    and its rotation angle grows by 1.5 (at most 1 radian), elsewhere ``current`` stays and the angle
+    ``theta (...)`` halves. Returns the new points and angles; the loss never increases.
+    """
+    if not isinstance(ok, torch.Tensor) or ok.dtype != torch.bool:
+        raise ValueError(f"ok must be a boolean tensor (where the candidate lowered the loss), got {type(ok).__name__}")
+    for name, a in (("candidate", candidate), ("current", current), ("theta", theta)):
+        if not isinstance(a, torch.Tensor):
+            raise ValueError(f"{name} must be a tensor, got {type(a).__name__}")
+    return (torch.where(ok[..., None], candidate, current), torch.where(ok, (theta * 1.5).clamp_max(1.0), theta * 0.5))
+
+
+def _log_excess(problem: AttentionProblem, p: torch.Tensor, loss: Loss) -> tuple[torch.Tensor, torch.Tensor]:
+    """First-order excess loss ``(1/n) sum_i |l'(g_i)| sum_t s_it (g_i - gamma_it)`` as ``log`` of its
+    positive and negative parts, ``(...)`` each: finite where the excess itself underflows."""
+    sat = saturation(problem, p)
+    log_w = loss.log_neg_deriv(sat.gamma_top)[..., None] + sat.log_s + torch.log(sat.dgamma.abs())
+    flat = lambda x: x.flatten(-2)
+    pos = torch.where(flat(sat.dgamma) < 0, flat(log_w), torch.full_like(flat(log_w), float("-inf")))
+    neg = torch.where(flat(sat.dgamma) > 0, flat(log_w), torch.full_like(flat(log_w), float("-inf")))
+    return torch.logsumexp(pos, -1), torch.logsumexp(neg, -1)
+
+
+def _better(problem: AttentionProblem, p_new, p_old, loss, parts_old) -> tuple[torch.Tensor, tuple]:
+    """Whether ``L(p_new) < L(p_old)``, and the loss parts of ``p_new``.
+
+    Compares ``base + excess`` (:func:`~mmtoken.attention.grad.loss_parts`; those of
+    ``p_old`` are passed in, not recomputed); where the two are equal to the
+    last digit (same selection, excess underflowed at large ``||p||``) it
+    compares the first-order excesses in log space instead.
+    """
+    b_new, e_new = parts_new = loss_parts(problem, p_new, loss)
+    b_old, e_old = parts_old
+    diff = (b_new - b_old) + (e_new - e_old)
+    tie = (b_new == b_old) & (e_new == e_old)
+    if bool(tie.any()):
+        P_new, N_new = _log_excess(problem, p_new, loss)
+        P_old, N_old = _log_excess(problem, p_old, loss)
+        log_cmp = torch.logaddexp(P_new, N_old) < torch.logaddexp(P_old, N_new)
+        return torch.where(tie, log_cmp, diff < 0), parts_new
+    return diff < 0, parts_new
+
+
+def regularization_path(
+    problem: AttentionProblem, radii, w0, *, loss: str | Loss = "logistic", iters: int = 500, theta0: float = 0.3
+) -> torch.Tensor:
+    """Solutions of ``min L(p) s.t. ||p|| <= R`` for each ``R`` in ``radii``.
+
+    With no finite critical point (Assumption A) the minimiser lies on the
+    sphere ``||p|| = R``; we descend on the sphere from the start directions
+    ``w0`` by rotations whose angle grows on success and halves on failure
+    (a monotone, per-element line search), all radii and starts at once.
+
+    Parameters
+    ----------
+    problem : keys and scores (batch shape ``B``).
+    radii : ``(nR,)`` positive finite radii (at least one).
+    w0 : ``(starts, m)`` non-zero start directions (normalised here), at least one.
+    iters : rotations per radius (``>= 1``).
+    theta0 : first rotation angle in radians, in ``(0, pi]``.
+
+    Returns
+    -------
+    ``(nR, starts, ..., m)``: for each radius and start, the point reached;
+    take the best start with :func:`best_of_starts`.
+    """
+    if not isinstance(problem, AttentionProblem):
+        raise ValueError(f"problem must be an AttentionProblem, got {type(problem).__name__}")
+    loss = get_loss(loss)
+    iters = validate.count(iters, "iters", minimum=1)
+    theta0 = validate.positive(theta0, "theta0", maximum=math.pi)
+    dev = problem.K.device
+    radii = as_tensor(radii, "radii", device=dev)
+    if radii.ndim != 1 or radii.numel() == 0 or not bool((radii > 0).all()):
+        raise ValueError("radii must be a non-empty 1-d array of positive numbers")
+    w0 = as_tensor(w0, "w0", device=dev)
+    if w0.ndim != 2 or w0.shape[0] == 0 or w0.shape[1] != problem.m:
+        raise ValueError(f"w0 must have shape (starts, {problem.m}) with at least one start, got {tuple(w0.shape)}")
+    if not bool((w0 != 0).any(-1).all()):
+        raise ValueError(
+            f"w0 rows {torch.nonzero(~(w0 != 0).any(-1)).flatten().tolist()} are zero: "
+            "a start direction must be non-zero"
+        )
+    batch = problem.K.shape[:-3]
+    w = unit_and_log_norm(w0)[0].reshape(1, w0.shape[0], *([1] * len(batch)), w0.shape[1])
+    w = w.expand(len(radii), w0.shape[0], *batch, w0.shape[1]).clone()
+    R = radii.reshape(-1, 1, *([1] * len(batch)), 1)
+    theta = torch.full(w.shape[:-1], theta0, dtype=w.dtype, device=dev)
+    parts = loss_parts(problem, R * w, loss)
+    for _ in range(iters):
+        g = grad_p(problem, R * w, loss)
+        cand = sphere_step(w, g.direction, theta)
+        ok, cand_parts = _better(problem, R * cand, R * w, loss, parts)
+        parts = tuple(torch.where(ok, new, old) for new, old in zip(cand_parts, parts))
+        w, theta = accept(ok, cand, w, theta)
+    return (R * w).cpu()
+
+
+def best_of_starts(problem: AttentionProblem, points: torch.Tensor, loss: str | Loss = "logistic") -> torch.Tensor:
+    """Among ``points (nR, starts, ..., m)`` keep, per radius, the start of lowest loss: ``(nR, ..., m)``."""
+    if not isinstance(problem, AttentionProblem):
+        raise ValueError(f"problem must be an AttentionProblem, got {type(problem).__name__}")
+    points = as_tensor(points, "points", device=problem.K.device)
+    if points.ndim < 3 or points.shape[-1] != problem.m or 0 in points.shape:
+        raise ValueError(f"points must have shape (nR, starts, ..., {problem.m}), got {tuple(points.shape)}")
+    base, excess = loss_parts(problem, points, loss)
+    # order by base first, then by excess (ties in base are exact when selections agree)
+    key = base - base.amin(1, keepdim=True) + excess
+    idx = key.argmin(1)
+    return torch.gather(points, 1, idx[:, None, ..., None].expand(-1, 1, *points.shape[2:])).squeeze(1).cpu()
+
+
+__all__ = [
+    "History",
+    "record_steps",
+    "progress_flag",
+    "stack_rows",
+    "train_p",
+    "regularization_path",
+    "best_of_starts",
+    "sphere_step",
+    "accept",
+    "loss_value",
+]

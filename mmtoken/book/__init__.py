@@ -1,0 +1,17 @@
+"""The book's machinery: what checks, stores and shows the results; it computes none.
+
+The claims ledger, the one results cache and the code fingerprints that key it, the book's order and
+titles, the rendering of the claims appendix, and the figures' theme.
+
+Modules:
+
+- :mod:`fingerprint`: Code fingerprints that cover a computation, not the modules around it.
+- :mod:`html_tables`: The book's tables as HTML: the claims ledger and the benchmark tables (nothing here computes a result).
+- :mod:`ledger`: The claims ledger: every numerical statement of the book as a check in code.
+- :mod:`pages`: The book's pages as the reader sees them: their order, numbers and titles, and where each claim is stated.
+- :mod:`plotting`: One theme and the figure types the book repeats.
+- :mod:`report`: The claims and the measured numbers as text, the same on any machine: what a chapter prints (:func:`bound`, :func:`above`, :func:`on_grid`, its closing :func:`chapter_claims`) and what the claims appendix prints and stores (:func:`summary_line`, :func:`claims_text`, :func:`ledger_payload`, which :mod:`mmtoken.book.html_tables` renders). Nothing here computes a result.
+- :mod:`resultcache`: A results cache that knows what it holds.
+"""
+
+__all__: list[str] = []

@@ -1,0 +1,255 @@
+"""The book's tables as HTML: the claims ledger and the benchmark tables (nothing here computes a result).
+
+The ledger is grouped by chapter, in book order, under the chapter's title as the reader sees it
+(:mod:`mmtoken.book.pages`). Each row carries the anchor ``claim-<id>`` and links back to the place its
+chapter states the claim, marked with the role ``{claim}`<id>``` (see ``CONTRIBUTING.md``). The book
+renders the rows the claims appendix stores (:func:`mmtoken.book.report.ledger_payload`) with the
+``claims-ledger`` directive (``book/_ext/claims.py``).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "LEDGER_DOC",
+    "CLAIM_ANCHOR",
+    "STATEMENT_ANCHOR",
+    "KIND_LABELS",
+    "Group",
+    "ledger_groups",
+    "row_html",
+    "TABLE_HEAD",
+    "group_html",
+    "claims_html",
+    "benchmark_results",
+    "benchmark_tables",
+    "table_html",
+]
+
+import html
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mmtoken.book.ledger import Result
+from mmtoken.book.pages import BOOK_DATA, ROOT, Page, book_order, relative_url, statement_places
+from mmtoken.book.report import measured_items, row_dict, status
+
+LEDGER_DOC = "book/appendix/claims"
+CLAIM_ANCHOR = "claim-"  # ledger row:            claims.html#claim-A.global.gd
+STATEMENT_ANCHOR = "stmt-"  # statement in a chapter: 02_global.html#stmt-A.global.gd
+KIND_LABELS = {"theorem": "theorem", "observation": "observation", "consistency": "consistency"}
+
+
+# --- the ledger -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Group:
+    """The ledger rows of one chapter."""
+
+    page: Page | None
+    anchor: str
+    title: str
+    rows: tuple
+
+
+def ledger_groups(results: Iterable[Result | dict], root: Path = ROOT) -> list[Group]:
+    """Rows grouped by chapter, in book order; claims of no page of the book come last."""
+    order = book_order(root)
+    rows: dict[str, list[dict]] = {}
+    for r in results:
+        d = row_dict(r)
+        rows.setdefault(d.get("chapter") or "", []).append(d)
+    groups = []
+    for p in order:
+        if p.stem in rows:
+            groups.append(Group(p, f"ledger-{p.stem}", p.heading, tuple(rows.pop(p.stem))))
+    rest = [d for k in sorted(rows) for d in rows[k]]
+    if rest:
+        groups.append(Group(None, "ledger-other", "Claims of no chapter", tuple(rest)))
+    return groups
+
+
+def _code(text: str) -> str:
+    """Code span that may wrap after a dot or an underscore (``A.global.`` / ``reg_`` / ``path``)."""
+    body = re.sub(r"([._])", r"\1<wbr>", html.escape(text))
+    return f'<code class="docutils literal notranslate">{body}</code>'
+
+
+def row_html(d: dict, back: str | None, chapter_url: str | None) -> str:
+    """One ledger row: status | claim, kind and link back | what it checks | measured vs threshold."""
+    st = status(d)
+    cls = {"pass": "pass", "known miss": "miss", "data missing": "miss", "not yet computed": "miss", "FAIL": "fail"}[st]
+    if back:
+        where = f'<a class="claim-back" href="{html.escape(back)}" title="where the chapter states it">stated here</a>'
+    elif chapter_url:
+        where = f'<a class="claim-chapter" href="{html.escape(chapter_url)}">its chapter</a>'
+    else:
+        where = ""
+    claim = (
+        f'{_code(d["id"])}<span class="ledger-kind ledger-kind-{html.escape(d["kind"])}">'
+        f"{html.escape(KIND_LABELS.get(d['kind'], d['kind']))}</span>"
+        + (f'<span class="ledger-where">{where}</span>' if where else "")
+    )
+    checks = f'{html.escape(d["statement"])}<span class="ledger-sub">checks: {html.escape(d["checks"])}</span>'
+    measured = "<br>".join(html.escape(x) for x in measured_items(d))
+    result = (
+        f'<span class="ledger-measured">{measured}</span>'
+        f'<span class="ledger-sub">threshold: {html.escape(d["threshold"])}</span>'
+    )
+    if d.get("known_miss"):
+        result += f'<span class="ledger-sub ledger-note">known miss: {html.escape(d["known_miss"])}</span>'
+    return (
+        f'<tr id="{CLAIM_ANCHOR}{html.escape(d["id"])}" class="ledger-{cls}">'
+        f'<td class="ledger-status"><span class="ledger-badge ledger-badge-{cls}">{st}</span></td>'
+        f'<td class="ledger-claim">{claim}</td><td class="ledger-checks">{checks}</td>'
+        f'<td class="ledger-result">{result}</td></tr>'
+    )
+
+
+TABLE_HEAD = (
+    '<table class="ledger"><colgroup><col class="ledger-col-status"><col class="ledger-col-claim">'
+    '<col class="ledger-col-checks"><col class="ledger-col-result"></colgroup>'
+    "<thead><tr><th>status</th><th>claim</th><th>what it checks</th><th>measured / threshold</th>"
+    "</tr></thead><tbody>"
+)
+
+
+def group_html(group: Group, from_doc: str = LEDGER_DOC, places: dict[str, list[str]] | None = None) -> str:
+    """The table of one group, with links relative to the page of ``from_doc``."""
+    places = statement_places() if places is None else places
+    out = [TABLE_HEAD]
+    for d in group.rows:
+        docs = places.get(d["id"], [])
+        own = group.page.doc if group.page else None
+        target = own if own in docs else (docs[0] if docs else None)
+        back = f"{relative_url(from_doc, target)}#{STATEMENT_ANCHOR}{d['id']}" if target else None
+        chapter = relative_url(from_doc, own) if own else None
+        out.append(row_html(d, back, chapter))
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def claims_html(results: Iterable[Result | dict], from_doc: str = LEDGER_DOC, root: Path = ROOT) -> str:
+    """The whole ledger as one HTML fragment (one ``<h2>`` and table per chapter).
+
+    The book renders the same tables under real headings with the ``claims-ledger``
+    directive (``book/_ext/claims.py``); this is for a notebook opened outside the book.
+    """
+    places = statement_places(root)
+    parts = []
+    for g in ledger_groups(results, root):
+        parts.append(f'<h2 id="{g.anchor}">{html.escape(g.title)}</h2>')
+        parts.append(group_html(g, from_doc, places))
+    return '<div class="ledger-wrap">' + "".join(parts) + "</div>"
+
+
+# --- benchmarks -----------------------------------------------------------------------------
+
+
+def benchmark_results(root: Path = ROOT) -> Path:
+    """The folder of benchmark results: the checkout's ``benchmarks/results``, else the package's copy."""
+    here = root / "benchmarks" / "results"
+    return here if here.is_dir() else BOOK_DATA / "benchmarks"
+
+
+def _meta_line(meta: dict | None, fallback: str) -> str:
+    """``measured 2026-11-29 on <cpu> (2 cores); torch 2.13.0; torch threads 2; Python 3.11.7``."""
+    if not meta:
+        return fallback
+    when = f"measured {meta['date']}" if meta.get("date") else "date not recorded"
+    machine = meta.get("cpu") or meta.get("machine")
+    if machine:
+        when += f" on {machine}" + (f" ({meta['cores']} cores)" if meta.get("cores") else "")
+    bits = [when]
+    for key, label in (("torch", "torch"), ("threads", "torch threads"), ("python", "Python")):
+        if meta.get(key) is not None:
+            bits.append(f"{label} {meta[key]}")
+    if meta.get("note"):
+        bits.append(meta["note"])
+    return "; ".join(bits)
+
+
+def benchmark_tables(results_dir: Path, root: Path = ROOT) -> dict[str, tuple[str, Any]]:
+    """``name -> (caption, DataFrame)`` for each benchmark file in ``results_dir``.
+
+    Headers carry units; each caption says when and on what machine the numbers were
+    measured (the ``meta`` block the benchmark scripts write).
+    """
+    import pandas as pd
+
+    out: dict[str, tuple[str, Any]] = {}
+    f = results_dir / "figures.json"
+    if f.is_file():
+        data = json.loads(f.read_text())
+        rows = [
+            {
+                "published figure (paper A)": r["figure"],
+                "compiled kernel, batched (ms)": round(1000 * r["batched_compiled_s"], 1),
+                "torch, batched (ms)": round(1000 * r["batched_torch_s"], 1),
+                "public-style loop (s)": round(r["per_start_public_s"], 2),
+                "speed-up: kernel": f"{r['speedup']:.0f}x",
+                "speed-up: torch": f"{r['speedup_torch']:.1f}x",
+            }
+            for r in data["rows"]
+        ]
+        meta = data.get("meta", {})
+        out["figures"] = (
+            _meta_line(meta, "machine not recorded") + (f"; {meta['steps']} steps" if meta.get("steps") else ""),
+            pd.DataFrame(rows),
+        )
+    f = results_dir / "whole_process.json"
+    if f.is_file():
+        data = json.loads(f.read_text())
+        pub = data["rows"].get("public-style script", {}).get("cpu_s_median")
+        rows = [
+            {
+                "process": name,
+                "CPU (s), median": r["cpu_s_median"],
+                "CPU (s), min": r["cpu_s_min"],
+                "public-style / this": f"{pub / r['cpu_s_median']:.1f}x" if pub and name.startswith("mmtoken") else "",
+            }
+            for name, r in data["rows"].items()
+        ]
+        meta = data.get("meta", {})
+        out["whole_process"] = (
+            _meta_line(meta, "machine not recorded") + (f"; {meta['repeat']} runs each" if meta.get("repeat") else ""),
+            pd.DataFrame(rows),
+        )
+    f = results_dir / "random.json"
+    if f.is_file():
+        data = json.loads(f.read_text())
+        measures = {
+            "batched (instances/s)": lambda r: f"{r['batched_inst_per_s']:,.0f}",
+            "one at a time (instances/s)": lambda r: f"{r['loop_inst_per_s']:,.0f}",
+            "speed-up": lambda r: f"{r['speedup']:.1f}x",
+            "max |difference| of the iterates": lambda r: f"{r['max_abs_diff']:.1e}",
+            "sweep: instances": lambda r: f"{r['sweep_instances']}",
+            "sweep: wall time (s)": lambda r: f"{r['sweep_wall_s']:.1f}",
+            "sweep: CPU time (s)": lambda r: f"{r['sweep_cpu_s']:.1f}",
+        }
+        trainers = {name: r for name, r in data.items() if isinstance(r, dict) and "batched_inst_per_s" in r}
+        # one column per trainer (two), one row per measure: fits the column
+        rows = [{"measure": m, **{name: f(r) for name, r in trainers.items()}} for m, f in measures.items()]
+        cfg = f"scale {data.get('scale')}, d = {data.get('d')}, {data.get('steps')} steps"
+        out["random"] = (_meta_line(data.get("meta"), "machine not recorded") + f"; {cfg}", pd.DataFrame(rows))
+    f = results_dir / "book.json"
+    if f.is_file():
+        data = json.loads(f.read_text())
+        chapters = {(nb[: -len(".ipynb")] if nb.endswith(".ipynb") else nb): s for nb, s in data["chapters"].items()}
+        rows = [
+            {"page": p.heading, "execution (s)": chapters.pop(p.doc)} for p in book_order(root) if p.doc in chapters
+        ]
+        rows += [{"page": doc, "execution (s)": s} for doc, s in chapters.items()]
+        rows.append({"page": "whole book", "execution (s)": data["total_s"]})
+        out["book"] = (_meta_line(data.get("meta"), "machine not recorded"), pd.DataFrame(rows))
+    return out
+
+
+def table_html(caption: str, frame) -> str:
+    """A benchmark table with its caption (what, when, where), as HTML."""
+    body = frame.to_html(index=False, classes="table bench-table", border=0, escape=True)
+    return f'<div class="bench-wrap"><p class="bench-meta">{html.escape(caption)}</p>{body}</div>'

@@ -1,0 +1,450 @@
+"""The claims ledger: every numerical statement of the book as a check in code.
+
+This module knows nothing about attention. Experiment modules register
+claims with :func:`claim`; :func:`run_claims` runs them and times them.
+
+Every evaluation is **recorded** in the results cache
+(:mod:`mmtoken.book.resultcache`, ``data/results/claims/<scale>/<id>.npz``) under a
+fingerprint of the code the claim's computation depends on (the definitions
+its function references, transitively: :mod:`mmtoken.book.fingerprint`) and of the
+scale. A chapter evaluates its
+own claims (:func:`mmtoken.book.report.chapter_claims`); the claims appendix, the
+tests and ``python -m mmtoken claims`` then read them back with
+:func:`recorded`, which evaluates only what is missing or stale.
+
+A claim whose input data are not on disk (``requires=``: Yelp, which is never
+downloaded for you) is always registered; it reports **data missing**, neither
+a pass nor a failure, with how to get the data.
+
+A claim function returns a :class:`Measured`: the value it measured and
+whether it meets the threshold that was written down before measuring.
+``kind`` is one of
+
+``"theorem"``
+    what a result guarantees under its stated hypotheses, checked with the
+    algorithm the theorem is about; must pass;
+``"observation"``
+    what an experiment shows that no theorem guarantees: real data, or an
+    algorithm beyond the theorems' own (e.g. normalized GD on ``(K, Q)``,
+    Part III); judged on the worst of held-out seeds or instances; a miss may
+    be declared with ``known_miss=`` (its evidence, written after measuring),
+    never by moving the threshold;
+``"consistency"``
+    an identity the code must satisfy (a closed form against an independent
+    computation of the same quantity); must pass, but is not evidence for a
+    paper's result.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "KINDS",
+    "Measured",
+    "Claim",
+    "Result",
+    "STATUSES",
+    "status",
+    "REGISTRY",
+    "claim",
+    "known_misses",
+    "evaluate",
+    "run_one",
+    "record_key",
+    "records_dir",
+    "record",
+    "read_record",
+    "recorded",
+    "select",
+    "run_claims",
+    "acceptable",
+    "format_table",
+    "data_missing",
+    "code_roots",
+    "compute_command",
+    "pending_result",
+]
+
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+KINDS = ("theorem", "observation", "consistency")
+
+
+@dataclass
+class Measured:
+    """What a claim function returns."""
+
+    value: Any
+    passed: bool
+    details: str = ""
+
+
+@dataclass
+class Claim:
+    id: str
+    statement: str
+    checks: str
+    kind: str
+    threshold: str
+    chapter: str
+    func: Callable[[], Measured] = field(repr=False)
+    known_miss: str | None = None
+    requires: Callable[[], str | None] | None = field(default=None, repr=False)
+    competitor: str = ""
+    against: Callable[[], Measured] | None = field(default=None, repr=False)
+
+    def missing(self) -> str | None:
+        """Why the claim's input data are absent (how to get them), or ``None`` when they are here."""
+        return self.requires() if self.requires is not None else None
+
+
+@dataclass
+class Result:
+    id: str
+    statement: str
+    checks: str
+    kind: str
+    chapter: str
+    threshold: str
+    measured: Any
+    passed: bool
+    seconds: float
+    details: str = ""
+    known_miss: str | None = None
+    error: str | None = None
+    missing: str | None = None  # the input data are absent: neither passed nor failed
+    pending: str | None = None  # not yet computed (no valid record): the command that computes it
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def status(self) -> str:
+        """``pass``, ``known miss``, ``data missing``, ``not yet computed`` or ``FAIL``."""
+        return status(self.to_dict())
+
+
+STATUSES = ("pass", "known miss", "data missing", "not yet computed", "FAIL")
+
+
+def status(row: dict) -> str:
+    """The status of a result given as a dict (:meth:`Result.to_dict` or a recorded row)."""
+    if row.get("missing"):
+        return "data missing"
+    if row.get("pending"):
+        return "not yet computed"
+    return "pass" if row["passed"] else ("known miss" if row.get("known_miss") else "FAIL")
+
+
+REGISTRY: dict[str, Claim] = {}
+
+
+def claim(
+    id: str,
+    *,
+    statement: str,
+    checks: str,
+    threshold: str,
+    kind: str = "theorem",
+    chapter: str = "",
+    known_miss: str | None = None,
+    requires: Callable[[], str | None] | None = None,
+    competitor: str = "",
+    against: Callable[[], Measured] | None = None,
+) -> Callable:
+    """Register the decorated zero-argument function as claim ``id``.
+
+    ``known_miss``: for an observation that misses its threshold, the evidence
+    (what was measured and why); shown with the result when it misses.
+    ``requires``: a function returning ``None`` when the claim's input data are
+    on disk, else a message saying how to get them; the claim is then reported
+    as *data missing* instead of being run.
+    ``competitor``: the nearest wrong answer the threshold must reject (another SVM,
+    another selection, a collapsed model), in words; ``against``: a zero-argument
+    function applying the claim's own check to that competitor, which must return a
+    :class:`Measured` that does *not* pass (``tests/test_competitors*.py`` asserts it).
+    """
+    if kind not in KINDS:
+        raise ValueError(f"claim {id}: kind {kind!r} is not one of {KINDS}")
+    if known_miss is not None and (kind != "observation" or not str(known_miss).strip()):
+        raise ValueError(f"claim {id}: known_miss must be a non-empty text, and only on an observation claim")
+    if requires is not None and not callable(requires):
+        raise ValueError(f"claim {id}: requires must be a function returning None or a message")
+    if against is not None and (not callable(against) or not competitor.strip()):
+        raise ValueError(f"claim {id}: against must be a function, given with the competitor it checks")
+
+    def register(func: Callable[[], Measured]) -> Callable[[], Measured]:
+        if id in REGISTRY and REGISTRY[id].func.__qualname__ != func.__qualname__:
+            raise ValueError(f"claim id {id!r} is registered twice")
+        REGISTRY[id] = Claim(
+            id, statement, checks, kind, threshold, chapter, func, known_miss, requires, competitor, against
+        )
+        return func
+
+    return register
+
+
+def known_misses() -> dict[str, str]:
+    """Registered claims declared as known misses: id -> evidence."""
+    return {c.id: c.known_miss for c in REGISTRY.values() if c.known_miss}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        value = value.item()
+    if isinstance(value, float):
+        return float(f"{value:.6g}")
+    return value
+
+
+def _missing_result(c: Claim, why: str) -> Result:
+    return Result(c.id, c.statement, c.checks, c.kind, c.chapter, c.threshold, None, False, 0.0, "", None, None, why)
+
+
+def data_missing(exc: BaseException) -> str | None:
+    """The message of the :class:`~mmtoken.datasets.download.DatasetMissing` that ``exc`` is or was
+    raised from (its ``__cause__`` / ``__context__`` chain), else ``None``."""
+    from mmtoken.datasets.download import DatasetMissing
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, DatasetMissing):
+            return str(exc) or type(exc).__name__
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _data_failure(r: Result) -> bool:
+    """A result recorded (by older code) for a claim whose data could not be had: never final."""
+    return not r.passed and "DatasetMissing" in (r.error or "")
+
+
+def evaluate(c: Claim) -> Result:
+    """Run claim ``c`` now, without reading or writing the record.
+
+    A claim whose data are absent (``requires=``), or whose function raises
+    :class:`~mmtoken.datasets.download.DatasetMissing` (directly or as the cause
+    of what it raises: a loader offline, a file not downloaded), is *data
+    missing*: not run or not judged, never a failure or a known miss.
+    """
+    why = c.missing()
+    if why:
+        return _missing_result(c, why)
+    start = time.perf_counter()
+    try:
+        m = c.func()
+        measured, passed, details, error = _jsonable(m.value), bool(m.passed), m.details, None
+    except Exception as exc:  # a crashing claim is a failing claim, with the reason
+        why = data_missing(exc)
+        if why:  # its data cannot be had here (offline, not downloaded): neither passed nor failed
+            return _missing_result(c, why)
+        measured, passed, details = None, False, ""
+        error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    seconds = time.perf_counter() - start
+    return Result(
+        c.id,
+        c.statement,
+        c.checks,
+        c.kind,
+        c.chapter,
+        c.threshold,
+        measured,
+        passed,
+        round(seconds, 2),
+        details,
+        c.known_miss if not passed else None,
+        error,
+    )
+
+
+def run_one(c: Claim) -> Result:
+    """Run claim ``c`` and record its result (:func:`record`)."""
+    r = evaluate(c)
+    record(c, r)
+    return r
+
+
+# --------------------------------------------------------------------------- recorded results
+
+
+def _scale() -> str:
+    from mmtoken import config
+
+    return config.scale()
+
+
+def _recordable(c: Claim) -> bool:
+    """Claims of the package's modules are recorded, and those a chapter's notebook runs while its
+    exported cells are the generated module's (:func:`mmtoken.chapters.notebook_home`); not those a
+    test defines on the fly, nor a notebook whose exported code the reader changed: the ledger
+    judges the book's code with its own settings only."""
+    from mmtoken.chapters import home_of
+    from mmtoken.book.fingerprint import index
+
+    home = home_of(c.func)
+    if home is not None:
+        return home.module is not None and home.changed is None
+    return index().file(c.func.__module__) is not None
+
+
+def code_roots(c: Claim) -> list[tuple[str, str]]:
+    """Where the code of claim ``c``'s result starts (:mod:`mmtoken.book.fingerprint` follows the rest):
+    its function, and :func:`evaluate`, which turns what it returns into the recorded result."""
+    from mmtoken.book.fingerprint import roots_of
+
+    return roots_of(c.func) + [(__name__, "evaluate")]
+
+
+def record_key(c: Claim, scale: str | None = None) -> tuple[str, str, str]:
+    """(path, name, fingerprint) of the record of claim ``c`` at ``scale`` (default: the current one).
+
+    The fingerprint covers the claim's computation (:func:`mmtoken.book.fingerprint.of` the claim
+    function: the definitions it references, transitively, not plotting, caching or download
+    code), :func:`evaluate`, its registered text and threshold, and the scale.
+    """
+    from mmtoken import config
+    from mmtoken.book import fingerprint, resultcache
+
+    scale = scale or _scale()
+    if scale not in config.SCALES:
+        raise ValueError(f"scale must be one of {config.SCALES}, got {scale!r}")
+    text = {
+        k: getattr(c, k)
+        for k in ("id", "statement", "checks", "kind", "threshold", "chapter", "known_miss", "competitor")
+    }
+    fp = resultcache.fingerprint(fingerprint.index().digest(code_roots(c)), {"claim": text, "scale": scale}, "")
+    return str(records_dir(scale) / f"{c.id}.npz"), f"claims/{scale}/{c.id}", fp
+
+
+def records_dir(scale: str) -> Path:
+    """Where the recorded results of ``scale`` live (not created until something is recorded)."""
+    from mmtoken.config import data_dir
+
+    return data_dir() / "results" / "claims" / scale
+
+
+def record(c: Claim, r: Result) -> None:
+    """Store ``r``, the result of claim ``c`` at the current scale, in the results cache.
+
+    Results whose data are missing are not stored (they depend on the disk, not
+    on the code), nor those of claims defined outside the package (tests).
+    """
+    if r.missing or r.pending or not _recordable(c):
+        return
+    from mmtoken.book import resultcache
+    from mmtoken.datasets.download import DataFolderError
+
+    path, name, fp = record_key(c)
+    try:
+        resultcache.save(path, name, fp, {}, {"result": r.to_dict()})  # atomic: readers see the old or the new
+    except (OSError, DataFolderError) as exc:  # a read-only data folder: the result stands, unrecorded
+        import warnings
+
+        warnings.warn(f"claim {c.id}: result not recorded ({exc})", RuntimeWarning, stacklevel=2)
+
+
+def read_record(c: Claim, scale: str | None = None) -> Result | None:
+    """The recorded result of claim ``c`` at ``scale``, or ``None`` if there is none valid for today's code.
+
+    A damaged record, or one of other code or another scale, counts as missing; so does a
+    failure recorded for want of data (older code recorded those): the claim is evaluated again.
+    """
+    from mmtoken.book import resultcache
+
+    path, name, fp = record_key(c, scale)
+    if not Path(path).is_file():
+        return None
+    try:
+        _, meta = resultcache.load(path, name, fp)
+        r = Result(**meta["result"])
+    except (resultcache.CacheError, KeyError, TypeError):
+        return None
+    return None if _data_failure(r) or r.missing or r.pending else r
+
+
+def compute_command(c: Claim) -> str:
+    """The command that evaluates and records claim ``c``."""
+    return f"python -m mmtoken claims --only {c.id}"
+
+
+def pending_result(c: Claim) -> Result:
+    """Claim ``c`` without a valid record, shown as *not yet computed* with :func:`compute_command`."""
+    r = _missing_result(c, None)
+    r.pending = f"not yet computed: `{compute_command(c)}`"
+    return r
+
+
+def recorded(only: list[str] | None = None, compute_missing: bool = True, pending: bool = False) -> list[Result]:
+    """The selected claims' results, in id order, read from their records.
+
+    A claim with no valid record (never evaluated at this scale, or evaluated
+    by other code) is evaluated now and recorded when ``compute_missing``;
+    otherwise it is shown as *not yet computed* (:func:`pending_result`) when
+    ``pending``, else left out. A claim whose input data are absent is
+    reported as *data missing* (never read from a record). The claims appendix
+    reads with ``compute_missing=False, pending=True``: it never computes.
+    """
+    out = []
+    for c in select(only):
+        why = c.missing()
+        if why:
+            out.append(_missing_result(c, why))
+            continue
+        r = read_record(c)
+        if r is None and compute_missing:
+            from mmtoken.book.resultcache import locked
+
+            try:
+                with locked(record_key(c)[0]):  # another process evaluating it: wait for its record
+                    r = read_record(c) or run_one(c)
+            except OSError:  # no lock possible (read-only data folder): evaluate here
+                r = run_one(c)
+        if r is None and pending:
+            r = pending_result(c)
+        if r is not None:
+            out.append(r)
+    return out
+
+
+def select(only: list[str] | None = None) -> list[Claim]:
+    """Registered claims whose id starts with one of the prefixes in ``only``."""
+    claims = sorted(REGISTRY.values(), key=lambda c: c.id)
+    if only:
+        claims = [c for c in claims if any(c.id == o or c.id.startswith(o.rstrip(".") + ".") for o in only)]
+    return claims
+
+
+def run_claims(only: list[str] | None = None) -> list[Result]:
+    """Run the selected claims in id order."""
+    return [run_one(c) for c in select(only)]
+
+
+def acceptable(r: Result) -> bool:
+    """Passed, an observation declared as a known miss, or a claim whose data are missing."""
+    return r.passed or bool(r.missing) or (r.kind == "observation" and r.known_miss is not None)
+
+
+def format_table(results: list[Result]) -> str:
+    """A plain-text table of results."""
+    rows = [("id", "kind", "measured", "threshold", "status", "s")]
+    for r in results:
+        measured = r.error or r.missing or r.pending or _short(r.measured)
+        rows.append((r.id, r.kind, measured, r.threshold, r.status, f"{r.seconds:.1f}"))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = str(value)
+    return text if len(text) <= width else text[: width - 3] + "..."

@@ -1,0 +1,12 @@
+"""Paper C (Tarzanagh, Li, Thrampoulidis, Oymak 2024): transformers as support vector machines.
+
+The W model of self-attention (one query per input), its reduction to paper A's problem on the keys,
+its trainer, the Frobenius SVM and the random instances of Part III; the (K, Q) factorisation and
+the nuclear-norm SVM live in chapter 13, the generalised SVM in chapter 15.
+
+Modules:
+
+- :mod:`tfsvm`: Self-attention read out at a query token, and its ``W`` parameterisation (Part III).
+"""
+
+__all__: list[str] = []

@@ -1,0 +1,84 @@
+"""The package's layout: by topic, small modules, no import cycle (issue 24).
+
+A reader finds a primitive in its topic's subpackage (``mmtoken.attention``,
+``mmtoken.embeddings``, ...); the generated chapter modules are the book's and
+exempt from the size rule (nbdev writes them from the chapters).
+"""
+
+import ast
+import pydoc
+from pathlib import Path
+
+import pytest
+
+import mmtoken
+
+PACKAGE = Path(mmtoken.__file__).resolve().parent
+TOP_LEVEL = {"__init__", "__main__", "config", "validate"}  # set-up shared by every topic
+MAX_LINES = 500
+
+
+def hand_written() -> list[Path]:
+    """Every module of the package except the generated chapter modules."""
+    return sorted(
+        p for p in PACKAGE.rglob("*.py") if not (p.parent.name == "chapters" and p.name.startswith(("ch", "app_")))
+    )
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_hand_written_module_is_over_500_lines():
+    long = {
+        module_name(p): n for p in hand_written() if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert not long, f"modules over {MAX_LINES} lines (split them by idea): {long}"
+
+
+def test_every_module_lives_in_a_topic():
+    loose = [p.stem for p in PACKAGE.glob("*.py") if p.stem not in TOP_LEVEL]
+    assert not loose, f"modules outside a topic subpackage: {loose} (move them into {mmtoken.TOPICS})"
+    for topic in mmtoken.TOPICS:
+        assert (PACKAGE / topic / "__init__.py").is_file(), topic
+
+
+def module_imports(path: Path) -> set[str]:
+    """The mmtoken modules that ``path`` imports at module level (imports inside functions are lazy)."""
+    out = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("mmtoken"):
+            for a in node.names:
+                full = f"{node.module}.{a.name}"
+                out.add(full if (PACKAGE.parent / Path(*full.split("."))).with_suffix(".py").is_file() else node.module)
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("mmtoken")}
+    return out
+
+
+def test_no_import_cycle():
+    graph = {module_name(p): module_imports(p) for p in PACKAGE.rglob("*.py")}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == 1:
+                pytest.fail("import cycle: " + " -> ".join(path[path.index(n) :] + [n]) if n in path else n)
+            if n in graph and state.get(n) is None:
+                visit(n, path + [n])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if state.get(m) is None:
+            visit(m, [m])
+
+
+def test_help_mmtoken_names_every_topic():
+    text = pydoc.render_doc(mmtoken, renderer=pydoc.plaintext)
+    for topic in mmtoken.TOPICS:
+        assert f"mmtoken.{topic}" in text, topic
+    assert mmtoken.attention.__name__ == "mmtoken.attention"  # a topic without importing it first
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        mmtoken.nothing  # noqa: B018
