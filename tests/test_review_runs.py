@@ -108,7 +108,7 @@ def test_a_seed_runs_only_code_inside_its_key():
     included) is a definition their key covers (:func:`mmtoken.embeddings.review_seeds.cache_fingerprint`)."""
     s = dataclasses.replace(TINY, epochs=1, epochs_v=1, epochs_uniform=1, p2_steps=5)
     ds = toy_dataset()
-    package = str(Path(fingerprint.__file__).resolve().parent)
+    package = str(Path(fingerprint.__file__).resolve().parents[1])
     index = fingerprint.index()
 
     def caller(frame):
