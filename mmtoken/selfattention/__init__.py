@@ -1,4 +1,4 @@
-"""Paper C (Tarzanagh, Li, Thrampoulidis, Oymak 2024): transformers as support vector machines.
+"""Paper C (Tarzanagh, Li, Thrampoulidis, Oymak 2023): transformers as support vector machines.
 
 The W model of self-attention (one query per input), its reduction to paper A's problem on the keys,
 its trainer, the Frobenius SVM and the random instances of Part III; the (K, Q) factorisation and

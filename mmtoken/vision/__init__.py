@@ -1,4 +1,4 @@
-"""The vision transformer of chapter 9 (paper A's Section 6).
+"""The vision transformer of chapter 9 (paper A's real-data experiment, its Section 4).
 
 A small ViT trained on Fashion-MNIST (CIFAR-10 at the paper scale) and its cached runs.
 
