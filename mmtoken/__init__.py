@@ -22,7 +22,7 @@ whose docstring lists its modules (``help(mmtoken.attention)``):
 - :mod:`mmtoken.book`: what checks, stores and shows results: ``ledger`` (the claims),
   ``resultcache`` (the one results cache), ``fingerprint`` (the code a result depends on),
   ``pages`` (the book's order and titles), ``report`` and ``html_tables`` (the claims appendix),
-  ``plotting`` (the theme and figure types).
+  ``plotting`` (the theme and figure types), ``tolerance`` (how nbval compares trained results).
 - :mod:`mmtoken.chapters`: each chapter's experiment (settings, ``run``, figures, claims),
   generated from the book's ``#| export`` cells; never edited by hand.
 - set-up: :mod:`mmtoken.config` (the quick/paper switch, device, seeds, progress) and
