@@ -853,7 +853,7 @@ def _register(ds: str) -> None:
         statement=f"On {label}, after the one step at p = 0, E^1_s v - E^0_s v equals the closed form "
         "eta (1/N) sum_i y_i sigma(-y_i f_i) n_s(X_i)/T_i computed from token counts (independently "
         "of autograd), is (eta/2) alpha_s to first order, and so E^1_s v is a monotone function of "
-        "the signed frequency (tokens seen >= 20 times), " + SEED_TEXT + ".",
+        f"the signed frequency (tokens seen >= {review_runs.TOP_COUNT} times), " + SEED_TEXT + ".",
         threshold=f"relative deviation from the closed form <= {ONE_STEP['closed_form']:g} and from "
         f"(eta/2) alpha_s <= {ONE_STEP['first_order']:g}; Spearman(E^1 v, alpha) >= {ONE_STEP['spearman']}",
     )
@@ -877,7 +877,7 @@ def _register(ds: str) -> None:
         chapter=CHAPTER,
         checks="paper B, one step on E",
         statement=f"On {label}, after joint training (E and p, v fixed) E_s^T v still increases with the signed "
-        f"frequency alpha_s (tokens seen >= 20 times), {SEED_TEXT}.",
+        f"frequency alpha_s (tokens seen >= {review_runs.TOP_COUNT} times), {SEED_TEXT}.",
         threshold=f"Spearman(E v, alpha) >= {ALIGN_JOINT} on every seed",
     )
     def _alignment() -> Measured:
@@ -917,8 +917,9 @@ def _register(ds: str) -> None:
         kind="observation",
         chapter=CHAPTER,
         checks="paper B, token selection",
-        statement=f"On {label} test reviews, attention mass on the top decile of |Delta_s| tokens (seen >= 20 "
-        f"times) is a multiple of their share of positions, in a run that classifies well, {SEED_TEXT}.",
+        statement=f"On {label} test reviews, attention mass on the top decile of |Delta_s| tokens (seen >= "
+        f"{review_runs.TOP_COUNT} times) is a multiple of their share of positions, in a run that classifies well, "
+        f"{SEED_TEXT}.",
         threshold=f"mass / share >= {t['selection']} with test accuracy >= {t['sel_acc']}, on every seed",
     )
     def _selection() -> Measured:
@@ -963,12 +964,14 @@ def small_regime_check(which: str) -> Measured:
     kind="observation",
     chapter=CHAPTER,
     checks="paper B's two-phase protocol at a small initialisation, on its own data model",
-    statement="On the data-model control at Rotten Tomatoes' sizes (d = 2048 >= |V|), with E^0 of row norm "
-    "sigma0 = 0.5 (chapter 11's units; per-entry std 0.5 / sqrt(2048)) and phase two's budget scaled as "
-    "1/margin (1,500 x 4.5 / 0.5 = 13,600 gradient evaluations), phase two puts each training sequence's "
-    "largest attention on its important token, on each of the held-out seeds 10-12.",
-    threshold="share of training sequences whose most attended token is their important one >= 0.99 on every "
-    "seed (set 2026-12-01, committed before any run at this initialisation)",
+    statement=f"On the data-model control at Rotten Tomatoes' sizes (d = {review_regime.SMALL.d} >= |V|), with E^0 "
+    f"of row norm sigma0 = {review_regime.SIGMA0_SMALL:g} (chapter 11's units; per-entry std "
+    f"{review_regime.SIGMA0_SMALL:g} / sqrt({review_regime.SMALL.d})) and phase two's budget scaled as 1/margin "
+    f"({review_regime.REGIME.p2_steps:,} x {review_regime.ROW_NORM:.1f} / {review_regime.SIGMA0_SMALL:g} = "
+    f"{review_regime.SMALL.p2_steps:,} gradient evaluations), phase two puts each training sequence's largest "
+    f"attention on its important token, on each of the held-out seeds {SMALL_SEEDS[0]}-{SMALL_SEEDS[-1]}.",
+    threshold=f"share of training sequences whose most attended token is their important one >= {SMALL_ATTENDS} on "
+    "every seed (set 2026-12-01, committed before any run at this initialisation)",
     known_miss=MISS_SMALL_CONTROL,
     competitor="Rotten Tomatoes' reviews under the same protocol and sizes (no data model)",
     against=lambda: small_regime_check("reviews"),
