@@ -6,7 +6,7 @@ check). This reads every ``@claim(...)`` of the generated chapter modules (the c
 fails on a number written into the literal text of either field. Numbers that are not values stay literal:
 references (``Fig. 1``, ``Theorem 2``, ``Thm 5``, ``issue 25``), dates (when a threshold was set), the
 constants of a formula (``1 - corr``, ``T - 1``, ``1/L_p``, ``P/2``, ``||p||^2``, ``2 r^2``, ``log 2``), and
-what the theorems fix rather than the book: the origin they start from (``p = 0``, ``from 0``), a limit
+what the theorems fix rather than the book: the origin they start from (``p = 0``, ``W(0) = 0``), a limit
 (``tends to 1``), a sign condition (``> 0``), the SVM's unit margin (``margin 1``), the first step of a range
 whose end is interpolated (``steps 1-{EARLY}``).
 The loop-registered claims of chapter 12 (``data_claim``) are read as well.
@@ -33,17 +33,18 @@ NOT_A_VALUE = re.compile(
     r"\s*\(?\d+(?:\.\d+)*(?:\s*(?:,|and|-|to)\s*\d+(?:\.\d+)*)*\)?)"  # a reference, or several
     r"|\b20\d\d-\d\d-\d\d\b"  # a date: when a threshold was set
     r"|(?<![\w.])1\s*-\s*(?=[A-Za-z|(])"  # 1 - corr, 1 - max attention, 1 - (...)
-    r"|(?<=[A-Za-z)])\s*-\s*1\b(?![.\d])"  # T - 1
+    r"|(?<=[A-Za-z)])\s*-\s*1\b(?!\.?\d)"  # T - 1
     r"|(?<![\w.])\d\s*(?=[a-z]\^\d)"  # the 2 of 2 r^2
     r"|^\^\d+\b"  # a power right after an interpolated value: {c}^2
-    r"|(?<=[A-Za-z] )=\s*0\b(?![.\d])|\bfrom 0\b(?![.\d])|\(E\^0, 0\)"  # the origin: p = 0, W = 0, from 0
-    r"|\btends? to [01]\b(?![.\d])"  # a limit
-    r"|[<>]\s*0\b(?![.\d])"  # a sign condition
-    r"|\bmargin 1\b(?![.\d])"  # the SVM's unit margin
+    r"|(?<=[A-Za-z)] )=\s*0\b(?!\.?\d)|\bfrom 0\b(?!\.?\d)|\(E\^0, 0\)"  # the origin: p = 0, W(0) = 0, from 0
+    r"|(?<=[A-Za-z])\(0\)"  # the start of an iterate: W(0), p(0)
+    r"|\btends? to [01]\b(?!\.?\d)"  # a limit
+    r"|[<>]\s*0\b(?!\.?\d)"  # a sign condition
+    r"|\bmargin 1\b(?!\.?\d)"  # the SVM's unit margin
     r"|(?<![\w.])1\s*-$"  # the first step of a range whose end is interpolated
     r"|(?<![\w.])1/(?=[A-Za-z(|])"  # 1/L_p, 1/margin
     r"|(?<=[\w)|])/\d+\b"  # P/2, R/2
-    r"|(?<=[A-Za-z)|])\^\d+\b"  # ||p||^2, x^2 (not 10^6: a value)
+    r"|(?<=[A-Za-z)|])\^\d+(?!\.?\d)"  # ||p||^2, x^2, E^1_s (not 10^6: a value)
     r"|\blog\s*2\b"  # log 2 = the loss at p = 0
 )
 NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?(?:\^\d+)?")
@@ -92,7 +93,7 @@ def test_the_check_finds_a_literal_threshold_and_passes_an_interpolated_one():
     # references, dates and formula constants are not values
     words = (
         'claim("X.y", statement="Fig. 1, Thm 5, issue 25 (set 2026-12-01): 1 - corr, max(T - 1, n), 1/L_p, P/2, '
-        '||p||^2, c^2/(2 r^2), log 2, from p = 0, tends to 1, weights > 0, margin 1", threshold="")'
+        '||p||^2, c^2/(2 r^2), log 2, from p = 0, W(0) = 0, tends to 1, weights > 0, margin 1", threshold="")'
     )
     assert literal_numbers(words) == []
     # but a value beside them is still found

@@ -77,12 +77,17 @@ def plain_gd(problem: AttentionProblem, starts, steps: int = PLAIN_STEPS, lr: fl
     return PlainRun(np.concatenate(rows_s), P, np.linalg.norm(P, axis=-1), lr)
 
 
-def decade_summary(r: PlainRun, ref) -> dict:
+LOG_GROWTH_TOL = 0.25
+""":func:`decade_summary`'s bound on the change of ``||p||``'s growth from one decade of steps to the next, as a
+fraction of the earlier decade's (``||p||`` grows like ``log k``: equal increases per decade)."""
+
+
+def decade_summary(r: PlainRun, ref, growth_tol: float = LOG_GROWTH_TOL) -> dict:
     """Correlation with ``ref`` at the last three powers of ten and the growth of ``||p||`` per decade.
 
     ``rising``: the correlation of every start increased over the last decade;
     ``log_growth``: for every start the increase of ``||p||`` over the last decade is
-    within 25% of its increase over the decade before (``||p||`` grows like ``log k``).
+    within ``growth_tol`` (a fraction) of its increase over the decade before (``||p||`` grows like ``log k``).
     """
     k = int(r.steps[-1])
     i3, i2, i1 = r.at(k), r.at(k // 10), r.at(k // 100)
@@ -96,7 +101,7 @@ def decade_summary(r: PlainRun, ref) -> dict:
         "rising": bool(np.all(corr[i3] > corr[i2])),
         "inc_last": inc_last,
         "inc_prev": inc_prev,
-        "log_growth": bool(np.all(np.abs(inc_last - inc_prev) <= 0.25 * inc_prev)),
+        "log_growth": bool(np.all(np.abs(inc_last - inc_prev) <= growth_tol * inc_prev)),
     }
 
 

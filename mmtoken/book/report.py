@@ -14,6 +14,10 @@ __all__ = [
     "bound",
     "above",
     "on_grid",
+    "sci",
+    "power_of_ten",
+    "spaced",
+    "numbers",
     "portable",
     "measured_items",
     "ledger_payload",
@@ -86,6 +90,36 @@ def above(x: float, floor: float, spec: str = ".1e") -> str:
     if not floor > 0:
         raise ValueError(f"floor must be positive, got {floor!r}")
     return f"< {floor:.0e}" if abs(float(x)) < floor else format(float(x), spec)
+
+
+def sci(x: float) -> str:
+    """``x`` to one significant digit in scientific notation, as a claim's text writes a tolerance: ``1e-6``
+    (Python's own ``f"{1e-6:g}"`` is ``1e-06``)."""
+    mantissa, exponent = f"{x:.0e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def power_of_ten(k: int) -> str:
+    """A step count as a claim's text writes it: ``10^6``, or ``2 * 10^4`` for a digit times a power of ten."""
+    e = len(str(k)) - 1
+    m, rest = divmod(k, 10**e)
+    if k <= 0 or rest:
+        raise ValueError(f"{k} is not a digit times a power of ten")
+    return f"10^{e}" if m == 1 else f"{m} * 10^{e}"
+
+
+def spaced(k: int) -> str:
+    """A count with thin thousands, as a claim's text writes it: ``20 000``."""
+    return f"{k:,}".replace(",", " ")
+
+
+def numbers(xs: Iterable[float], sep: str = ", ", brackets: str = "()") -> str:
+    """Numbers as a claim's text writes them, each with ``:g``: ``(-1, 0, 1)``; ``sep=","`` gives ``(0,-1)``,
+    ``brackets="{}"`` a set, ``brackets=""`` a bare list ``0.05, 0.1, 0.5``."""
+    if len(brackets) not in (0, 2):
+        raise ValueError(f"brackets must be empty or an opening and a closing character, got {brackets!r}")
+    inner = sep.join(f"{x:g}" for x in xs)
+    return f"{brackets[:1]}{inner}{brackets[1:]}"
 
 
 def on_grid(x: float, step: float) -> str:

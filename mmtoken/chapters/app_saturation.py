@@ -15,7 +15,7 @@ import torch
 
 from mmtoken import config
 from mmtoken.attention import geometry, grad, instances, public_code, train
-from mmtoken.book import ledger, plotting
+from mmtoken.book import ledger, plotting, report
 
 CHAPTER = "saturation"
 
@@ -250,12 +250,6 @@ def plot_gaps(r: Result, start: int = 2, ax=None):
 FIGURES = {"fig-saturation-corr": lambda: plot_corr(run()), "fig-saturation-gaps": lambda: plot_gaps(run())}
 
 # %% book/appendix/saturation.ipynb #5698b9a4
-def _sci(x: float) -> str:
-    """A tolerance as the claim writes it: ``1e-9`` (Python's own ``1e-09``)."""
-    mantissa, exponent = f"{x:.0e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
-
-
 PUBLISHED = Settings()  # the published run the claim's text names (paper scale changes only steps and every)
 TRAP_MAX_CORR = 0.99  # A.numerics.trap: the public code's lowest correlation with the GMM at the published step
 TRAP_NORM = 16  # ... the ||p|| near which it stalls: observed (float32_max_norm_1000), not checked
@@ -269,7 +263,7 @@ TRAP_NORM = 16  # ... the ||p|| near which it stalls: observed (float32_max_norm
     against=lambda: trap_check("stable float64"),
     checks="numerical trap; Fig. 1 (global), the published normalized-GD run (an extension beyond Thm 2)",
     statement="On the published Fig. 1 (global) run, the public code (float32 autograd, "
-    f"g / (||g|| + {_sci(PUBLISHED.eps)}), torch.optim.SGD) stalls (||p|| near {TRAP_NORM}) and drifts away "
+    f"g / (||g|| + {report.sci(PUBLISHED.eps)}), torch.optim.SGD) stalls (||p|| near {TRAP_NORM}) and drifts away "
     f"from the GMM within the published {PUBLISHED.published_steps} steps, while the saturation-safe gradient "
     "keeps turning toward it.",
     threshold=f"float32: min correlation < {TRAP_MAX_CORR} at step {PUBLISHED.published_steps}; stable: min "

@@ -15,7 +15,7 @@ import torch
 
 from mmtoken import config
 from mmtoken.attention import geometry, grad, instances, model, public_code, svm, train
-from mmtoken.book import ledger, plotting
+from mmtoken.book import ledger, plotting, report
 
 CHAPTER = "tour"
 
@@ -199,12 +199,6 @@ def svm_checks(count: int = 60, n: int = 3, T: int = 4, m: int = 10, seed: int =
     return {"count": count, "kkt_max": float(max(kkt)), "nnls_gap_max": float(max(gap))}
 
 
-def _sci(x: float) -> str:
-    """A tolerance as the claims write it: ``1e-6`` (Python's own ``1e-06``)."""
-    mantissa, exponent = f"{x:.0e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
-
-
 SVM_MIN_COUNT = 50  # core.att_svm_kkt: at least this many random instances solved ...
 SVM_KKT_TOL = 1e-6  # ... each with its largest KKT residual at most this ...
 SVM_NNLS_TOL = 1e-5  # ... and its solution within this (max abs) of the NNLS solver's
@@ -216,8 +210,8 @@ SVM_NNLS_TOL = 1e-5  # ... and its solution within this (max abs) of the NNLS so
     checks="ATT-SVM solver",
     kind="consistency",
     statement="On random feasible instances the ATT-SVM solution satisfies KKT and matches an independent NNLS solver.",
-    threshold=f">= {SVM_MIN_COUNT} instances; KKT residual <= {_sci(SVM_KKT_TOL)}; "
-    f"|cvxpy - NNLS| <= {_sci(SVM_NNLS_TOL)}",
+    threshold=f">= {SVM_MIN_COUNT} instances; KKT residual <= {report.sci(SVM_KKT_TOL)}; "
+    f"|cvxpy - NNLS| <= {report.sci(SVM_NNLS_TOL)}",
 )
 def _claim_svm() -> ledger.Measured:
     r = svm_checks()
@@ -251,7 +245,7 @@ GRAD_REL_TOL = 1e-10  # core.grad_autograd: largest relative error of the stable
     checks="saturation-safe gradient",
     kind="consistency",
     statement="The saturation-safe gradient equals float64 autograd on unsaturated random points, for the three losses.",
-    threshold=f"relative error <= {_sci(GRAD_REL_TOL)}",
+    threshold=f"relative error <= {report.sci(GRAD_REL_TOL)}",
 )
 def _claim_grad() -> ledger.Measured:
     r = grad_check()
@@ -270,7 +264,7 @@ STALL_NORM = 17  # ... the ||p|| near which the public code stalls: observed (fl
     checks="saturation-safe gradient against the public code; Fig. 1 (global), normalized GD (an extension "
     "beyond Thm 2, which is about GD with a small step)",
     statement="With the stable gradient all six Fig. 1 starts reach the GMM direction at "
-    f"||p|| >= {STABLE_MIN_NORM}, while the public code (float32 autograd, g / (||g|| + {_sci(Settings().eps)}), "
+    f"||p|| >= {STABLE_MIN_NORM}, while the public code (float32 autograd, g / (||g|| + {report.sci(Settings().eps)}), "
     f"torch.optim.SGD) at the same step count does not: its norm stalls near {STALL_NORM} and its direction drifts.",
     threshold=f"stable: min correlation >= {STABLE_MIN_CORR} with min ||p|| >= {STABLE_MIN_NORM}; "
     f"float32: min correlation < {FLOAT32_MAX_CORR}",

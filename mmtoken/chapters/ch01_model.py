@@ -17,6 +17,7 @@ from mmtoken import config
 from mmtoken.attention import geometry, grad, instances, long_paths, smoothness, svm, train
 from mmtoken.attention.losses import get_loss
 from mmtoken.attention.model import AttentionProblem
+from mmtoken.book import report
 from mmtoken.book.ledger import Measured, claim
 from mmtoken.book.plotting import colors, style
 
@@ -352,20 +353,6 @@ def plot_w_direction(r: WDirectionRun, ax=None):
     return fig
 
 # %% book/part1/01_model.ipynb #1d58211c
-def _sci(x: float) -> str:
-    """A tolerance as the claims write it: ``1e-9`` (Python's own ``1e-09``)."""
-    mantissa, exponent = f"{x:.0e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
-
-
-def _power_of_ten(k: int) -> str:
-    """A step count as the claims write it: ``10^6``."""
-    e = len(str(k)) - 1
-    if k != 10**e:
-        raise ValueError(f"{k} is not a power of ten")
-    return f"10^{e}"
-
-
 EQ_MIN_STEPS = 500  # A.model.w_equals_p: at least this many GD steps of both runs ...
 EQ_LOGIT_TOL = 1e-9  # ... with the two runs' logits at most this far apart ...
 EQ_SV_RATIO = 1e-12  # ... and every gradient's sigma_2 / sigma_1 below this (rank one)
@@ -379,8 +366,8 @@ EQ_SV_RATIO = 1e-12  # ... and every gradient's sigma_2 / sigma_1 below this (ra
     statement="Plain GD on W (logits K W pbar, float64 autograd) and on p (logits K p, stable gradient), "
     "started at W(0) pbar = p(0), give the same logits along the whole trajectory, and every "
     "gradient in W is rank one.",
-    threshold=f"over {EQ_MIN_STEPS} GD steps in float64: max |logits_W - logits_p| <= {_sci(EQ_LOGIT_TOL)}; "
-    f"sigma_2/sigma_1 of grad_W < {_sci(EQ_SV_RATIO)}",
+    threshold=f"over {EQ_MIN_STEPS} GD steps in float64: max |logits_W - logits_p| <= {report.sci(EQ_LOGIT_TOL)}; "
+    f"sigma_2/sigma_1 of grad_W < {report.sci(EQ_SV_RATIO)}",
     competitor="the p-run one step behind (the same trajectory, off by one step)",
     against=lambda: _w_equals_p_check(lag=1),
 )
@@ -478,11 +465,11 @@ def _w_plain_check(ref, rival) -> Measured:
     checks="the corollary (Lemma 1 with Theorem 2, paper A) with its own algorithm: plain GD on W from W(0) = 0, "
     "whose iterates are W(k) = q(k) pbar^T with q(k) plain GD on p (A.model.w_equals_p checks the map)",
     statement=f"Plain GD on W (step {Settings.plain_lr:g}, eta ||pbar||^2 <= 1/L_p, raw Fig. 1 (global) tokens, "
-    f"pbar fixed, W(0) = 0), {_power_of_ten(Settings.plain_steps)} steps, converges in direction to W_mm, not to "
+    f"pbar fixed, W(0) = 0), {report.power_of_ten(Settings.plain_steps)} steps, converges in direction to W_mm, not to "
     "e2 pbar^T.",
     threshold="chapter 2's bar for plain GD (A.global.plain_gd), fixed before this run: Frobenius correlation "
-    f"with W_mm >= {W_PLAIN_MIN_CORR} at {_power_of_ten(Settings.plain_steps)} steps and higher than at "
-    f"{_power_of_ten(Settings.plain_steps // 10)}; 1 - corr with W_mm <= half of 1 - corr with e2 pbar^T; step "
+    f"with W_mm >= {W_PLAIN_MIN_CORR} at {report.power_of_ten(Settings.plain_steps)} steps and higher than at "
+    f"{report.power_of_ten(Settings.plain_steps // 10)}; 1 - corr with W_mm <= half of 1 - corr with e2 pbar^T; step "
     "within the bound",
     competitor="W = e2 pbar^T, chapter 2's e2 axis mapped to W",
     against=lambda: _w_plain_check(_e2_pbar(), w_direction(Settings.at()).W_mm),

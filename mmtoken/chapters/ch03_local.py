@@ -21,6 +21,7 @@ import torch
 from mmtoken import config, validate
 from mmtoken.attention import geometry, grad, instances, long_paths, losses, model, train
 from mmtoken.attention.model import AttentionProblem
+from mmtoken.book import report
 from mmtoken.book.ledger import Measured, claim
 from mmtoken.book.plotting import DIRECTION_STYLES, colors, plot_paths, subplots
 
@@ -708,20 +709,6 @@ FIGURES = {
 }
 
 # %% book/part1/03_local.ipynb #912191c8
-def _sci(x: float) -> str:
-    """A tolerance as the claims write it: ``1e-6`` (Python's own ``1e-06``)."""
-    mantissa, exponent = f"{x:.0e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
-
-
-def _power_of_ten(k: int) -> str:
-    """A step count as the claims write it: ``10^6``."""
-    e = len(str(k)) - 1
-    if k != 10**e:
-        raise ValueError(f"{k} is not a power of ten")
-    return f"10^{e}"
-
-
 PATHS_MIN_CORR = 0.9999  # A.local.paths: each start's final correlation with its limit (LMM or GMM)
 
 
@@ -789,14 +776,9 @@ def _table_check(feasible_only: bool) -> Measured:
     return Measured(m, ok)
 
 
-def _point(v) -> str:
-    """A point as A.local.counterexample writes it: ``(0,-1)``."""
-    return "(" + ",".join(f"{x:g}" for x in v) + ")"
-
-
 def _tokens(X) -> str:
     """An input's tokens as A.local.counterexample writes them: ``[(1,0),(0,0)]``."""
-    return "[" + ",".join(_point(x) for x in X) + "]"
+    return "[" + ",".join(report.numbers(x, ',') for x in X) + "]"
 
 
 def _size(X) -> str:
@@ -818,8 +800,9 @@ COUNTER_MIN_CORR = 0.999  # ... each start's final correlation with its limit (G
     checks="the book's own n = T = d = 2 counterexample (in the spirit of paper A's remark that n = 1 is tight "
     "for Theorem 2; not the instance of its Appendix E)",
     statement=f"On the {_size(COUNTER.X)} instance X_1 = {_tokens(COUNTER.X[0])}, X_2 = {_tokens(COUNTER.X[1])}, "
-    f"Y = {_point(COUNTER.Y)}, v = {_point(COUNTER.v)}, W = I, normalized GD from p0 = {_point(COUNTER_P0[0])} "
-    f"converges to the GMM and from p0 = {_point(COUNTER_P0[1])} to an LMM.",
+    f"Y = {report.numbers(COUNTER.Y, ',')}, v = {report.numbers(COUNTER.v, ',')}, W = I, normalized GD from p0 = "
+    f"{report.numbers(COUNTER_P0[0], ',')} "
+    f"converges to the GMM and from p0 = {report.numbers(COUNTER_P0[1], ',')} to an LMM.",
     threshold=f"correlation >= {COUNTER_MIN_CORR} with the GMM and with the LMM respectively; the LMM is classified "
     "locally optimal and differs from the GMM",
 )
@@ -856,9 +839,11 @@ PLAIN_MIN_CORR = 0.99  # A.local.plain_gd: each start's correlation with its lim
     checks="paper A, Thm 3's algorithm (plain GD with step eta <= 1/L_p) from starts outside its cones "
     "(the published ones); Fig. 1 (local)",
     statement=f"Plain GD p <- p - eta grad L(p) (saturation-safe gradient, eta = {Settings.plain_lr:g} below 1/L_p "
-    f"for this instance) from the six Fig. 1 (local) starts, {_power_of_ten(Settings.plain_steps)} steps: the two "
+    f"for this instance) from the six Fig. 1 (local) starts, {report.power_of_ten(Settings.plain_steps)} steps: "
+    "the two "
     "lowest starts converge in direction to the LMM, the other four to the GMM.",
-    threshold=f"at {_power_of_ten(Settings.plain_steps)} steps: two lowest starts correlation >= {PLAIN_MIN_CORR} "
+    threshold=f"at {report.power_of_ten(Settings.plain_steps)} steps: two lowest starts correlation >= "
+    f"{PLAIN_MIN_CORR} "
     f"with the LMM; other four >= {PLAIN_MIN_CORR} with the GMM",
 )
 def _claim_plain_gd() -> Measured:
@@ -905,7 +890,7 @@ REG_EDGE_TOL = 1e-6  # ... any other's: |corr - (1 - mu)| at most this (on the c
     "optimal, and on the cone's boundary for the others.",
     threshold=f"cone width mu = {Settings.reg_mu}, largest radius {10 ** REG_LOG_RADII[1]:g}: locally optimal "
     f"(geometry.classify, fixed before running): correlation >= {REG_MIN_CORR} with p_mm(alpha), on the sphere and "
-    f"on the truncated cone; others: on the boundary (|corr - (1 - mu)| <= {_sci(REG_EDGE_TOL)}, or the inner "
+    f"on the truncated cone; others: on the boundary (|corr - (1 - mu)| <= {report.sci(REG_EDGE_TOL)}, or the inner "
     "radius for the truncated cone)",
 )
 def _claim_reg_paths() -> Measured:
@@ -962,10 +947,11 @@ def _cone_plain_check(which: str) -> Measured:
     "C_{mu,R}(p_mm(alpha)); Fig. 1 (local)",
     statement="Plain GD started on both edges of the cone C_{mu,R}(p_mm(alpha)) "
     f"(mu = {Settings.cone_mu}, R = {Settings.cone_plain_r:g}) around each locally optimal selection of Fig. 1 "
-    f"(local), the GMM and the LMM, stays in the cone for {_power_of_ten(Settings.plain_steps)} steps while ||p|| "
-    "grows (no stationary point in the cone).",
-    threshold=f"every recorded iterate of the 4 runs has corr(p, p_mm(alpha)) >= 1 - mu = {1 - Settings.cone_mu}; "
-    f"||p({_power_of_ten(Settings.plain_steps)})|| > ||p({_power_of_ten(Settings.plain_steps // 10)})||; "
+    f"(local), the GMM and the LMM, stays in the cone for {report.power_of_ten(Settings.plain_steps)} steps while "
+    "||p|| grows (no stationary point in the cone).",
+    threshold=f"every recorded iterate of these runs (both edges of both cones) has corr(p, p_mm(alpha)) >= "
+    f"1 - mu = {1 - Settings.cone_mu}; "
+    f"||p({report.power_of_ten(Settings.plain_steps)})|| > ||p({report.power_of_ten(Settings.plain_steps // 10)})||; "
     "eta <= 1/L_p (radius fixed in a trial at other radii, see CONE_PLAIN_R)",
     competitor="the selection classified not locally optimal (token 2, SVM-neighbours scoring higher): its "
     "cone runs must leave the cone",

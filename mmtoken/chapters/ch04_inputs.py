@@ -16,6 +16,7 @@ import torch
 from mmtoken import config
 from mmtoken.attention import geometry, instances, long_paths, svm, train
 from mmtoken.attention.losses import Loss
+from mmtoken.book import report
 from mmtoken.book.ledger import Measured, claim
 from mmtoken.book.plotting import colors, plot_curves, plot_paths, subplots
 
@@ -300,12 +301,6 @@ E1 = np.array([1.0, 0.0])
 (correlation 0.980 with the GMM)."""
 
 
-def _sci(x: float) -> str:
-    """A tolerance as the claims write it: ``1e-6`` (Python's own ``1e-06``)."""
-    mantissa, exponent = f"{x:.0e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
-
-
 DRAW_TOL = 1e-12  # A.inputs.published_draw: largest difference between the keys and the public generation
 
 
@@ -317,7 +312,7 @@ DRAW_TOL = 1e-12  # A.inputs.published_draw: largest difference between the keys
     statement="The keys of instances.fig2() are the first two coordinates of the public code's "
     f"{DRAW_SHAPE} float32 draw ({DRAW_SCALE:g} randn, generator seeded {Settings.seed}, shifted by the three "
     "centres), re-implemented independently.",
-    threshold=f"max |keys - public generation| <= {_sci(DRAW_TOL)}",
+    threshold=f"max |keys - public generation| <= {report.sci(DRAW_TOL)}",
     competitor="a (3, 7, 2) draw of the same generator (the earlier, wrong reading of the public code)",
     against=lambda: _draw_vs_372(Settings.seed),
 )

@@ -13,7 +13,7 @@ import torch
 
 from mmtoken import config
 from mmtoken.attention import geometry
-from mmtoken.book import plotting
+from mmtoken.book import plotting, report
 from mmtoken.book.ledger import Measured, claim
 from mmtoken.embeddings import embedding, synthetic
 from mmtoken.embeddings.corpus_stats import TokenStats, token_stats
@@ -181,14 +181,6 @@ CLOSED_FORM_MAX_ERR = 1e-9  # B.one_step.closed_form: relative error of the clos
 ALIGN_MIN_CORR = 0.99  # B.one_step.alignment: the worst seed's cosine at the smallest initialisation scale
 
 
-def _power_of_ten(x: float) -> str:
-    """A power of ten as the claims write it: ``1e-9``, ``1e-3``."""
-    mantissa, exponent = f"{x:.0e}".split("e")
-    if mantissa != "1":
-        raise ValueError(f"{x} is not a power of ten")
-    return f"1e{int(exponent)}"
-
-
 @claim(
     "B.one_step.closed_form",
     kind="consistency",
@@ -196,7 +188,7 @@ def _power_of_ten(x: float) -> str:
     checks="closed form of the one step on E (paper B)",
     statement="The first gradient step on E at p = 0 equals the closed form with the exact sigma(-y f^0) factors "
     "(closed form against autograd through the model: an identity the code must satisfy).",
-    threshold=f"relative error <= {_power_of_ten(CLOSED_FORM_MAX_ERR)} (float64), at every initialisation scale",
+    threshold=f"relative error <= {report.sci(CLOSED_FORM_MAX_ERR)} (float64), at every initialisation scale",
 )
 def _claim_closed_form() -> Measured:
     r = run(settings())
@@ -212,7 +204,7 @@ def _claim_closed_form() -> Measured:
     statement="At small initialisation, E_s^1 v lies on a line through the origin in alpha_s (a consequence of the "
     "closed form; it can only fail if the two frequency counters disagree).",
     threshold=f"correlation (cosine over the vocabulary) >= {ALIGN_MIN_CORR}, worst seed at sigma0 = "
-    f"{_power_of_ten(Settings().scales[0])}",
+    f"{report.sci(Settings().scales[0])}",
 )
 def _claim_alignment() -> Measured:
     r = run(settings())

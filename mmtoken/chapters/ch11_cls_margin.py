@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from mmtoken import config
 from mmtoken.attention import geometry, svm
 from mmtoken.attention.train import History, train_p
-from mmtoken.book import plotting
+from mmtoken.book import plotting, report
 from mmtoken.book.ledger import Measured, claim
 from mmtoken.book.plotting import style, subplots, token_scatter
 from mmtoken.embeddings import embedding, synthetic
@@ -65,7 +65,6 @@ class Settings:
 def settings(scale: str | None = None) -> Settings:
     """The chapter's settings at ``scale`` (default: the current scale); quick is ``Settings()``."""
     return config.pick(quick=Settings(), paper=Settings(n=2000, joint_steps=2000), which=scale)
-
 
 
 def tables(s: Settings):
@@ -793,11 +792,6 @@ SMALL_INIT_MIN_CORR = 0.999  # ... and corr(p, p_mm), both at the end of the sca
 CAPPED_SCALES = tuple(x for x in Settings.sweep if x not in Settings.claim_scales)
 
 
-def _scales(xs) -> str:
-    """Initialisation scales as the claims write them: ``0.05, 0.1, 0.5``."""
-    return ", ".join(f"{x:g}" for x in xs)
-
-
 def small_init_check(s: SweepResult, scales=Settings.claim_scales) -> Measured:
     """B.cls.small_init's check on the sweep tables at ``scales``: attention and correlation at each budget."""
     idx = [list(s.scales).index(x) for x in scales]
@@ -815,25 +809,18 @@ def small_init_check(s: SweepResult, scales=Settings.claim_scales) -> Measured:
     chapter=CHAPTER,
     checks="selection and direction across the initialisation scale, for sigma0 from 0.05 to 0.5 (paper B; "
     "sigma0 = 0.01 is outside the range: its budget is capped)",
-    statement=f"For sigma0 in {{{_scales(Settings.claim_scales)}}} (the range covered; not sigma0 = "
-    f"{_scales(CAPPED_SCALES)}), normalized GD on p with the step budget K = {Settings.kappa:g} / "
+    statement=f"For sigma0 in {report.numbers(Settings.claim_scales, brackets='{}')} (the range covered; not sigma0 = "
+    f"{report.numbers(CAPPED_SCALES, brackets='')}), normalized GD on p with the step budget K = {Settings.kappa:g} / "
     f"({Settings.lr:g} margin) (proportional to 1/margin) selects the important tokens and reaches the ATT-SVM "
     "direction.",
-    threshold=f"for each sigma0 in {{{_scales(Settings.claim_scales)}}}: min attention on the important token >= "
+    threshold=f"for each sigma0 in {report.numbers(Settings.claim_scales, brackets='{}')}: min attention on the "
+    "important token >= "
     f"{SMALL_INIT_MIN_ATTN} and corr(p, p_mm) >= {SMALL_INIT_MIN_CORR} at the end of its budget",
     competitor="the sigma0 = 0.01 table, stopped at a tenth of the budget its margin asks for",
     against=lambda: small_init_check(run(settings()).sweep, (0.01,)),
 )
 def _claim_small_init() -> Measured:
     return small_init_check(run(settings()).sweep)
-
-
-def _power_of_ten(x: float) -> str:
-    """A power of ten as the claims write it: ``1e-6``."""
-    mantissa, exponent = f"{x:.0e}".split("e")
-    if mantissa != "1":
-        raise ValueError(f"{x} is not a power of ten")
-    return f"1e{int(exponent)}"
 
 
 def rate_check(r: ClsResult, corr: np.ndarray | None = None) -> Measured:
@@ -873,7 +860,7 @@ def frozen_direction(r: ClsResult) -> np.ndarray:
     f"from the values alone) and 1 - corr(p, p_mm) falls with r = ||p|| / ||p_mm|| as c^2 / (2 r^2), c = {OFFSET:g}: "
     f"read at r = {TWO_NORMS[0]:g} and r = {TWO_NORMS[1]:g}.",
     threshold=f"1 - corr(p, p_mm) <= {RATE_SLACK:g} x {OFFSET:g}^2 / (2 r^2) at the first record with r >= "
-    f"{TWO_NORMS[0]:g} and with r >= {TWO_NORMS[1]:g}, and |loss - infimum| / infimum <= {_power_of_ten(LOSS_GAP)} "
+    f"{TWO_NORMS[0]:g} and with r >= {TWO_NORMS[1]:g}, and |loss - infimum| / infimum <= {report.sci(LOSS_GAP)} "
     f"at the end (set 2026-12-01 after the main run had been printed; c = {OFFSET:g} from the sweep)",
     competitor=f"a run whose norm keeps growing with its direction frozen at r = {TWO_NORMS[0]:g}",
     against=lambda: rate_check(run(settings()), frozen_direction(run(settings()))),

@@ -20,6 +20,7 @@ import torch
 from mmtoken import config, validate
 from mmtoken.attention import fastpath, geometry, grad, smoothness, svm, train
 from mmtoken.attention.model import AttentionProblem, as_tensor
+from mmtoken.book import report
 from mmtoken.book.ledger import Measured, claim
 from mmtoken.book.plotting import colors, style, subplots
 from mmtoken.selfattention import tfsvm
@@ -879,25 +880,6 @@ def _size(n: int, T: int, d: int) -> str:
     return f"n = T = {n}, d = {d}" if n == T else f"n = {n}, T = {T}, d = {d}"
 
 
-def _spaced(k: int) -> str:
-    """A step count as the claims write it: ``20 000``."""
-    return f"{k:,}".replace(",", " ")
-
-
-def _power_of_ten(k: int) -> str:
-    """A power of ten as the claims write it: ``10^5``."""
-    e = round(math.log10(k))
-    if 10**e != k:
-        raise ValueError(f"{k} is not a power of ten")
-    return f"10^{e}"
-
-
-def _short_e(x: float) -> str:
-    """A tolerance as the claims write it: ``1e-2``."""
-    mantissa, exponent = f"{x:.0e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
-
-
 @claim(
     "C.w.frobenius",
     chapter=CHAPTER,
@@ -913,7 +895,8 @@ def _short_e(x: float) -> str:
     "experiments, is an extension beyond the plain GD of its theorems (hence an observation)",
     statement=f"On {QUICK.count} random instances ({PAPER.count} at paper scale; the public code's draws, seeds "
     f"{QUICK.seed}, {QUICK.seed + 1}, ...) of each size ({' and '.join(_size(*nTd) for nTd in QUICK.sizes)}), "
-    f"normalized GD on W (step {QUICK.lr:g}, saturation-safe gradient, {_spaced(QUICK.steps)} steps) converges in "
+    f"normalized GD on W (step {QUICK.lr:g}, saturation-safe gradient, {report.spaced(QUICK.steps)} steps) "
+    "converges in "
     "direction to the Frobenius Att-SVM of the selection it makes, and that selection is locally optimal.",
     threshold=f"every instance: correlation >= {CORR_W} with the Frobenius Att-SVM of its selection, and "
     "geometry.classify calls the selection locally optimal",
@@ -933,7 +916,7 @@ def _claim_w() -> Measured:
     "public code's penalised loss, the algorithm of the paper's experiments, is an extension",
     statement=f"On the same instances, normalized GD on (K, Q) (each factor a unit step of {QUICK.lr:g}, directions "
     "from the stable gradient of the public code's loss L(K Q^T) + lambda (||K||^2 + ||Q||^2), "
-    f"lambda = {QUICK.penalty:.1e}, {_spaced(QUICK.steps)} steps) ends in the direction of the nuclear-norm "
+    f"lambda = {QUICK.penalty:.1e}, {report.spaced(QUICK.steps)} steps) ends in the direction of the nuclear-norm "
     "Att-SVM* of the selection it makes, clearly closer to it than to the Frobenius Att-SVM.",
     threshold=f"every instance: correlation of K Q^T >= {CORR_KQ} with the nuclear-norm Att-SVM* of its selection, "
     f"and >= {CORR_GAIN} more than with the Frobenius Att-SVM of that selection",
@@ -950,10 +933,11 @@ def _claim_kq() -> Measured:
     kind="observation",
     checks="Transformers as SVMs (2308.16898): the (K, Q) limit is low rank like the nuclear-norm Att-SVM* "
     "(reconstructed); normalized GD on the public code's penalised loss is an extension",
-    statement=f"On the same instances, after {_spaced(QUICK.steps)} normalized steps on (K, Q) (penalised loss as "
-    f"in C.kq.nuclear), the number of singular values of K Q^T above {_short_e(RANK_TOL)} of the largest equals "
+    statement=f"On the same instances, after {report.spaced(QUICK.steps)} normalized steps on (K, Q) (penalised "
+    "loss as "
+    f"in C.kq.nuclear), the number of singular values of K Q^T above {report.sci(RANK_TOL)} of the largest equals "
     "the rank of the nuclear-norm Att-SVM* of its selection (same threshold).",
-    threshold=f"equal ranks (threshold {_short_e(RANK_TOL)} of the largest singular value) on every instance",
+    threshold=f"equal ranks (threshold {report.sci(RANK_TOL)} of the largest singular value) on every instance",
     competitor="the rank of the Frobenius Att-SVM of the same selection (n: its constraint matrices end in z_i^T)",
     against=lambda: rank_check(frobenius=True),
 )
@@ -969,7 +953,8 @@ def _claim_rank() -> Measured:
     "vec(x z^T)): plain GD with a step within the book's smoothness bound, started in a cone around W^mm_alpha "
     "of a locally optimal selection",
     statement=f"On the first size's instances ({_size(*QUICK.sizes[0])}), plain GD on W (step the smallest 1/L, "
-    f"{_power_of_ten(QUICK.plain_steps)} steps) from starts at correlation {QUICK.cone_corr:g} with the Frobenius "
+    f"{report.power_of_ten(QUICK.plain_steps)} steps) from starts at correlation {QUICK.cone_corr:g} with the "
+    "Frobenius "
     f"Att-SVM of the W run's (locally optimal) selection, at {QUICK.cone_norm:g} times its norm, keeps the "
     "selection, grows in norm and stays in a cone around that SVM (the first half of the theorem; its directional "
     "limit is too slow for plain GD to show here).",

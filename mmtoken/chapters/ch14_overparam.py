@@ -20,6 +20,7 @@ import torch
 
 from mmtoken import config
 from mmtoken.attention import geometry, grad, instances, random_batch, smoothness, svm, train
+from mmtoken.book import report
 from mmtoken.book.ledger import Measured, claim
 from mmtoken.book.plotting import panel_titles, style, two_panels
 from mmtoken.embeddings import corpus_stats
@@ -592,23 +593,9 @@ ORTHO_TRIAL_WORST = 0.939  # ... and the worst correlation with the global W^mm 
 DEFAULTS = Settings()  # the settings the claims' texts name (those they name are the same at both scales)
 
 
-def _set(xs) -> str:
-    """Numbers as the claims write a set of them: ``{0.5, 0.2, 0.05}``."""
-    return "{" + ", ".join(f"{x:g}" for x in xs) + "}"
-
-
 def _matrix(rows) -> str:
     """A matrix as the claims write it: ``[[0,0],[-1,0]]``."""
     return "[" + ",".join("[" + ",".join(f"{x:g}" for x in row) + "]" for row in rows) + "]"
-
-
-def _powers_of_ten(k: int) -> str:
-    """A step count as the claims write it: ``10^5``, ``2 * 10^4``."""
-    e = len(str(k)) - 1
-    m, rest = divmod(k, 10**e)
-    if rest:
-        raise ValueError(f"{k} is not a multiple of a power of ten")
-    return f"10^{e}" if m == 1 else f"{m} * 10^{e}"
 
 
 def counterexample_check(ref: str, ce: Counterexample | None = None) -> Measured:
@@ -646,13 +633,14 @@ def counterexample_check(ref: str, ce: Counterexample | None = None) -> Measured
     kind="observation",
     checks="the book's own counterexample (chapter 3's instance with two independent queries): equal "
     "non-optimal scores and a feasible Att-SVM(opt) do not make GD on W global for n = 2",
-    statement=f"On chapter 3's instance with queries z1 = e1, z2 = (cos t, sin t), t in {_set(DEFAULTS.angles)} "
+    statement="On chapter 3's instance with queries z1 = e1, z2 = (cos t, sin t), t in "
+    f"{report.numbers(DEFAULTS.angles, brackets='{}')} "
     f"(T = {instances.CE_X.shape[1]}, so the equal-score hypothesis holds; the feasibility lemma's hypotheses "
     f"hold), plain GD (step {DEFAULTS.ce_lr:g} <= 1/L) and normalized GD (step {DEFAULTS.normalized_lr:g}) from "
     f"W0 = {_matrix(DEFAULTS.w0)} end on the locally optimal selection {LOCAL_SELECTION}, not on the global one.",
     threshold=f"every angle: both runs select {LOCAL_SELECTION}; correlation >= {LOCAL_CORR} with "
-    f"W^mm{LOCAL_SELECTION} (plain GD at {_powers_of_ten(DEFAULTS.plain_steps)} steps, normalized at "
-    f"{_powers_of_ten(DEFAULTS.normalized_steps)}) and <= {GLOBAL_CORR_MAX} with W^mm{GLOBAL_SELECTION}; set on "
+    f"W^mm{LOCAL_SELECTION} (plain GD at {report.power_of_ten(DEFAULTS.plain_steps)} steps, normalized at "
+    f"{report.power_of_ten(DEFAULTS.normalized_steps)}) and <= {GLOBAL_CORR_MAX} with W^mm{GLOBAL_SELECTION}; set on "
     f"the trial angle t = {TRIAL_ANGLE}",
     competitor="the global W^mm(0, 0), which the former box predicted",
     against=lambda: counterexample_check("global"),
@@ -679,7 +667,7 @@ def reg_check(ref: str, ce: Counterexample | None = None) -> Measured:
     kind="theorem",
     checks="paper A's Theorem 1 on the keys vec(x z^T): the Frobenius regularization path of W goes to the "
     "global W^mm for any n (no equal scores needed); the theorem's own object, computed",
-    statement=f"On the counterexample (t in {_set(DEFAULTS.angles)}), the regularization path "
+    statement=f"On the counterexample (t in {report.numbers(DEFAULTS.angles, brackets='{}')}), the regularization path "
     f"argmin_{{||W||_F <= R}} L(W) (sphere search from {len(reg_starts(4))} start directions at "
     f"R = {DEFAULTS.reg_radii[0]:g}, then continued radius by radius) turns towards the global "
     f"W^mm{GLOBAL_SELECTION} as R grows from {DEFAULTS.reg_radii[0]:g} to {DEFAULTS.reg_radii[-1]:g}, where GD "
@@ -726,8 +714,9 @@ def orthogonal_check(rival: bool = False, o: Orthogonal | None = None) -> Measur
     f"{DEFAULTS.ortho_count} random instances, n = {DEFAULTS.ortho_n}, T = {DEFAULTS.ortho_T}, "
     f"d = {DEFAULTS.ortho_d}), plain GD with step 1/L (the book's smoothness bound) from W0 and random Gaussian "
     "starts selects the optimal tokens and turns towards the global W^mm.",
-    threshold=f"every instance and start, at {_powers_of_ten(DEFAULTS.plain_steps)} steps: the optimal selection, "
-    f"correlation >= {ORTHO_CORR} with the global W^mm, higher than at {_powers_of_ten(DEFAULTS.plain_steps // 10)} "
+    threshold=f"every instance and start, at {report.power_of_ten(DEFAULTS.plain_steps)} steps: the optimal selection, "
+    f"correlation >= {ORTHO_CORR} with the global W^mm, higher than at "
+    f"{report.power_of_ten(DEFAULTS.plain_steps // 10)} "
     f"steps, ||W|| still growing; set on a trial (seed {ORTHO_TRIAL_SEED}: worst {ORTHO_TRIAL_WORST})",
     competitor="the Att-SVM of the nearest other selection (highest correlation with the global W^mm)",
     against=lambda: orthogonal_check(rival=True),

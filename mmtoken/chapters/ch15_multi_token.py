@@ -18,6 +18,7 @@ import torch
 
 from mmtoken import config, validate
 from mmtoken.attention import geometry, svm, svm_solvers
+from mmtoken.book import report
 from mmtoken.book.ledger import Measured, claim
 from mmtoken.book.plotting import one_panel, panel_titles, style, two_panels
 from mmtoken.selfattention import tfsvm
@@ -41,7 +42,6 @@ SCORES = np.array(
 )  # O = {0, 3}
 """The designed scores ``gamma_it = u^T x_it``: selected tokens share the top score, the others share the
 bottom one (equal scores keep the finite corrections of GD small, as in paper A's Theorem 2)."""
-
 
 
 @dataclass(frozen=True)
@@ -584,12 +584,6 @@ GENERIC_TRIAL_MET = tuple(  # the trial's seeds that met the threshold, judged a
 QUICK = settings("quick")  # the settings the claim's text names
 
 
-def _short_e(x: float) -> str:
-    """A tolerance as the claims write it: ``1e-3``."""
-    mantissa, exponent = f"{x:.0e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
-
-
 def gen_svm_check(r: MultiResult, ref: str = "tied") -> Measured:
     """The claim's check with GD's direction compared to ``ref`` (``"tied"``: the generalised SVM, the claim;
     ``"untied"``: the competitor), on the designed and on the generic instance."""
@@ -627,8 +621,8 @@ def gen_svm_check(r: MultiResult, ref: str = "tied") -> Measured:
     "designed sets and its direction matches the generalised SVM (ties inside, margin 1 outside) of the "
     "selected sets; on a generic instance where the tied and untied SVMs are apart it turns towards the "
     "tied one.",
-    threshold=f"designed instance, every start: a clean split (selected >= {_short_e(HIGH)}, others <= "
-    f"{_short_e(LOW)}) equal to the designed optimal sets, no float64 underflow, correlation with the generalised "
+    threshold=f"designed instance, every start: a clean split (selected >= {report.sci(HIGH)}, others <= "
+    f"{report.sci(LOW)}) equal to the designed optimal sets, no float64 underflow, correlation with the generalised "
     f"SVM >= {DESIGNED_CORR}; generic instance ({QUICK.steps} steps from W = 0): correlation with the tied SVM >= "
     f"{GENERIC_TIED_CORR} and above that with the untied SVM (set on a trial on seeds "
     f"{', '.join(map(str, GENERIC_TRIAL))}, where only {', '.join(map(str, GENERIC_TRIAL_MET))} met it)",
