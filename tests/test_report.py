@@ -331,3 +331,18 @@ def test_on_grid_rounds_to_multiples_of_the_step():
     assert report.on_grid(1234.0, 100) == "1200"
     with pytest.raises(ValueError, match="step"):
         report.on_grid(1.0, 0)
+
+
+def test_claim_text_numbers_are_written_as_the_claims_write_them():
+    assert (report.sci(1e-6), report.sci(2e-3)) == ("1e-6", "2e-3")  # Python's own: 1e-06, 0.002
+    assert (report.power_of_ten(10**6), report.power_of_ten(20_000)) == ("10^6", "2 * 10^4")
+    assert report.spaced(20_000) == "20 000"
+    assert report.numbers([-1, 0, 0.9]) == "(-1, 0, 0.9)"
+    assert report.numbers([0, -1], ",") == "(0,-1)"
+    assert report.numbers([0.5, 0.05], brackets="{}") == "{0.5, 0.05}"
+    assert report.numbers([0.05, 0.1], brackets="") == "0.05, 0.1"
+    for bad in (0, 25, 110):
+        with pytest.raises(ValueError, match="power of ten"):
+            report.power_of_ten(bad)
+    with pytest.raises(ValueError, match="brackets"):
+        report.numbers([1], brackets="(")

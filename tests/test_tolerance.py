@@ -118,3 +118,20 @@ def test_nbval_compares_tagged_cells_with_the_tolerance(stored, tags, passes, re
     name = request.node.name.replace("[", "_").replace("]", "").replace(" ", "_")[-40:]
     done = _run_nbval(name, stored, tags)
     assert (done.returncode == 0) == passes, done.stdout[-3000:]
+
+
+def test_glued_and_displayed_text_is_compared_like_a_stream():
+    # the claims appendix glues the ledger as JSON text (a rich output), beside its printed text
+    glued = "application/papermill.record/text/plain"
+    stored = [
+        nbformat.v4.new_output("display_data", data={glued: '{"worst": 0.85, "status": "known miss"}'}),
+        nbformat.v4.new_output("stream", name="stdout", text="qk 16.5\n"),
+    ]
+    fresh = [
+        nbformat.v4.new_output("display_data", data={glued: '{"worst": 0.84, "status": "known miss"}'}),
+        nbformat.v4.new_output("stream", name="stdout", text="qk 16.0\n"),
+    ]
+    snapped = tolerance.snap_outputs(stored, fresh)
+    assert snapped[0].data[glued] == stored[0].data[glued] and snapped[1].text == stored[1].text
+    flipped = [nbformat.v4.new_output("display_data", data={glued: '{"worst": 0.84, "status": "pass"}'})]
+    assert tolerance.snap_outputs(stored[:1], flipped)[0].data[glued] != stored[0].data[glued]

@@ -81,8 +81,10 @@ def snap(stored: str, test: str, rtol: float = RTOL, atol: float = ATOL) -> str:
 
 
 def snap_outputs(stored: list[dict], test: list[dict], rtol: float = RTOL, atol: float = ATOL) -> list[dict]:
-    """A cell's fresh outputs with :func:`snap` applied to each stream, stream by stream (stdout with
-    stdout, stderr with stderr, in order); outputs of other types are returned as they are.
+    """A cell's fresh outputs with :func:`snap` applied to each text it holds: each stream against the stored
+    stream of its name (stdout with stdout, in order), and each text of a rich output (``text/plain``, a
+    glued value's ``application/papermill.record/text/plain``) against the same key of the stored rich output
+    at the same position; other outputs and keys are returned as they are.
 
     Parameters
     ----------
@@ -98,13 +100,23 @@ def snap_outputs(stored: list[dict], test: list[dict], rtol: float = RTOL, atol:
         return text
 
     stored_text, test_text = streams(stored), streams(test)
-    out, done = [], set()
+    stored_rich = [o for o in stored if "data" in o]
+    out, done, k = [], set(), 0
     for o in test:
-        if o.get("output_type") != "stream":
+        if "data" in o:
+            ref = stored_rich[k].get("data", {}) if k < len(stored_rich) else {}
+            k += 1
+            merged = copy.copy(o)  # keeps nbformat's node type: nbval reads attributes
+            merged["data"] = copy.copy(o["data"])
+            for key, value in o["data"].items():
+                if isinstance(value, str) and isinstance(ref.get(key), str) and not key.startswith("image/"):
+                    merged["data"][key] = snap(ref[key], value, rtol, atol)
+            out.append(merged)
+        elif o.get("output_type") != "stream":
             out.append(o)
         elif o["name"] not in done:
             done.add(o["name"])
-            merged = copy.copy(o)  # keeps nbformat's node type: nbval reads ``output.text``
+            merged = copy.copy(o)
             merged["text"] = snap(stored_text.get(o["name"], ""), test_text[o["name"]], rtol, atol)
             out.append(merged)
     return out
