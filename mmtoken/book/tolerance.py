@@ -13,8 +13,9 @@ layer-0 averaged map, 36 against 32 effective patches, 12 %; chapter 12's contro
 for a third CPU. A claim's verdict is a word, so it never gets the tolerance: a claim that passes on one
 CPU and fails on another fails the comparison.
 
-Nothing here runs a notebook: :func:`snap` is what the repository's ``conftest.py`` applies to nbval's
-comparison and ``tests/test_from_wheel.py`` to its own.
+Nothing here runs a notebook: the repository's ``conftest.py`` applies :func:`snap_outputs` (each stream and
+each glued or displayed text, through :func:`snap`) to nbval's comparison of a tagged cell, and
+``tests/test_from_wheel.py`` applies :func:`snap` to its own.
 """
 
 from __future__ import annotations
