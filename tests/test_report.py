@@ -346,3 +346,8 @@ def test_claim_text_numbers_are_written_as_the_claims_write_them():
             report.power_of_ten(bad)
     with pytest.raises(ValueError, match="brackets"):
         report.numbers([1], brackets="(")
+
+
+def test_on_grid_prints_a_diverged_value_as_it_is():
+    assert report.on_grid(float("nan"), 0.5) == "nan" and report.on_grid(float("-inf"), 0.01) == "-inf"
+    assert report.on_grid(16.3, 0.5) == "16.5"

@@ -128,10 +128,12 @@ def on_grid(x: float, step: float) -> str:
     For a result whose last digits move across numeric environments (a trained
     model's accuracy): ``step`` is chosen coarser than the spread measured across
     environments (CONTRIBUTING, "Stored outputs that hold on any machine").
-    ``on_grid(0.8497, 0.01)`` gives ``"0.85"``.
+    ``on_grid(0.8497, 0.01)`` gives ``"0.85"``; a NaN or infinite ``x`` prints as ``"nan"``, ``"inf"``.
     """
     if not step > 0:
         raise ValueError(f"step must be positive, got {step!r}")
+    if not math.isfinite(x):  # a run that diverged (chapter 9's collapsed control can end in NaN)
+        return str(float(x))
     decimals = len(f"{step:.10f}".rstrip("0").split(".")[1])
     return f"{round(float(x) / step) * step:.{decimals}f}"
 
@@ -247,10 +249,12 @@ def _clip(text: str, width: int) -> str:
 
 
 def claims_text(results: Iterable[Result | dict]) -> str:
-    """Plain text: one line per claim with status and measured value (no timings)."""
-    return "\n".join(
-        f"{status(r):10s} {row_dict(r)['id']:28s} {_clip('; '.join(measured_items(r)), 90)}" for r in results
-    )
+    """Plain text: one line per claim with status and its whole measured value (no timings).
+
+    Never clipped: nbval compares it, chapters 9 and 12 with a tolerance, and a line clipped at a fixed
+    width would cut a different number where a wider one comes first (``8.0`` on one CPU, ``10.0`` on another).
+    """
+    return "\n".join(f"{status(r):10s} {row_dict(r)['id']:28s} {'; '.join(measured_items(r))}" for r in results)
 
 
 OUTPUT_WIDTH = 72
