@@ -228,3 +228,73 @@ def test_trainers_refuse_bad_input(inst):
         ch13.train_kq(problem, np.zeros((5, 2)), np.zeros((5, 3)), steps=1)
     with pytest.raises(ValueError, match="Y"):
         tfsvm.w_problem(inst["X"], inst["Y"] * 2, inst["v"], inst["Z"])
+
+
+# ---------------------------------------------------------------- the rank-constrained SVM (m < d)
+
+
+def test_balanced_factors_cost_the_truncated_nuclear_norm():
+    W = np.random.default_rng(2).normal(size=(5, 5))
+    S = np.linalg.svd(W, compute_uv=False)
+    for m in (1, 3, 5):
+        x = ch13.balanced_factors(W, m)
+        K, Q = x[: 5 * m].reshape(5, m), x[5 * m :].reshape(5, m)
+        assert np.abs(K @ Q.T - ch13.truncate(W, m)).max() < 1e-12
+        assert 0.5 * (x @ x) == pytest.approx(S[:m].sum(), rel=1e-12)
+        assert ch13.numerical_rank(ch13.truncate(W, m), 1e-9) == m
+
+
+def test_rank_svm_is_the_convex_svm_where_the_rank_bound_is_loose(inst):
+    alpha = [3, 0, 1]
+    nuc = ch13.nuclear_svm(inst["X"], inst["Z"], alpha)
+    m = nuc.rank(1e-6)
+    sol = ch13.rank_svm(inst["X"], inst["Z"], alpha, m, n_starts=5)
+    assert sol.lower == pytest.approx(nuc.objective)
+    # the factored problem's value is the convex one (the SDP is certified), and W is the same point
+    assert sol.objective == pytest.approx(nuc.objective, rel=1e-5)
+    assert ch13.corr(sol.W, nuc.W) > 1 - 1e-6
+    assert sol.agree >= 1
+
+
+def test_rank_svm_binds_below_the_rank_of_att_svm_star(inst):
+    alpha = [3, 0, 1]
+    nuc = ch13.nuclear_svm(inst["X"], inst["Z"], alpha)
+    m = nuc.rank(1e-6) - 1
+    assert m >= 1
+    sol = ch13.rank_svm(inst["X"], inst["Z"], alpha, m)
+    margins = nuc.D @ sol.W.ravel()
+    assert margins.min() >= 1 - 1e-8  # feasible
+    assert np.linalg.matrix_rank(sol.W, tol=1e-9 * np.abs(sol.W).max()) <= m
+    assert sol.objective > nuc.objective * (1 + 1e-4)  # the rank constraint costs something
+    # balanced at the optimum: the factor cost is the nuclear norm of K Q^T
+    assert np.linalg.svd(sol.W, compute_uv=False).sum() == pytest.approx(sol.objective, rel=1e-5)
+    # no feasible rank-m point nearby is cheaper (a local minimum): perturb the factors, rescale to margin 1
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        K = sol.K + 1e-3 * rng.normal(size=sol.K.shape)
+        Q = sol.Q + 1e-3 * rng.normal(size=sol.Q.shape)
+        W = K @ Q.T
+        W = W / (nuc.D @ W.ravel()).min()
+        assert np.linalg.svd(W, compute_uv=False).sum() >= sol.objective * (1 - 1e-6)
+    # the run's view: polishing the best point's own direction stays there
+    again = ch13.polish(inst["X"], inst["Z"], alpha, 3.0 * sol.W, m)
+    assert again.objective == pytest.approx(sol.objective, rel=1e-6)
+
+
+def test_rank_svm_and_polish_name_bad_arguments(inst):
+    alpha = [3, 0, 1]
+    with pytest.raises(ValueError, match="m must be at most d"):
+        ch13.rank_svm(inst["X"], inst["Z"], alpha, 6)
+    with pytest.raises(ValueError, match="m"):
+        ch13.rank_svm(inst["X"], inst["Z"], alpha, 0)
+    with pytest.raises(ValueError, match="n_starts"):
+        ch13.rank_svm(inst["X"], inst["Z"], alpha, 2, n_starts=-1)
+    with pytest.raises(ValueError, match="W must separate"):
+        ch13.polish(inst["X"], inst["Z"], alpha, np.zeros((5, 5)), 2)
+
+
+def test_the_rank_claims_check_rejects_both_competitors():
+    # the claim's own check on the chapter's run; each competitor is the same check with another target
+    for target in ("nuclear", "truncated"):
+        m = ch13.constrained_check(target)
+        assert not m.passed and m.value["below_0.99"] > 0 and m.value["binding"] >= 1
