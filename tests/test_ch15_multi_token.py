@@ -157,3 +157,113 @@ def test_generic_instance_criteria():
     tied = mt.w_gen_svm(inst.X, inst.Z, sets)
     free = mt.w_gen_svm(inst.X, inst.Z, sets, tied=False)
     assert geometry.correlation(tied.ravel(), free.ravel()) < mt.GENERIC["max_tied_untied_corr"]
+
+
+# ---------------------------------------------------------------- paper C's own experiment (ReLU head)
+def test_public_draw_reproduces_the_public_generator():
+    """Seed 1 at n = 3, T = 4, d = 4, as the public ``data_generator(1, mode="relu")`` draws it (checked once
+    against the public notebook's generator run on the same torch; the values are float32 draws)."""
+    X, Y, Z, V = mt.public_draw(1, 3, 4, 4)
+    assert X.shape == (3, 4, 4) and Y.shape == (3,) and Z.shape == (3, 4) and V.shape == (4, 4)
+    assert X.dtype == np.float64
+    np.testing.assert_allclose(V[0], [-0.40382618, -0.19858682, -0.17310914, -0.42603162], atol=1e-7)
+    np.testing.assert_allclose(X[0, 0], [-0.45348573, -0.75525045, 0.45515788, 0.12953264], atol=1e-7)
+    np.testing.assert_allclose(Z[0], [-0.11623929, 0.69840926, -0.20818025, -0.67481399], atol=1e-7)
+    np.testing.assert_array_equal(Y, [1.0, -1.0, 1.0])
+    np.testing.assert_allclose(np.linalg.norm(V), 1.0, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(X, axis=-1), 1.0, atol=1e-6)
+    # seed 3 draws no negative label: the public loop skips it
+    assert (mt.public_draw(3, 3, 4, 4)[1] > 0).all()
+
+
+def test_public_draw_and_init_bad_input():
+    with pytest.raises(ValueError, match="d"):
+        mt.public_draw(1, 3, 4, 0)
+    with pytest.raises(ValueError, match="seed"):
+        mt.public_draw(-1)
+    with pytest.raises(ValueError, match="init_seed"):
+        mt.public_init(1, 4, -2)
+    W0 = mt.public_init(5, 9)
+    assert W0.shape == (9, 9) and np.abs(W0).max() <= 1 / 3
+    np.testing.assert_array_equal(W0, mt.public_init(5, 9))
+    assert not np.array_equal(W0, mt.public_init(5, 9, init_seed=1))
+
+
+def _batch(seeds=(1, 2), d=5):
+    draws = [mt.public_draw(s, 3, 4, d) for s in seeds]
+    return mt.PublicBatch(*(np.stack([dr[k] for dr in draws]) for k in range(4)))
+
+
+def test_relu_gradient_matches_autograd():
+    obj = _batch().objective()
+    W = torch.randn(2, 5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 3
+    G, log_s = obj.grad(W)
+    Wr = W.clone().requires_grad_(True)
+    (Ga,) = torch.autograd.grad(obj.value(Wr).sum(), Wr)
+    torch.testing.assert_close(G, Ga, rtol=1e-10, atol=1e-15)
+    torch.testing.assert_close(log_s.exp().sum(-1), torch.ones(2, 3, dtype=torch.float64))
+
+
+def test_relu_gradient_keeps_its_direction_when_saturated():
+    """Far out along a direction the top token's row is formed from the small probabilities: the gradient lies in
+    the span of the key differences ``(x_it - x_iu) z_i^T`` (the naive ``g - s^T g`` loses that once ``1 - s_top``
+    rounds)."""
+    b = _batch(seeds=(1,))
+    obj = b.objective()
+    W = torch.randn(1, 5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 200
+    G, log_s = obj.grad(W)
+    assert log_s.exp().max(-1).values.min() == 1.0  # saturated in float64
+    K = np.asarray(tfsvm.w_keys(b.X[0], b.Z[0]))  # (n, T, d^2)
+    diffs = (K[:, 1:] - K[:, :1]).reshape(-1, 25)  # the span of the key differences
+    g = G[0].numpy().ravel()
+    coef = np.linalg.lstsq(diffs.T, g, rcond=None)[0]
+    assert np.linalg.norm(diffs.T @ coef - g) <= 1e-8 * np.linalg.norm(g)
+
+
+def test_public_batch_and_train_w_bad_shapes():
+    b = _batch()
+    with pytest.raises(ValueError, match="PublicBatch"):
+        mt.PublicBatch(b.X, b.Y[:, :2], b.Z, b.V).objective()
+    with pytest.raises(ValueError, match="W0"):
+        mt.train_w(b, np.zeros((2, 4, 4)), 1, 0.1)
+
+
+def test_public_fit_recovers_finite_part_and_coefficient():
+    """``W_last = W_fin + 5 W_mm`` with ``W_fin`` in the ties' span and attention from ``W_last``: the fit returns
+    that ``W_fin`` (the projection on the ties' span) and ``R = 5``."""
+    X, _, Z, _ = mt.public_draw(1, 3, 4, 5)
+    sets = [(0, 1), (2,), (1, 3)]
+    W_mm = mt.w_gen_svm(X, Z, sets)
+    _, _, E, _ = mt.constraint_rows(np.asarray(tfsvm.w_keys(X, Z)), sets)
+    A = np.random.default_rng(0).normal(size=25)
+    W_fin0 = np.linalg.lstsq(E, E @ A, rcond=None)[0].reshape(5, 5)  # projection of A on the ties' span
+    W_last = W_fin0 + 5.0 * W_mm
+    log_s = torch.log_softmax(torch.as_tensor(np.einsum("ntd,de,ne->nt", X, W_last, Z)), -1).numpy()
+    got_mm, W_fin, R = mt.public_fit(X, Z, log_s, sets, W_last)
+    np.testing.assert_allclose(got_mm, W_mm)
+    np.testing.assert_allclose(W_fin, W_fin0, atol=1e-9)
+    assert abs(R - 5.0) < 1e-9
+    assert mt.projection_residual(X, Z, sets, W_fin, W_last) < 1e-10
+    assert abs(geometry.correlation(W_last.ravel(), (W_fin + R * W_mm).ravel()) - 1) < 1e-12
+
+
+def test_public_runs_small():
+    """A short public loop: kept runs in seed order, every candidate seed accounted for, records to the last step."""
+    s = mt.Settings(pub_ds=(4,), pub_runs=2, pub_steps=301)
+    a, meta = mt.public_runs(s, 4)
+    seeds = a["seed"]
+    assert len(seeds) == 2 and seeds[0] >= s.pub_first_seed and seeds[1] > seeds[0]
+    assert meta["tried"] == seeds[-1] - s.pub_first_seed + 1  # the loop stops at the last kept seed
+    assert sum(meta["rejected"].values()) + len(seeds) == meta["tried"]
+    assert a["steps"][-1] == s.pub_steps and a["eq"].shape == (2, len(a["steps"]))
+    assert (a["eq"][:, -1] >= a["mm"][:, -1] - 1e-6).all()  # at the last step the fit includes W_mm's line
+    assert (a["log10_out"] <= np.log10(s.pub_low) + 1e-9).all() and (a["fin_residual"] < 1e-8).all()
+    for sets in meta["sets"]:
+        assert len(sets) == s.pub_n and all(len(o) >= 1 for o in sets)
+
+
+def test_public_result_gap_bad_ref():
+    r = mt.PublicResult((4,), {4: {"eq": np.ones((2, 3)), "mm": np.ones((2, 3)), "one": np.ones((2, 3))}}, {})
+    np.testing.assert_allclose(r.gap(4), 0.0)
+    with pytest.raises(ValueError, match="ref"):
+        r.gap(4, "untied")
