@@ -192,7 +192,7 @@ def test_the_study_is_judged_on_held_out_seeds_and_the_controls_never_see_test_d
     assert broken.train.lr == pytest.approx(20 * QUICK.train.lr) and broken.train.grad_clip is None
     assert broken.train.warmup == 0.0 and broken.map_epochs is None
     assert not set(vs.DEV_SEEDS) & set(vs.HELD_OUT_SEEDS)
-    assert not set(vs.EARLIER_SEEDS) & set(vs.HELD_OUT_SEEDS) | set(vs.DEV_SEEDS)  # fresh seeds, never reused
+    assert not set(vs.EARLIER_SEEDS) & (set(vs.HELD_OUT_SEEDS) | set(vs.DEV_SEEDS))  # fresh seeds, never reused
     paper = vs.controls(vs.settings("paper"))
     assert {e.dataset for g in paper.values() for e in g} == {"cifar-10"} and paper["seeds"][0] == PAPER
     assert paper["collapse"][0].map_epochs is None  # one epoch: the paper's map epochs would not fit
