@@ -7,9 +7,9 @@ __all__ = ['CHAPTER', 'PENALTY', 'RANK_STARTS', 'RANK_TOL', 'NUCLEAR_SOLVER', 'N
            'numerical_rank', 'nuclear_certificate', 'nuclear_svm', 'kq_grad', 'train_kq', 'starts', 'imbalance', 'flat',
            'corr', 'SizeResult', 'one_size', 'contrast', 'WvsKQ', 'run', 'plot_correlations', 'summary',
            'summary_table', 'slow_instances', 'PlainCone', 'plain_cone', 'plain_cone_run', 'plot_singular_values',
-           'RankSolution', 'truncate', 'balanced_factors', 'local_search', 'rank_svm', 'polish', 'RankRun', 'rank_run',
-           'naive_grad', 'train_w_naive', 'NaiveRun', 'naive_run', 'plot_naive', 'w_check', 'kq_check', 'rank_check',
-           'constrained_check', 'either', 'plain_check']
+           'RankSolution', 'truncate', 'balanced_factors', 'local_search', 'rank_svm', 'polish', 'RankRun',
+           'finite_corr', 'rank_run', 'naive_grad', 'train_w_naive', 'NaiveRun', 'naive_run', 'plot_naive', 'w_check',
+           'kq_check', 'rank_check', 'constrained_check', 'either', 'plain_check']
 
 # %% book/part3/13_w_vs_kq.ipynb #7873d6d2
 import functools
@@ -764,7 +764,7 @@ def local_search(relax: NuclearSolution, m: int, x0s) -> RankSolution:
             lambda x: 0.5 * x @ x, x0, jac=lambda x: x, constraints=[constraint], method="SLSQP",
             options={"maxiter": 2000, "ftol": 1e-12},
         )  # fmt: skip
-        if res.success and margins(res.x).min() >= -1e-9:
+        if margins(res.x).min() >= -1e-9:  # a feasible end point (SLSQP's flag can be off at a converged point)
             values[j] = res.fun
             if best is None or res.fun < best.fun:
                 best = res
@@ -833,6 +833,15 @@ class RankRun:
         return self.rank_nuc > self.settings.rank_m
 
 
+def finite_corr(W, refs) -> np.ndarray:
+    """:func:`corr` of ``W (B, d, d)`` with ``refs``, ``-1`` where a reference is NaN (no start ended feasible)."""
+    ok = np.isfinite(refs).all(axis=(-2, -1))
+    out = np.full(len(W), -1.0)
+    if ok.any():
+        out[ok] = corr(W[ok], refs[ok])
+    return out
+
+
 @functools.lru_cache(maxsize=None)
 def rank_run(s: Settings = Settings()) -> RankRun:
     """``s.count`` draws of size ``s.rank_size`` from seed ``s.rank_seed``, trained on rank-``s.rank_m`` factors
@@ -864,7 +873,7 @@ def rank_run(s: Settings = Settings()) -> RankRun:
         solutions=sols,
         local=local,
         rank_nuc=np.array([sol.rank() for sol in nuc]),
-        corr={k: np.nan_to_num(corr(W, ref), nan=-1.0) for k, ref in targets.items()},
+        corr={k: finite_corr(W, ref) for k, ref in targets.items()},
     )
 
 # %% book/part3/13_w_vs_kq.ipynb #d22b3897
