@@ -3,26 +3,15 @@
 The package is the book's library, by topic (as QuantEcon.py is); each topic is a subpackage
 whose docstring lists its modules (``help(mmtoken.attention)``):
 
-- :mod:`mmtoken.attention`: paper A, one softmax attention layer selecting tokens: ``model``,
-  ``losses``, ``grad`` (saturation-safe gradients), ``fastpath`` and ``fastpath_kernels``
-  (compiled CPU kernels), ``train`` (GD, normalized GD, regularization paths), ``joint`` (joint (v, p) training),
-  ``smoothness`` (the step condition), ``svm`` (Att-SVM and the other hard-margin problems) and ``svm_solvers``,
-  ``geometry`` (optimal tokens, neighbours, cones, correlations), ``instances`` (the published
-  configurations), ``long_paths`` and ``random_batch`` (Part I's shared long runs),
-  ``public_code`` (a replica of the public code, for comparison).
-- :mod:`mmtoken.embeddings`: paper B, attention with trained embeddings: ``embedding`` (the
-  model, the one step, the ``<cls>`` problem), ``synthetic`` (the data model), ``corpus_stats``
-  (token statistics of a labelled corpus), and the real-review runs of chapter 12 (``review_*``).
-- :mod:`mmtoken.selfattention`: paper C, transformers as SVMs: ``tfsvm`` (the W model, its
-  trainer, the Frobenius SVM, Part III's random instances).
-- :mod:`mmtoken.vision`: the vision transformer of chapter 9: ``vit``, ``vit_train``, its runs
-  (``vit_runs``) and their cache (``vit_cache``).
+- :mod:`mmtoken.attention`: paper A, one softmax attention layer selecting tokens (model, losses,
+  gradients, trainers and their compiled kernels, the hard-margin problems, geometry, instances).
+- :mod:`mmtoken.embeddings`: paper B, attention with trained embeddings, and the real-review runs of chapter 12.
+- :mod:`mmtoken.selfattention`: paper C, transformers as SVMs.
+- :mod:`mmtoken.vision`: the vision transformer of chapter 9, its runs and their cache.
 - :mod:`mmtoken.datasets`: the offline data (IMDB, Yelp, Rotten Tomatoes, Fashion-MNIST,
-  CIFAR-10): sources, downloads, parsers, tokenizer; ``python -m mmtoken.datasets fetch|status``.
-- :mod:`mmtoken.book`: what checks, stores and shows results: ``ledger`` (the claims),
-  ``resultcache`` (the one results cache), ``fingerprint`` (the code a result depends on),
-  ``pages`` (the book's order and titles), ``report`` and ``html_tables`` (the claims appendix),
-  ``plotting`` (the theme and figure types), ``tolerance`` (how nbval compares trained results).
+  CIFAR-10); ``python -m mmtoken.datasets fetch|status``.
+- :mod:`mmtoken.book`: what checks, stores and shows results: the claims ledger, the results cache,
+  the book's order and titles, the claims appendix, the figures' theme.
 - :mod:`mmtoken.chapters`: each chapter's experiment (settings, ``run``, figures, claims),
   generated from the book's ``#| export`` cells; never edited by hand.
 - set-up: :mod:`mmtoken.config` (the quick/paper switch, device, seeds, progress) and

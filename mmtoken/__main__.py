@@ -1,18 +1,18 @@
 """Command line: ``python -m mmtoken claims`` and ``python -m mmtoken figures``.
 
-``claims`` reports the results recorded when the chapters ran (the results
-cache), evaluating only the claims with no record valid for today's code and
-scale; ``claims --recompute`` evaluates every selected claim again.
+``claims`` reports the results recorded when the chapters ran (the results cache), evaluating only the
+claims with no record valid for today's code and scale; ``claims --recompute`` evaluates every selected
+claim again.
 
-Exit status: 0 success, 1 a claim failed, 2 bad usage or environment (the
-message names the argument or variable: an unknown claim or figure, an
-unusable ``MMTOKEN_DEVICE``, ``MMTOKEN_DATA`` or ``MMTOKEN_SCALE``, an
-output folder that cannot be written).
+Exit status: 0 success, 1 a claim failed, 2 bad usage or environment (the message names the argument or
+variable: an unknown claim or figure, an unusable ``MMTOKEN_DEVICE``, ``MMTOKEN_DATA`` or ``MMTOKEN_SCALE``,
+an output folder that cannot be written).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -53,8 +53,7 @@ def _claims(args) -> int:
     from mmtoken.chapters import load_all
 
     load_all()
-    selected = ledger.select(args.only)
-    if not selected:
+    if not ledger.select(args.only):
         print(f"no claim matches {args.only}", file=sys.stderr)
         return 2
     # recorded results (evaluated when the chapters ran) unless missing, stale or --recompute
@@ -70,8 +69,7 @@ def _figures(args) -> int:
     out = _writable_folder(Path(args.out))  # before any figure is computed
     written = 0
     for module in _figure_modules(args.only):
-        figures = _import(module).FIGURES
-        for fig_name, make in figures.items():
+        for fig_name, make in importlib.import_module(module).FIGURES.items():
             if args.only and not any(o in fig_name or o == module.rpartition(".")[2] for o in args.only):
                 continue
             # drawn from the chapter's results, which the results cache keeps: a redraw is cheap
@@ -84,12 +82,6 @@ def _figures(args) -> int:
     return 0
 
 
-def _import(module: str):
-    import importlib
-
-    return importlib.import_module(module)
-
-
 def _draw(make, stem: Path) -> list[str]:
     """Draw one ``FIGURES`` entry in the book's theme and save it as PNG and PDF."""
     import matplotlib.pyplot as plt
@@ -98,7 +90,8 @@ def _draw(make, stem: Path) -> list[str]:
 
     use_headless()
     set_theme()
-    fig = _make_figure(make)
+    fig = make()  # every entry takes no argument: it runs, or reads, its own results
+    fig = fig if hasattr(fig, "savefig") else fig.figure
     try:
         return save(fig, str(stem))
     finally:
@@ -106,11 +99,8 @@ def _draw(make, stem: Path) -> list[str]:
 
 
 def _figure_modules(only: list[str] | None) -> list[str]:
-    """The chapters' modules that may hold the figures ``only`` (all of them without ``only``).
-
-    Read as text, without importing anything: a module is a candidate if its
-    name is asked for or its source names one of the asked figures.
-    """
+    """The chapters' modules that may hold the figures ``only`` (all without ``only``): read as text, without
+    importing anything, those whose name is asked for or whose source names an asked figure."""
     from mmtoken import chapters
 
     out = []
@@ -119,12 +109,6 @@ def _figure_modules(only: list[str] | None) -> list[str]:
         if not only or any(o == name or o in source for o in only):
             out.append(f"{chapters.__name__}.{name}")
     return out
-
-
-def _make_figure(make):
-    """Call a ``FIGURES`` entry (every one takes no argument: it runs, or reads, its own results)."""
-    fig = make()
-    return fig if hasattr(fig, "savefig") else fig.figure
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,17 +1,9 @@
 """Configuration in one place: the size switch, the device, dtype, seeding, determinism, progress bars.
 
-The book runs at two scales:
-
-``quick``
-    the default: every chapter executes in seconds to a few minutes on a
-    2-core laptop CPU; this is what nbval and the claims ledger check.
-``paper``
-    the published (or larger) sizes: more steps, more instances, longer
-    training; meant for a GPU.
-
-Select the scale with the environment variable ``MMTOKEN_SCALE`` or with
-:func:`set_scale`; experiments read it through :func:`scale` and
-:func:`pick`.
+The book runs at two scales: ``quick``, the default (every chapter executes in seconds to a few minutes on
+a 2-core laptop CPU; what nbval and the claims ledger check), and ``paper``, the published (or larger)
+sizes, meant for a GPU. Select it with ``MMTOKEN_SCALE`` or :func:`set_scale`; experiments read it
+through :func:`scale` and :func:`pick`.
 """
 
 from __future__ import annotations
@@ -158,11 +150,8 @@ def _checked_device(name: str) -> torch.device:
 
 
 def device_report() -> str:
-    """Two lines for a chapter's setup cell: the device found and how to switch the scale.
-
-    The text depends on the machine (a GPU's name), so chapters print it in a
-    cell whose output nbval does not compare.
-    """
+    """Two lines for a chapter's setup cell: the device found and how to switch the scale (the text depends
+    on the machine, so chapters print it in a cell whose output nbval does not compare)."""
     import torch
 
     dev = device()
@@ -241,13 +230,8 @@ def seed_everything(seed: int) -> torch.Generator:
 
 
 def data_dir() -> Path:
-    """Folder for downloaded data and cached results (``MMTOKEN_DATA`` or ``./data``).
-
-    Defaults to the ``data/`` folder of the repository when the package is
-    installed from a checkout, else to ``~/.cache/mmtoken``. Asking creates
-    nothing: the folder is created by the first write into it (every writer
-    creates the folders of the file it writes).
-    """
+    """Folder for downloaded data and cached results: ``MMTOKEN_DATA``, else the checkout's ``data/``, else
+    ``~/.cache/mmtoken``. Asking creates nothing (every writer creates the folders of the file it writes)."""
     env = os.environ.get("MMTOKEN_DATA")
     if env:
         path = Path(env).expanduser()

@@ -1,11 +1,9 @@
 """Argument checks shared by the public functions: one clear error naming the argument.
 
-The package's entry points accept what a reader types (lists, NumPy arrays,
-torch tensors, Python numbers). These helpers turn such input into the
-expected type or raise :class:`ValueError` naming the argument and saying
-what was expected; nothing is silently truncated (complex numbers, fractional
-counts or selections) and nothing reaches NumPy, SciPy, torch or the compiled
-kernel before it is known to be well formed.
+The package's entry points accept what a reader types (lists, NumPy arrays, torch tensors, Python
+numbers). These helpers turn it into the expected type or raise :class:`ValueError` naming the argument
+and what was expected; nothing is silently truncated (complex numbers, fractional counts or selections)
+and nothing reaches NumPy, SciPy, torch or the compiled kernel before it is known to be well formed.
 """
 
 from __future__ import annotations
@@ -108,12 +106,8 @@ def positive(x, name: str, maximum: float | None = None) -> float:
 def nonnegative(x, name: str) -> float:
     """A finite real number ``>= 0``."""
     x = _scalar(x)
-    if (
-        isinstance(x, (bool, np.bool_))
-        or not isinstance(x, numbers.Real)
-        or not math.isfinite(float(x))
-        or float(x) < 0
-    ):
+    real = isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
+    if not (real and math.isfinite(float(x)) and float(x) >= 0):
         raise ValueError(f"{name} must be a finite number >= 0, got {x!r}")
     return float(x)
 

@@ -1,8 +1,5 @@
 """The book's machinery: what checks, stores and shows the results; it computes none.
 
-The claims ledger, the one results cache and the code fingerprints that key it, the book's order and
-titles, the rendering of the claims appendix, and the figures' theme.
-
 Modules:
 
 - :mod:`fingerprint`: Code fingerprints that cover a computation, not the modules around it.

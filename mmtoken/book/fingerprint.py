@@ -1,29 +1,18 @@
 """Code fingerprints that cover a computation, not the modules around it.
 
-A result (a recorded claim, an experiment's cached arrays) is valid while the
-code that computed it is unchanged. That code is found statically, from the
-source (:mod:`ast`), at the level of **module-level definitions**: a function,
-a class (with its methods) or an assignment, together with every module-level
-name it references, followed transitively across the ``mmtoken`` modules:
+A result (a recorded claim, an experiment's cached arrays) is valid while the code that computed it is
+unchanged. That code is found statically, from the source (:mod:`ast`), at the level of **module-level
+definitions** (a function, a class with its methods, an assignment) with every module-level name each
+references, followed transitively across the ``mmtoken`` modules: a bare name resolves to its definition in
+the same module or to what an ``import`` binds it to (imports inside functions included, re-exports
+followed); an attribute of an imported module (``train.gd``) to that module's definition; a module used as
+a value (``getattr(train, name)``) or a star import brings in all of that module. Left out by design
+(:data:`OUTSIDE`): code that stores, fetches or draws a result, which does not change it. Names found by a
+string are not followed; the package's computations do not do that.
 
-* a bare name resolves to the definition of that name in the same module, or
-  to what an ``import`` statement binds it to (``from .train import gd``;
-  imports inside functions included), re-exports followed;
-* an attribute of an imported module (``train.gd``, ``mmtoken.attention.svm.solve``)
-  resolves to that module's definition;
-* a module used as a value (``getattr(train, name)``) or a star import
-  brings in every definition of that module (nothing is missed).
-
-What is left out by design (:data:`OUTSIDE`): plotting, the results cache and
-this module and the downloader (downloads are keyed by their SHA-256):
-code that stores, fetches or draws a result does not change it.
-Names the analysis cannot see (a function found by a string) are not
-followed; the package's computations do not do that.
-
-:func:`of` gives the digest of the closure of some roots (``(module, name)``
-pairs, see :func:`roots_of`), with the versions of NumPy and torch.
-:class:`Index` does the same for a copy of the package elsewhere (the tests
-edit a scratch copy and compare).
+:func:`of` gives the digest of the closure of some roots (``(module, name)`` pairs, :func:`roots_of`),
+with the versions of NumPy and torch; :class:`Index` does the same for a copy of the package elsewhere
+(the tests edit a scratch copy and compare).
 """
 
 from __future__ import annotations
@@ -287,12 +276,10 @@ def index() -> Index:
 
 
 def roots_of(func: Callable) -> list[Node]:
-    """The definition ``func`` lives in: itself at module level, or the module-level function whose
-    body defines it (a closure, a lambda; ``f.<locals>.g`` -> ``f``), or its whole module for a
-    module-level lambda. Code run in a chapter's notebook (``__main__``) that is its generated
-    module's code lives in that module (:func:`mmtoken.chapters.notebook_home`); other notebook code
-    in the whole module, if any, with :func:`outside_key` telling it apart. A wrapped function
-    (``functools.lru_cache``, ``functools.wraps``) is the function it wraps."""
+    """The definition ``func`` (unwrapped) lives in: itself at module level, the module-level function whose
+    body defines it (``f.<locals>.g`` -> ``f``), or its whole module for a module-level lambda. A chapter
+    notebook's code lives in its generated module (:func:`mmtoken.chapters.notebook_home`): in all of it if
+    the reader edited it, in none outside the chapters (:func:`outside_key` tells such code apart)."""
     from mmtoken.chapters import home_of
 
     func = inspect.unwrap(func)
@@ -305,9 +292,7 @@ def roots_of(func: Callable) -> list[Node]:
             return [(home.module, WHOLE)]
         module = home.module
     top = func.__qualname__.split(".")[0]
-    if top == "<lambda>":
-        return [(module, WHOLE)]
-    return [(module, top)]
+    return [(module, WHOLE if top == "<lambda>" else top)]
 
 
 def outside_key(func: Callable) -> str | None:

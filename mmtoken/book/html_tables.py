@@ -58,15 +58,13 @@ class Group:
 
 def ledger_groups(results: Iterable[Result | dict], root: Path = ROOT) -> list[Group]:
     """Rows grouped by chapter, in book order; claims of no page of the book come last."""
-    order = book_order(root)
     rows: dict[str, list[dict]] = {}
     for r in results:
         d = row_dict(r)
         rows.setdefault(d.get("chapter") or "", []).append(d)
-    groups = []
-    for p in order:
-        if p.stem in rows:
-            groups.append(Group(p, f"ledger-{p.stem}", p.heading, tuple(rows.pop(p.stem))))
+    groups = [
+        Group(p, f"ledger-{p.stem}", p.heading, tuple(rows.pop(p.stem))) for p in book_order(root) if p.stem in rows
+    ]
     rest = [d for k in sorted(rows) for d in rows[k]]
     if rest:
         groups.append(Group(None, "ledger-other", "Claims of no chapter", tuple(rest)))
@@ -156,10 +154,10 @@ def benchmark_results(root: Path = ROOT) -> Path:
     return here if here.is_dir() else BOOK_DATA / "benchmarks"
 
 
-def _meta_line(meta: dict | None, fallback: str) -> str:
+def _meta_line(meta: dict | None) -> str:
     """``measured 2026-11-29 on <cpu> (2 cores); torch 2.13.0; torch threads 2; Python 3.11.7``."""
     if not meta:
-        return fallback
+        return "machine not recorded"
     when = f"measured {meta['date']}" if meta.get("date") else "date not recorded"
     machine = meta.get("cpu") or meta.get("machine")
     if machine:
@@ -181,10 +179,12 @@ def benchmark_tables(results_dir: Path, root: Path = ROOT) -> dict[str, tuple[st
     """
     import pandas as pd
 
+    def load(name: str) -> dict | None:
+        f = results_dir / f"{name}.json"
+        return json.loads(f.read_text()) if f.is_file() else None
+
     out: dict[str, tuple[str, Any]] = {}
-    f = results_dir / "figures.json"
-    if f.is_file():
-        data = json.loads(f.read_text())
+    if (data := load("figures")) is not None:
         rows = [
             {
                 "published figure (paper A)": r["figure"],
@@ -197,13 +197,9 @@ def benchmark_tables(results_dir: Path, root: Path = ROOT) -> dict[str, tuple[st
             for r in data["rows"]
         ]
         meta = data.get("meta", {})
-        out["figures"] = (
-            _meta_line(meta, "machine not recorded") + (f"; {meta['steps']} steps" if meta.get("steps") else ""),
-            pd.DataFrame(rows),
-        )
-    f = results_dir / "whole_process.json"
-    if f.is_file():
-        data = json.loads(f.read_text())
+        steps = f"; {meta['steps']} steps" if meta.get("steps") else ""
+        out["figures"] = (_meta_line(meta) + steps, pd.DataFrame(rows))
+    if (data := load("whole_process")) is not None:
         pub = data["rows"].get("public-style script", {}).get("cpu_s_median")
         rows = [
             {
@@ -215,13 +211,9 @@ def benchmark_tables(results_dir: Path, root: Path = ROOT) -> dict[str, tuple[st
             for name, r in data["rows"].items()
         ]
         meta = data.get("meta", {})
-        out["whole_process"] = (
-            _meta_line(meta, "machine not recorded") + (f"; {meta['repeat']} runs each" if meta.get("repeat") else ""),
-            pd.DataFrame(rows),
-        )
-    f = results_dir / "random.json"
-    if f.is_file():
-        data = json.loads(f.read_text())
+        runs = f"; {meta['repeat']} runs each" if meta.get("repeat") else ""
+        out["whole_process"] = (_meta_line(meta) + runs, pd.DataFrame(rows))
+    if (data := load("random")) is not None:
         measures = {
             "batched (instances/s)": lambda r: f"{r['batched_inst_per_s']:,.0f}",
             "one at a time (instances/s)": lambda r: f"{r['loop_inst_per_s']:,.0f}",
@@ -235,17 +227,15 @@ def benchmark_tables(results_dir: Path, root: Path = ROOT) -> dict[str, tuple[st
         # one column per trainer (two), one row per measure: fits the column
         rows = [{"measure": m, **{name: f(r) for name, r in trainers.items()}} for m, f in measures.items()]
         cfg = f"scale {data.get('scale')}, d = {data.get('d')}, {data.get('steps')} steps"
-        out["random"] = (_meta_line(data.get("meta"), "machine not recorded") + f"; {cfg}", pd.DataFrame(rows))
-    f = results_dir / "book.json"
-    if f.is_file():
-        data = json.loads(f.read_text())
-        chapters = {(nb[: -len(".ipynb")] if nb.endswith(".ipynb") else nb): s for nb, s in data["chapters"].items()}
+        out["random"] = (_meta_line(data.get("meta")) + f"; {cfg}", pd.DataFrame(rows))
+    if (data := load("book")) is not None:
+        chapters = {nb.removesuffix(".ipynb"): s for nb, s in data["chapters"].items()}
         rows = [
             {"page": p.heading, "execution (s)": chapters.pop(p.doc)} for p in book_order(root) if p.doc in chapters
         ]
         rows += [{"page": doc, "execution (s)": s} for doc, s in chapters.items()]
         rows.append({"page": "whole book", "execution (s)": data["total_s"]})
-        out["book"] = (_meta_line(data.get("meta"), "machine not recorded"), pd.DataFrame(rows))
+        out["book"] = (_meta_line(data.get("meta")), pd.DataFrame(rows))
     return out
 
 

@@ -1,38 +1,26 @@
 """The claims ledger: every numerical statement of the book as a check in code.
 
-This module knows nothing about attention. Experiment modules register
-claims with :func:`claim`; :func:`run_claims` runs them and times them.
+Experiment modules register claims with :func:`claim`; :func:`run_claims` runs them. Every evaluation is
+**recorded** in the results cache (``data/results/claims/<scale>/<id>.npz``) under a fingerprint of the code
+the claim's computation depends on (:mod:`mmtoken.book.fingerprint`) and of the scale. A chapter evaluates
+its own claims (:func:`mmtoken.book.report.chapter_claims`); the claims appendix, the tests and
+``python -m mmtoken claims`` read them back with :func:`recorded`, which evaluates only what is missing or
+stale. A claim whose input data are not on disk (``requires=``: Yelp, never downloaded for you) reports
+**data missing**, neither a pass nor a failure, with how to get the data.
 
-Every evaluation is **recorded** in the results cache
-(:mod:`mmtoken.book.resultcache`, ``data/results/claims/<scale>/<id>.npz``) under a
-fingerprint of the code the claim's computation depends on (the definitions
-its function references, transitively: :mod:`mmtoken.book.fingerprint`) and of the
-scale. A chapter evaluates its
-own claims (:func:`mmtoken.book.report.chapter_claims`); the claims appendix, the
-tests and ``python -m mmtoken claims`` then read them back with
-:func:`recorded`, which evaluates only what is missing or stale.
-
-A claim whose input data are not on disk (``requires=``: Yelp, which is never
-downloaded for you) is always registered; it reports **data missing**, neither
-a pass nor a failure, with how to get the data.
-
-A claim function returns a :class:`Measured`: the value it measured and
-whether it meets the threshold that was written down before measuring.
-``kind`` is one of
+A claim function returns a :class:`Measured`: the value it measured and whether it meets the threshold
+written down before measuring. ``kind`` is one of
 
 ``"theorem"``
-    what a result guarantees under its stated hypotheses, checked with the
-    algorithm the theorem is about; must pass;
+    what a result guarantees under its stated hypotheses, checked with the algorithm the theorem is
+    about; must pass;
 ``"observation"``
-    what an experiment shows that no theorem guarantees: real data, or an
-    algorithm beyond the theorems' own (e.g. normalized GD on ``(K, Q)``,
-    Part III); judged on the worst of held-out seeds or instances; a miss may
-    be declared with ``known_miss=`` (its evidence, written after measuring),
-    never by moving the threshold;
+    what an experiment shows that no theorem guarantees (real data, or an algorithm beyond the theorems'
+    own, e.g. normalized GD on ``(K, Q)``); judged on the worst of held-out seeds or instances; a miss may
+    be declared with ``known_miss=`` (its evidence, written after measuring), never by moving the threshold;
 ``"consistency"``
-    an identity the code must satisfy (a closed form against an independent
-    computation of the same quantity); must pass, but is not evidence for a
-    paper's result.
+    an identity the code must satisfy (a closed form against an independent computation of the same
+    quantity); must pass, but is not evidence for a paper's result.
 """
 
 from __future__ import annotations
@@ -67,7 +55,7 @@ __all__ = [
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -158,14 +146,11 @@ def claim(
 ) -> Callable:
     """Register the decorated zero-argument function as claim ``id``.
 
-    ``known_miss``: for an observation that misses its threshold, the evidence
-    (what was measured and why); shown with the result when it misses.
-    ``requires``: a function returning ``None`` when the claim's input data are
-    on disk, else a message saying how to get them; the claim is then reported
-    as *data missing* instead of being run.
-    ``competitor``: the nearest wrong answer the threshold must reject (another SVM,
-    another selection, a collapsed model), in words; ``against``: a zero-argument
-    function applying the claim's own check to that competitor, which must return a
+    ``known_miss``: for an observation that misses its threshold, the evidence (what was measured and why),
+    shown with the result when it misses. ``requires``: a function returning ``None`` when the claim's input
+    data are on disk, else how to get them (the claim is then *data missing*, not run). ``competitor``: the
+    nearest wrong answer the threshold must reject (another SVM, another selection, a collapsed model), in
+    words; ``against``: a zero-argument function applying the claim's own check to it, which must return a
     :class:`Measured` that does *not* pass (``tests/test_competitors*.py`` asserts it).
     """
     if kind not in KINDS:
@@ -205,8 +190,13 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _result(c: Claim, *outcome) -> Result:
+    """The result of claim ``c``: its registered text, then ``outcome`` (the fields from ``measured`` on)."""
+    return Result(c.id, c.statement, c.checks, c.kind, c.chapter, c.threshold, *outcome)
+
+
 def _missing_result(c: Claim, why: str) -> Result:
-    return Result(c.id, c.statement, c.checks, c.kind, c.chapter, c.threshold, None, False, 0.0, "", None, None, why)
+    return _result(c, None, False, 0.0, "", None, None, why)
 
 
 def data_missing(exc: BaseException) -> str | None:
@@ -223,47 +213,25 @@ def data_missing(exc: BaseException) -> str | None:
     return None
 
 
-def _data_failure(r: Result) -> bool:
-    """A result recorded (by older code) for a claim whose data could not be had: never final."""
-    return not r.passed and "DatasetMissing" in (r.error or "")
-
-
 def evaluate(c: Claim) -> Result:
     """Run claim ``c`` now, without reading or writing the record.
 
-    A claim whose data are absent (``requires=``), or whose function raises
-    :class:`~mmtoken.datasets.download.DatasetMissing` (directly or as the cause
-    of what it raises: a loader offline, a file not downloaded), is *data
-    missing*: not run or not judged, never a failure or a known miss.
+    A claim whose data are absent (``requires=``), or whose function fails for want of them
+    (:func:`data_missing`: a loader offline, a file not downloaded), is *data missing*: never a failure.
     """
-    why = c.missing()
-    if why:
+    if why := c.missing():
         return _missing_result(c, why)
     start = time.perf_counter()
     try:
         m = c.func()
         measured, passed, details, error = _jsonable(m.value), bool(m.passed), m.details, None
     except Exception as exc:  # a crashing claim is a failing claim, with the reason
-        why = data_missing(exc)
-        if why:  # its data cannot be had here (offline, not downloaded): neither passed nor failed
+        if why := data_missing(exc):  # no data here (offline, not downloaded): neither passed nor failed
             return _missing_result(c, why)
         measured, passed, details = None, False, ""
         error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     seconds = time.perf_counter() - start
-    return Result(
-        c.id,
-        c.statement,
-        c.checks,
-        c.kind,
-        c.chapter,
-        c.threshold,
-        measured,
-        passed,
-        round(seconds, 2),
-        details,
-        c.known_miss if not passed else None,
-        error,
-    )
+    return _result(c, measured, passed, round(seconds, 2), details, c.known_miss if not passed else None, error)
 
 
 def run_one(c: Claim) -> Result:
@@ -276,17 +244,9 @@ def run_one(c: Claim) -> Result:
 # --------------------------------------------------------------------------- recorded results
 
 
-def _scale() -> str:
-    from mmtoken import config
-
-    return config.scale()
-
-
 def _recordable(c: Claim) -> bool:
-    """Claims of the package's modules are recorded, and those a chapter's notebook runs while its
-    exported cells are the generated module's (:func:`mmtoken.chapters.notebook_home`); not those a
-    test defines on the fly, nor a notebook whose exported code the reader changed: the ledger
-    judges the book's code with its own settings only."""
+    """Whether ``c`` is the book's own code: a package module's claim, or a chapter notebook's whose exported
+    cells are unchanged (:func:`mmtoken.chapters.notebook_home`); not a test's, nor a reader's edit."""
     from mmtoken.chapters import home_of
     from mmtoken.book.fingerprint import index
 
@@ -305,16 +265,12 @@ def code_roots(c: Claim) -> list[tuple[str, str]]:
 
 
 def record_key(c: Claim, scale: str | None = None) -> tuple[str, str, str]:
-    """(path, name, fingerprint) of the record of claim ``c`` at ``scale`` (default: the current one).
-
-    The fingerprint covers the claim's computation (:func:`mmtoken.book.fingerprint.of` the claim
-    function: the definitions it references, transitively, not plotting, caching or download
-    code), :func:`evaluate`, its registered text and threshold, and the scale.
-    """
+    """(path, name, fingerprint) of the record of claim ``c`` at ``scale`` (default: the current one); the
+    fingerprint covers the code from :func:`code_roots`, the claim's registered text and the scale."""
     from mmtoken import config
     from mmtoken.book import fingerprint, resultcache
 
-    scale = scale or _scale()
+    scale = scale or config.scale()
     if scale not in config.SCALES:
         raise ValueError(f"scale must be one of {config.SCALES}, got {scale!r}")
     text = {
@@ -333,11 +289,8 @@ def records_dir(scale: str) -> Path:
 
 
 def record(c: Claim, r: Result) -> None:
-    """Store ``r``, the result of claim ``c`` at the current scale, in the results cache.
-
-    Results whose data are missing are not stored (they depend on the disk, not
-    on the code), nor those of claims defined outside the package (tests).
-    """
+    """Store ``r``, the result of claim ``c`` at the current scale, in the results cache; not if its data are
+    missing (that depends on the disk, not on the code), nor for claims defined outside the package (tests)."""
     if r.missing or r.pending or not _recordable(c):
         return
     from mmtoken.book import resultcache
@@ -368,7 +321,7 @@ def read_record(c: Claim, scale: str | None = None) -> Result | None:
         r = Result(**meta["result"])
     except (resultcache.CacheError, KeyError, TypeError):
         return None
-    return None if _data_failure(r) or r.missing or r.pending else r
+    return None if r.missing or r.pending or (not r.passed and "DatasetMissing" in (r.error or "")) else r
 
 
 def compute_command(c: Claim) -> str:
@@ -378,25 +331,20 @@ def compute_command(c: Claim) -> str:
 
 def pending_result(c: Claim) -> Result:
     """Claim ``c`` without a valid record, shown as *not yet computed* with :func:`compute_command`."""
-    r = _missing_result(c, None)
-    r.pending = f"not yet computed: `{compute_command(c)}`"
-    return r
+    return replace(_missing_result(c, None), pending=f"not yet computed: `{compute_command(c)}`")
 
 
 def recorded(only: list[str] | None = None, compute_missing: bool = True, pending: bool = False) -> list[Result]:
     """The selected claims' results, in id order, read from their records.
 
-    A claim with no valid record (never evaluated at this scale, or evaluated
-    by other code) is evaluated now and recorded when ``compute_missing``;
-    otherwise it is shown as *not yet computed* (:func:`pending_result`) when
-    ``pending``, else left out. A claim whose input data are absent is
-    reported as *data missing* (never read from a record). The claims appendix
+    A claim with no valid record (never evaluated at this scale, or by other code) is evaluated now and
+    recorded when ``compute_missing``, else shown as *not yet computed* (:func:`pending_result`) when
+    ``pending``, else left out; one whose input data are absent is *data missing*. The claims appendix
     reads with ``compute_missing=False, pending=True``: it never computes.
     """
     out = []
     for c in select(only):
-        why = c.missing()
-        if why:
+        if why := c.missing():
             out.append(_missing_result(c, why))
             continue
         r = read_record(c)

@@ -57,8 +57,7 @@ def page_title(path: Path) -> str:
     fence = None
     for line in path.read_text(encoding="utf-8").splitlines():
         s = line.strip()
-        m = re.match(r"^(`{3,}|~{3,})", s)
-        if m:
+        if m := re.match(r"^(`{3,}|~{3,})", s):
             if fence is None:
                 fence = m.group(1)[0] * len(m.group(1))
             elif s.startswith(fence) and s.strip(fence[0]) == "":
@@ -85,11 +84,8 @@ BOOK_DATA = Path(__file__).resolve().parents[1] / "book_data"
 
 
 def book_index(root: Path = ROOT) -> dict:
-    """The book's pages in order and the claims' places: ``{"pages": [...], "places": {...}}``.
-
-    Read from the checkout's ``_toc.yml`` and chapters when ``root`` is one, else from the copy
-    shipped with the package (``BOOK_DATA / "book_index.json"``).
-    """
+    """The book's pages in order and the claims' places: ``{"pages": [...], "places": {...}}``, from the
+    checkout at ``root``, else from the copy shipped with the package (``BOOK_DATA / "book_index.json"``)."""
     if (root / "_toc.yml").is_file():
         return {"pages": [dataclasses.asdict(p) for p in book_order(root)], "places": statement_places(root)}
     shipped = BOOK_DATA / "book_index.json"
@@ -99,13 +95,9 @@ def book_index(root: Path = ROOT) -> dict:
 
 
 def book_order(root: Path = ROOT) -> list[Page]:
-    """Every page of ``_toc.yml`` in reading order, with its number or letter.
-
-    As Jupyter Book numbers them: chapters of ``numbered`` parts are numbered on
-    from one part to the next; a numbered part with ``style: alphaupper`` (the
-    appendix) is lettered A, B, ... on its own count; other pages get no label.
-    Outside a checkout (an installed wheel), the order shipped with the package.
-    """
+    """Every page of ``_toc.yml`` in reading order, with its number or letter as Jupyter Book gives them
+    (numbered on across ``numbered`` parts, lettered in an ``alphaupper`` one); outside a checkout, the
+    order shipped with the package."""
     if not (root / "_toc.yml").is_file():
         return [Page(**p) for p in book_index(root)["pages"]]
     import yaml

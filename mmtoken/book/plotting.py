@@ -1,18 +1,12 @@
 """One theme and the figure types the book repeats.
 
-Figures carry no titles (the book gives captions); axis labels are lowercase;
-panels of a multi-panel figure are titled with :func:`panel_titles`. Every plotting
-function takes an optional ``ax`` and returns the figure.
-
-Sizes are chosen for the width a figure is shown at. At ``figure.dpi`` = 100 a
-figure ``w`` inches wide is shown ``100 w`` CSS pixels wide, up to the book's text
-column (about 670 px on a 1280 px screen: :data:`COLUMN_WIDTH` = 6.7 in), so a
-10-point label is about 14 px on screen. Wider figures are shrunk to the column
-and their labels with them; build multi-panel figures with :func:`subplots`
-(:func:`one_panel`, :func:`two_panels`, :func:`three_panels`), which fit the
-column, so that no label is shrunk. In a notebook, :func:`set_theme` renders
-figures at twice their pixel size ("retina" PNGs), so they stay sharp on
-high-density screens.
+Figures carry no titles (the book gives captions); axis labels are lowercase; panels of a multi-panel
+figure are titled with :func:`panel_titles`. Every plotting function takes an optional ``ax`` and returns
+the figure. At ``figure.dpi`` = 100 a figure ``w`` inches wide is shown ``100 w`` CSS pixels wide, up to
+the book's text column (:data:`COLUMN_WIDTH`), so a 10-point label is about 14 px on screen; wider
+figures are shrunk to the column, their labels with them, so multi-panel figures are built with
+:func:`subplots`, which fits the column. In a notebook, :func:`set_theme` renders figures as "retina"
+PNGs (twice their pixel size), sharp on high-density screens.
 """
 
 from __future__ import annotations
@@ -52,6 +46,7 @@ import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 from cycler import cycler
+from matplotlib.colors import to_rgb
 
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000", "#F0E442")
 """Okabe and Ito's colour-blind-safe palette, ordered so that any first k colours are far apart
@@ -158,22 +153,15 @@ def theme_rc() -> dict:
 
 
 def set_theme(retina: bool = True) -> None:
-    """The book's one theme (call once per notebook).
+    """The book's one theme (call once per notebook): :func:`theme_rc`, and retina PNGs in a notebook.
 
-    Colour-blind-safe colours cycled together with distinct line styles, font sizes
-    for figures shown at their own width, and (in a notebook, ``retina=True``)
-    PNGs rendered at twice their pixel size. ``figure.figsize`` and ``figure.dpi``
-    are unchanged, so the text form of a figure (``<Figure size 600x400 ...>``,
-    which nbval compares) is too.
+    ``figure.figsize`` and ``figure.dpi`` are unchanged, so the text form of a figure
+    (``<Figure size 600x400 ...>``, which nbval compares) is too.
     """
     matplotlib.rcParams.update(theme_rc())  # what seaborn.set_theme(...) sets, without importing seaborn
-    if retina:
-        _retina()
-
-
-def _retina() -> None:
-    """Ask IPython's inline backend for pixel-doubled PNGs (no-op outside IPython)."""
-    try:
+    if not retina:
+        return
+    try:  # ask IPython's inline backend for pixel-doubled PNGs (nothing to ask outside IPython)
         from IPython import get_ipython
         from matplotlib_inline.backend_inline import set_matplotlib_formats
     except ImportError:
@@ -184,8 +172,6 @@ def _retina() -> None:
 
 def colors(k: int) -> list:
     """The first ``k`` colours of :data:`PALETTE` (cycling past its end), as RGB tuples."""
-    from matplotlib.colors import to_rgb
-
     return [to_rgb(PALETTE[i % len(PALETTE)]) for i in range(k)]
 
 
@@ -237,8 +223,7 @@ def subplots(
 ):
     """``plt.subplots`` at :func:`figsize`, with a constrained layout and optional panel titles.
 
-    Returns ``(fig, axes)``; ``axes`` is one Axes for a single panel, else an array
-    (squeezed as ``plt.subplots`` does). Extra keyword arguments go to ``plt.subplots``.
+    Returns ``(fig, axes)``, ``axes`` squeezed as ``plt.subplots`` does; other keyword arguments go to it.
     """
     kwargs.setdefault("layout", "constrained")
     fig, axes = plt.subplots(nrows, ncols, figsize=figsize(ncols, nrows, aspect=aspect, width=width), **kwargs)
@@ -272,11 +257,8 @@ def panel_titles(axes, titles: Sequence[str], *, letters: bool = True, loc: str 
     titles = list(titles)
     if len(titles) != len(flat):
         raise ValueError(f"panel_titles: {len(titles)} titles for {len(flat)} panels")
-    out = []
-    for i, (ax, t) in enumerate(zip(flat, titles)):
-        label = f"({chr(ord('a') + i)}) {t}" if letters else str(t)
-        out.append(ax.set_title(label, loc=loc, fontsize=FONT_SIZES["axes.titlesize"]))
-    return out
+    labels = [f"({chr(ord('a') + i)}) {t}" if letters else str(t) for i, t in enumerate(titles)]
+    return [ax.set_title(label, loc=loc, fontsize=FONT_SIZES["axes.titlesize"]) for ax, label in zip(flat, labels)]
 
 
 def _ax(ax, figsize=None):
@@ -310,14 +292,7 @@ def plot_paths(paths, *, directions=None, tokens=None, labels=None, ax=None, arr
     if tokens is not None:
         for i, keys in enumerate(np.asarray(tokens)):
             ax.scatter(
-                keys[:, 0],
-                keys[:, 1],
-                marker=MARKERS[i % len(MARKERS)],
-                s=40,
-                facecolors="none",
-                edgecolors="k",
-                lw=1,
-                zorder=3,
+                *keys.T, marker=MARKERS[i % len(MARKERS)], s=40, facecolors="none", edgecolors="k", lw=1, zorder=3
             )
     ax.set_xlabel("$p_1$")
     ax.set_ylabel("$p_2$")
@@ -359,15 +334,8 @@ def attention_heatmap(weights, *, row_labels=None, col_labels=None, ax=None, cma
     import seaborn as sns  # imported when used (it brings scipy.stats)
 
     fig, ax = _ax(ax)
-    sns.heatmap(
-        np.asarray(weights),
-        ax=ax,
-        cmap=cmap,
-        vmin=0,
-        cbar=cbar,
-        xticklabels=col_labels if col_labels is not None else False,
-        yticklabels=row_labels if row_labels is not None else False,
-    )
+    xticks, yticks = (False if labels is None else labels for labels in (col_labels, row_labels))
+    sns.heatmap(np.asarray(weights), ax=ax, cmap=cmap, vmin=0, cbar=cbar, xticklabels=xticks, yticklabels=yticks)
     return fig
 
 
@@ -395,10 +363,9 @@ def token_scatter(x, y, *, xlabel: str, ylabel: str, hue=None, size=None, ax=Non
 def save(fig, path_stem: str) -> list[str]:
     """Write ``fig`` as ``<path_stem>.png`` and ``.pdf``; return the paths.
 
-    Each file is rendered in memory and written through a temporary file and a
-    rename: a symbolic link at the path is replaced, never written through, and an
-    interrupted write leaves the old file. Raises
-    :class:`mmtoken.datasets.download.DataFolderError` when the folder cannot be written.
+    Each file is written through a temporary file and a rename (a symbolic link at the path is replaced,
+    an interrupted write leaves the old file); :class:`mmtoken.datasets.download.DataFolderError` when
+    the folder cannot be written.
     """
     import io
 

@@ -28,12 +28,13 @@ __all__ = [
     "chapter_claims",
 ]
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable
 from typing import Any
 
-from mmtoken.book.ledger import Result
+from mmtoken.book.ledger import Result, _short
 from mmtoken.book.ledger import status as ledger_status
 
 
@@ -71,22 +72,16 @@ def summary_line(results: Iterable[Result | dict], scale: str | None = None) -> 
 
 
 def bound(label: str, value: float, below: float) -> str:
-    """An identity's residual stated as a bound, the same text on any machine.
-
-    ``bound("||KQ^T - W||", 5.6e-16, 1e-12)`` gives ``"||KQ^T - W|| < 1e-12: True"``;
-    a stored output never prints the raw residual (its digits move with the BLAS
-    and the CPU). A NaN residual prints ``False``.
-    """
+    """An identity's residual stated as a bound, the same text on any machine (a stored output never prints
+    the raw residual: its digits move with the BLAS and the CPU); a NaN residual prints ``False``.
+    ``bound("||KQ^T - W||", 5.6e-16, 1e-12)`` gives ``"||KQ^T - W|| < 1e-12: True"``."""
     return f"{label} < {below:g}: {bool(float(value) < below)}"  # 1e-12, 0.9
 
 
 def above(x: float, floor: float, spec: str = ".1e") -> str:
-    """``x`` formatted with ``spec``, or ``"< floor"`` when its magnitude is below ``floor``: a table cell.
-
-    For a column whose last rows reach machine precision (a loss excess that is
-    ``2.9e-14`` here and ``0.0`` on another machine): ``above(2.9e-14, 1e-12)`` gives
-    ``"< 1e-12"``, ``above(2.1e-05, 1e-12)`` gives ``"2.1e-05"``.
-    """
+    """``x`` formatted with ``spec``, or ``"< floor"`` when its magnitude is below ``floor``: a table cell of a
+    column whose last rows reach machine precision (a loss excess ``2.9e-14`` here, ``0.0`` elsewhere).
+    ``above(2.9e-14, 1e-12)`` gives ``"< 1e-12"``, ``above(2.1e-05, 1e-12)`` gives ``"2.1e-05"``."""
     if not floor > 0:
         raise ValueError(f"floor must be positive, got {floor!r}")
     return f"< {floor:.0e}" if abs(float(x)) < floor else format(float(x), spec)
@@ -123,13 +118,10 @@ def numbers(xs: Iterable[float], sep: str = ", ", brackets: str = "()") -> str:
 
 
 def on_grid(x: float, step: float) -> str:
-    """``x`` rounded to the nearest multiple of ``step``, printed with the decimals ``step`` has.
-
-    For a result whose last digits move across numeric environments (a trained
-    model's accuracy): ``step`` is chosen coarser than the spread measured across
-    environments (CONTRIBUTING, "Stored outputs that hold on any machine").
-    ``on_grid(0.8497, 0.01)`` gives ``"0.85"``; a NaN or infinite ``x`` prints as ``"nan"``, ``"inf"``.
-    """
+    """``x`` rounded to the nearest multiple of ``step``, printed with the decimals ``step`` has, for a result
+    whose last digits move across machines (a trained model's accuracy; ``step`` coarser than the measured
+    spread: CONTRIBUTING, "Stored outputs that hold on any machine"). ``on_grid(0.8497, 0.01)`` gives
+    ``"0.85"``; a NaN or infinite ``x`` prints as ``"nan"``, ``"inf"``."""
     if not step > 0:
         raise ValueError(f"step must be positive, got {step!r}")
     if not math.isfinite(x):  # a run that diverged (chapter 9's collapsed control can end in NaN)
@@ -150,16 +142,9 @@ DIGITS = 6
 
 
 def portable(v: Any) -> Any:
-    """A measured value as the ledger shows it: floats rounded to the digits that hold on any machine.
-
-    Floats of magnitude below ``MACHINE_PRECISION`` (zero included) become the string
-    ``"< 1e-10"`` (a bound on the magnitude); those below ``SMALL`` keep ``SMALL_DIGITS``
-    significant digits, the rest ``DIGITS``. Dicts and lists are converted element by
-    element; other values are returned unchanged. :func:`ledger_payload` stores this form,
-    so the page and the notebook print the same text.
-    """
-    if isinstance(v, bool) or v is None:
-        return v
+    """A measured value as the ledger shows it, floats rounded as above (below ``MACHINE_PRECISION``, zero
+    included, the string ``"< 1e-10"``), dicts and lists element by element, anything else unchanged.
+    :func:`ledger_payload` stores this form, so the page and the notebook print the same text."""
     if isinstance(v, float):
         if not math.isfinite(v):
             return v
@@ -175,8 +160,6 @@ def portable(v: Any) -> Any:
 
 def _number(v: Any) -> str:
     v = portable(v)
-    if isinstance(v, bool) or v is None:
-        return str(v)
     if isinstance(v, float):
         text = f"{v:.{DIGITS}g}"
         return text + ".0" if text.lstrip("-").isdigit() else text  # 1.0, not 1: a float
@@ -208,20 +191,7 @@ def ledger_payload(results: Iterable[Result]) -> str:
     Text, not a JSON output: a notebook's glued (undisplayed) outputs must be strings.
     The ``claims-ledger`` directive reads it back with :func:`rows_from_payload`.
     """
-    keep = (
-        "id",
-        "statement",
-        "checks",
-        "kind",
-        "chapter",
-        "threshold",
-        "measured",
-        "passed",
-        "details",
-        "known_miss",
-        "error",
-        "missing",
-    )
+    keep = [f.name for f in dataclasses.fields(Result) if f.name not in ("seconds", "pending")]
     rows = []
     for r in results:
         d = row_dict(r)
@@ -242,10 +212,6 @@ def rows_from_payload(text: str) -> list[dict]:
     if not isinstance(rows, list):
         raise ValueError("ledger payload: no list of rows")
     return rows
-
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def claims_text(results: Iterable[Result | dict]) -> str:
@@ -274,7 +240,7 @@ def claims_block(results: Iterable[Result | dict], width: int = OUTPUT_WIDTH) ->
     out: list[str] = []
     for r in results:
         d = row_dict(r)
-        out.append(_clip(f"{status(d):10s} {d['id']} ({d['kind']})", width))
+        out.append(_short(f"{status(d):10s} {d['id']} ({d['kind']})", width))
         for item in measured_items(d):
             out += wrapped(item)
         out += wrapped(f"threshold: {d['threshold']}")
@@ -284,14 +250,9 @@ def claims_block(results: Iterable[Result | dict], width: int = OUTPUT_WIDTH) ->
 
 
 def chapter_claims(only: list[str], width: int = OUTPUT_WIDTH) -> str:
-    """Evaluate the claims whose ids start with a prefix of ``only`` and return
-    :func:`claims_block` of them: the closing "The claims" section of a chapter.
-
-    A chapter that has already run its experiments in the same kernel reuses them
-    (each experiment module caches its ``run()``). Each result is recorded in the
-    results cache (:func:`mmtoken.book.ledger.run_one`), where the claims appendix,
-    the tests and the command line read it back (:func:`mmtoken.book.ledger.recorded`).
-    """
+    """Evaluate the claims whose ids start with a prefix of ``only`` and return :func:`claims_block` of
+    them: the closing "The claims" section of a chapter. Each result is recorded
+    (:func:`mmtoken.book.ledger.run_one`) for the claims appendix, the tests and the command line."""
     from mmtoken.book.ledger import run_claims
 
     results = run_claims(only)

@@ -1,40 +1,23 @@
 """A results cache that knows what it holds.
 
-A computed result (named arrays and a JSON-able note) is stored as one
-``.npz`` file whose header records
+A computed result (named arrays and a JSON-able note) is stored as one ``.npz`` file whose header
+records its **name** (e.g. ``real_reviews/imdb/seed10``: a file copied over another's path is recognised
+as the wrong result), its **fingerprint** (a digest of the code that computed it, its configuration and
+its input data: :func:`fingerprint`) and the **shape and dtype** of every array. :func:`load_or_compute`
+returns the stored result only if all three match, else recomputes it and replaces the file atomically.
+Nothing is unpickled (``allow_pickle=False``).
 
-* its **name** (e.g. ``real_reviews/imdb/seed10``): a file copied over
-  another's path is recognised as the wrong result;
-* its **fingerprint**: a digest of the code that computed it, its
-  configuration and its input data (:func:`fingerprint`);
-* the **shape and dtype** of every array.
+It is the package's one: the claims ledger (:func:`mmtoken.book.ledger.recorded`), the experiments
+(:func:`experiment_result`) and the real-review runs (:mod:`mmtoken.embeddings.review_seeds` and its
+siblings) store their results here, keyed by the code their computation calls
+(:mod:`mmtoken.book.fingerprint`: definitions, not modules; never plotting, caching or download code), so a
+change in an unrelated chapter or in a figure leaves a result valid. A result that is a folder of files (the
+ViT runs of chapter 9, :mod:`mmtoken.vision.vit_runs`) is a *folder result*: built in a temporary folder,
+closed by a manifest (:func:`write_manifest`), moved into place in one rename (:func:`commit_folder`) under
+its key (:func:`folder_key`), and read back only after :func:`check_folder`.
 
-:func:`load_or_compute` returns the stored result only if all three match
-(and the caller's expected shapes hold); a file that does not is reported
-with a warning and recomputed, and the new result replaces it atomically.
-Temporary files left behind by an interrupted write (``*.tmp``, ``*.part``)
-are swept from the folder. Nothing is unpickled (``allow_pickle=False``).
-
-This is the package's one results cache: the real-review runs
-(:mod:`mmtoken.embeddings.review_seeds`, :mod:`mmtoken.embeddings.review_search`,
-:mod:`mmtoken.embeddings.review_regime`) and the claims ledger (:func:`mmtoken.book.ledger.recorded`)
-store their results here. A result that is a folder of files (the ViT runs of
-chapter 9, :mod:`mmtoken.vision.vit_runs`: checkpoints, arrays and a history) is kept
-as a *folder result*: built in a temporary folder, closed by a manifest
-(:func:`write_manifest`: name, version, key, fingerprint, the size and SHA-256
-of every file), moved into place in one rename (:func:`commit_folder`) under its
-key (:func:`folder_key`), and read back only after :func:`check_folder`.
-
-Two processes that ask for the same missing result (two pytest-xdist workers,
-a notebook kernel and a test) do not both compute it: :func:`load_or_compute`
-holds a file lock per result (:func:`locked`) while it computes, and the
-second process reads what the first wrote.
-
-:func:`experiment_result`, the ledger and the real-review runs
-(:func:`mmtoken.embeddings.review_seeds.cache_fingerprint`) key a result by the code its
-computation calls (:mod:`mmtoken.book.fingerprint`: definitions, not modules; never
-plotting, caching or download code), so a change in an unrelated chapter or in
-a figure leaves a result valid.
+Two processes that ask for the same missing result (two pytest-xdist workers, a notebook kernel and a
+test) do not both compute it: :func:`load_or_compute` holds a file lock per result (:func:`locked`).
 """
 
 from __future__ import annotations
@@ -74,12 +57,14 @@ from pathlib import Path
 
 import numpy as np
 
-from mmtoken.datasets.download import DataFolderError, atomic_write_bytes
+from mmtoken.datasets.download import DataFolderError, atomic_write_bytes, sha256_file
 
 FORMAT = 1
 HEADER = "__header__"
 STALE_SECONDS = 600.0
 """A temporary file older than this is a leftover of an interrupted write (a live write takes seconds)."""
+Stored = tuple[dict[str, np.ndarray], dict]
+"""A result as :func:`save` stores it: named arrays and a JSON-able note."""
 
 
 class CacheError(RuntimeError):
@@ -87,10 +72,8 @@ class CacheError(RuntimeError):
 
 
 class StaleResult(CacheError):
-    """A well-formed result of the asked name, computed by other code, configuration or data.
-
-    The normal state of a result after its code has been edited: replaced without a warning.
-    """
+    """A well-formed result of the asked name, computed by other code, configuration or data: the normal
+    state of a result after its code has been edited (replaced without a warning)."""
 
 
 def fingerprint(code: str, config: dict, data: str) -> str:
@@ -118,9 +101,7 @@ def save(path: str | os.PathLike, name: str, fp: str, arrays: dict[str, np.ndarr
     atomic_write_bytes(path, buf.getvalue())
 
 
-def load(
-    path: str | os.PathLike, name: str, fp: str, expect: dict[str, tuple] | None = None
-) -> tuple[dict[str, np.ndarray], dict]:
+def load(path: str | os.PathLike, name: str, fp: str, expect: dict[str, tuple] | None = None) -> Stored:
     """Read a result written by :func:`save`; raise :class:`CacheError` unless it is ``name`` at ``fp``.
 
     ``expect`` maps array names to required shapes (``None`` for a free
@@ -170,8 +151,6 @@ def folder_key(name: str, version: int, fp: dict[str, str]) -> str:
 def write_manifest(folder: str | os.PathLike, name: str, version: int, fp: dict[str, str]) -> dict:
     """Write ``manifest.json`` into ``folder`` (last): the result's name, version, key (the folder's
     final name, see :func:`commit_folder`), fingerprint and the SHA-256 and size of every file in it."""
-    from mmtoken.datasets.download import sha256_file
-
     folder = Path(folder)
     files = {p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size} for p in sorted(folder.iterdir())}
     manifest = {"name": name, "version": version, "key": folder_key(name, version, fp), "fingerprint": fp}
@@ -200,8 +179,6 @@ def check_folder(
     """The manifest of folder result ``path``, checked: its name, version, key (the folder was not
     renamed), fingerprint (when ``fp`` is given), the files ``need`` listed, every listed file present
     with its recorded size and SHA-256. Raises :class:`CacheError` with the reason otherwise."""
-    from mmtoken.datasets.download import sha256_file
-
     path = Path(path)
     manifest = read_json(path / MANIFEST)
     if manifest.get("name") != name:
@@ -230,8 +207,6 @@ def check_folder(
 
 def check_file(path: str | os.PathLike, file: str) -> Path:
     """``path / file``, checked against the size and SHA-256 its folder's manifest records."""
-    from mmtoken.datasets.download import sha256_file
-
     path = Path(path)
     rec = read_json(path / MANIFEST).get("files", {}).get(file)
     f = path / file
@@ -241,11 +216,8 @@ def check_file(path: str | os.PathLike, file: str) -> Path:
 
 
 def commit_folder(tmp: str | os.PathLike, target: str | os.PathLike) -> None:
-    """Move the finished folder ``tmp`` (its manifest written) to ``target`` in one rename.
-
-    A folder already at ``target`` is replaced; if another process put a
-    complete result there first (the rename fails), that one is kept.
-    """
+    """Move the finished folder ``tmp`` (its manifest written) to ``target`` in one rename, replacing a folder
+    there; if another process put a complete result there first (the rename fails), that one is kept."""
     import shutil
 
     tmp, target = Path(tmp), Path(target)
@@ -276,13 +248,9 @@ def sweep(folder: str | os.PathLike, older_than: float = STALE_SECONDS) -> list[
 
 @contextmanager
 def locked(path: str | os.PathLike, timeout: float = -1) -> Iterator[None]:
-    """Hold the lock of result ``path`` while the block runs: the file ``.locks/<name>.lock``
-    next to it (created with its folders if needed).
-
-    Another process asking for the same lock waits (``timeout`` seconds; -1:
-    as long as it takes). The lock file stays (an empty file); the lock is
-    released when the block ends or the process dies, however it dies.
-    """
+    """Hold the lock of result ``path`` (the file ``.locks/<name>.lock`` next to it, created with its folders)
+    while the block runs; another process asking for it waits (``timeout`` seconds; -1: as long as it
+    takes). The empty lock file stays; the lock is released when the block ends or the process dies."""
     from filelock import FileLock  # a dependency of torch
 
     path = Path(path)
@@ -293,20 +261,14 @@ def locked(path: str | os.PathLike, timeout: float = -1) -> Iterator[None]:
 
 
 def load_or_compute(
-    path: str | os.PathLike,
-    name: str,
-    fp: str,
-    compute: Callable[[], tuple[dict[str, np.ndarray], dict]],
-    expect: dict[str, tuple] | None = None,
-) -> tuple[dict[str, np.ndarray], dict]:
+    path: str | os.PathLike, name: str, fp: str, compute: Callable[[], Stored], expect: dict[str, tuple] | None = None
+) -> Stored:
     """The cached result ``name`` at ``fp`` from ``path``, or ``compute()`` it and store it there.
 
-    A file that is damaged or holds another result is reported (``RuntimeWarning``
-    naming the file and the reason) and replaced by the recomputed result; a
-    stale one (:class:`StaleResult`: the code, configuration or data changed) is
-    replaced silently, since editing the code makes every result it touches stale.
-    While it computes, the process holds the lock of ``path`` (:func:`locked`):
-    a second process asking for the same result waits and then reads it.
+    A damaged file, or one holding another result, is reported (``RuntimeWarning`` naming the file and the
+    reason) and replaced; a stale one (:class:`StaleResult`) silently, since editing the code makes every
+    result it touches stale. While it computes, it holds the lock of ``path`` (:func:`locked`): a second
+    process asking for the same result waits and then reads it.
     """
     path = Path(path)
     sweep(path.parent)
@@ -341,19 +303,14 @@ def settings_name(name: str, settings) -> str:
 
 
 def experiment_result(
-    module: str,
-    name: str,
-    config: dict,
-    compute: Callable[[], tuple[dict[str, np.ndarray], dict]],
-    expect: dict[str, tuple] | None = None,
-) -> tuple[dict[str, np.ndarray], dict]:
+    module: str, name: str, config: dict, compute: Callable[[], Stored], expect: dict[str, tuple] | None = None
+) -> Stored:
     """Result ``name`` of the experiment module ``module`` (``"mmtoken.chapters.ch02_global"``), from the
-    results cache or computed now (:func:`load_or_compute`).
+    results cache or computed now (:func:`load_or_compute`), as ``data/results/<x>/<name>.npz``.
 
-    Stored as ``data/results/<x>/<name>.npz`` under a fingerprint of the code ``compute``
-    calls (:func:`mmtoken.book.fingerprint.of`: the definitions it references, transitively) and ``config`` (put the scale and every
-    input there; a result whose inputs differ by scale should carry the scale in ``name`` too,
-    so that both scales keep their file).
+    Keyed by the code ``compute`` calls (:func:`mmtoken.book.fingerprint.of`) and ``config``: put the scale
+    and every input there (and the scale in ``name`` too where the inputs differ by scale, so that both
+    scales keep their file).
     """
     from mmtoken.chapters import home_of
     from mmtoken.config import data_dir
@@ -381,11 +338,10 @@ def experiment_result(
     try:
         return load_or_compute(path, f"{short}/{name}", fp, tracked, expect)
     except (OSError, DataFolderError) as exc:
-        if "result" in state:  # computed; storing it (or reading it back) failed: keep it in memory
-            warnings.warn(f"results cache not used for {short}/{name} ({exc})", RuntimeWarning, stacklevel=2)
-            arrays, meta = state["result"]
-            return {k: np.asarray(v) for k, v in arrays.items()}, meta
-        if state.get("started"):  # raised by compute itself: not the cache's business
+        if state.get("started") and "result" not in state:  # raised by compute itself: not the cache's business
             raise
         warnings.warn(f"results cache not used for {short}/{name} ({exc})", RuntimeWarning, stacklevel=2)
+        if "result" in state:  # computed; storing it (or reading it back) failed: keep it in memory
+            arrays, meta = state["result"]
+            return {k: np.asarray(v) for k, v in arrays.items()}, meta
     return compute()  # the cache could not be read or locked: compute, keep nothing

@@ -1,29 +1,22 @@
 """Stored outputs of chaotic training, compared with a tolerance: the text exactly, the numbers within bounds.
 
 A trained network's last digits, and after a few epochs its second digit, move with the CPU that trained
-it: the same code, seeds and package versions give ViT test accuracies 0.84 and 0.85 on an AMD EPYC and
-an Intel Xeon, and the averaged map's effective patches 32 and 36 (chapter 9). No rounding grid survives
-that (a value near a grid line lands on either side). So nbval compares the cells that print such results
-(tagged :data:`TAG`) this way: the words, booleans, verdicts and layout must be the stored ones, and each
-printed number may differ from the stored one by at most ``ULPS`` units of its last printed digit plus
-``RTOL * |stored|``: 0.05 + 20 % for an accuracy printed as ``0.85``, 0.5 + 20 % for a growth printed as
-``16.5`` (one step of the 0.5 grid it is printed on), 5 + 20 % for a count of patches printed as ``18``.
+it: the same code, seeds and package versions give ViT test accuracies 0.84 and 0.85 on an AMD EPYC and an
+Intel Xeon, and 32 and 36 effective patches (chapter 9); no rounding grid survives that. So nbval compares
+the cells that print such results (tagged :data:`TAG`) this way: the words, booleans, verdicts and layout
+must be the stored ones, and each printed number may differ from the stored one by at most ``ULPS`` units
+of its last printed digit plus ``RTOL * |stored|``: 0.05 + 20 % for an accuracy printed as ``0.85``,
+0.5 + 20 % for a growth printed as ``16.5`` (one step of its 0.5 grid). A claim's verdict is a word, so it
+never gets the tolerance: a claim that passes on one CPU and fails on another fails the comparison.
 
-Set on 2026-12-02, in two steps, each from measured spreads:
-- first ``ATOL = 0.05`` with ``RTOL = 0.2``, from the spread between those two CPUs (chapter 9's layer-0
-  averaged map, 36 against 32 effective patches, 12 %; chapter 12's control ||p|| 83.5 against 86.6);
-- then, before any third machine, a run on the AMD EPYC under ATen's default kernels (no AVX) moved
-  values printed on a grid by one grid step (a growth 1.5 against 2.0, a logit spread 0.5 against 1.0,
-  per-image effective patches 18 against 14, 22 %): a fixed 0.05 was below the grids' own step, so the
-  absolute part became one grid step, ``ULPS`` units of the last digit (the coarsest grid, 0.5, is 5 units
-  of a one-decimal number). The collapsed control's accuracy (0.53 against 0.85) stays out of tolerance.
+Set on 2026-12-02 from measured spreads: ``RTOL`` from the spread between those two CPUs (36 against 32
+effective patches, 12 %; chapter 12's control ||p|| 83.5 against 86.6); then a run on the AMD EPYC under
+ATen's default kernels (no AVX) moved values printed on a grid by one grid step (a growth 1.5 against 2.0,
+per-image effective patches 18 against 14, 22 %), so the absolute part, first a fixed 0.05, became one
+step of the coarsest grid (``ULPS``). The collapsed control's accuracy (0.53 against 0.85) stays out.
 
-A claim's verdict is a word, so it never gets the tolerance: a claim that passes on one CPU and fails on
-another fails the comparison.
-
-Nothing here runs a notebook: the repository's ``conftest.py`` applies :func:`snap_outputs` (each stream and
-each glued or displayed text, through :func:`snap`) to nbval's comparison of a tagged cell, and
-``tests/test_from_wheel.py`` applies :func:`snap` to its own.
+Nothing here runs a notebook: the repository's ``conftest.py`` applies :func:`snap_outputs` to nbval's
+comparison of a tagged cell, and ``tests/test_from_wheel.py`` applies :func:`snap` to its own.
 """
 
 from __future__ import annotations
@@ -67,9 +60,7 @@ def within(test: str, stored: str, rtol: float = RTOL, ulps: float = ULPS) -> bo
 def _pieces(text: str) -> tuple[list[str], list[str]]:
     """The text between the numbers (runs of white space, line breaks included, collapsed to one space: a
     wider number shifts a table's columns, or a wrapped line's break) and the numbers as printed."""
-    numbers = NUMBER.findall(text)
-    words = [_BLANKS.sub(" ", w) for w in NUMBER.split(text)]
-    return words, numbers
+    return [_BLANKS.sub(" ", w) for w in NUMBER.split(text)], NUMBER.findall(text)
 
 
 def snap(stored: str, test: str, rtol: float = RTOL, ulps: float = ULPS) -> str:
@@ -93,11 +84,8 @@ def snap(stored: str, test: str, rtol: float = RTOL, ulps: float = ULPS) -> str:
     if stored_words != test_words or len(stored_numbers) != len(test_numbers):
         return test
     layout = NUMBER.split(stored)
-    out = [layout[0]]
-    for k, (s, t) in enumerate(zip(stored_numbers, test_numbers)):
-        out.append(s if within(t, s, rtol, ulps) else t)
-        out.append(layout[k + 1])
-    return "".join(out)
+    snapped = [s if within(t, s, rtol, ulps) else t for s, t in zip(stored_numbers, test_numbers)]
+    return layout[0] + "".join(n + rest for n, rest in zip(snapped, layout[1:]))
 
 
 def snap_outputs(stored: list[dict], test: list[dict], rtol: float = RTOL, ulps: float = ULPS) -> list[dict]:

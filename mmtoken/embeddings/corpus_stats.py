@@ -1,9 +1,7 @@
 """Token statistics of a labelled corpus (paper B), shared by the synthetic and real-data chapters.
 
-Also the package's one Spearman correlation (:func:`spearman`, :func:`partial_spearman`), used here for
-the U-shape and by the random-instance chapter.
-
-Sequences are integer arrays of shape ``(N, T)`` with a padding id whose
+Also the package's one Spearman correlation (:func:`spearman`, :func:`partial_spearman`), used here for the U-shape
+and by the random-instance chapter. Sequences are integer arrays of shape ``(N, T)`` with a padding id whose
 positions count nowhere; labels are ``+1`` / ``-1``.
 """
 

@@ -1,23 +1,14 @@
 """Paper B's model: attention with trained embeddings.
 
-``f(X) = softmax(E_X p)^T E_X v`` for a sequence ``X = (x_1..x_T)`` of token
-ids, embedding table ``E`` (``V x d``), <cls> embedding ``p`` and output
-vector ``v`` (both ``d``). The model depends on ``E`` only through the two
-per-token numbers ``E p`` (attention logit) and ``E v`` (value), so a batch
-is evaluated by computing those once and gathering them per position.
-Padded positions get exactly zero attention.
+``f(X) = softmax(E_X p)^T E_X v`` for a sequence ``X = (x_1..x_T)`` of token ids, embedding table ``E``
+(``V x d``), <cls> embedding ``p`` and output vector ``v`` (both ``d``). It depends on ``E`` only through the
+per-token numbers ``E p`` (logit) and ``E v`` (value), so a batch computes those once and gathers them per position
+(:func:`gather_outputs`). Padded positions get exactly zero attention.
 
-Parameters of the synthetic experiments: the corpus of a chapter's settings
-(:func:`corpus`), a seeded unit output vector (:func:`head`) and Gaussian
-initial tables at several scales (:func:`init`).
-
-Training primitives: the closed-form first step on ``E`` at ``p = 0``
-(:func:`one_step`; chapter 10 checks it against autograd through
-:func:`logistic_loss`) and the ``p`` phase with ``E`` fixed as a paper-A
-problem (:func:`cls_problem`), with the argument checks they share
-(:func:`check_batch`). The trainers of chapter 11 (normalized GD on ``p``
-for several tables, joint gradient descent on ``(E, p)``) live in that
-chapter, :mod:`mmtoken.chapters.ch11_cls_margin`.
+Here: the synthetic experiments' corpus, output vector and initial tables (:func:`corpus`, :func:`head`,
+:func:`init`), the closed-form first step on ``E`` at ``p = 0`` (:func:`one_step`) and the ``p`` phase with ``E``
+fixed as a paper-A problem (:func:`cls_problem`). Chapter 11's trainers live in
+:mod:`mmtoken.chapters.ch11_cls_margin`.
 """
 
 from __future__ import annotations
@@ -50,24 +41,13 @@ CORPUS_FIELDS = ("n", "T", "n_pos", "n_neg", "n_neutral", "min_len", "pos_frac",
 def corpus(s) -> synthetic.SyntheticData:
     """Paper B's synthetic corpus for the settings ``s`` of a chapter: ``s.n`` sequences of padded length ``s.T``.
 
-    ``s`` is any object with the attributes :data:`CORPUS_FIELDS` (a chapter's frozen ``Settings``):
-    ``n_pos, n_neg, n_neutral`` the vocabulary sizes of the three token kinds, ``min_len`` the shortest
-    sequence, ``pos_frac`` the fraction of positive sequences and ``data_seed`` the generator's seed
-    (see :func:`mmtoken.embeddings.synthetic.generate`, which checks their values).
+    ``s`` is any object with the attributes :data:`CORPUS_FIELDS` (a chapter's frozen ``Settings``), passed on to
+    :func:`mmtoken.embeddings.synthetic.generate` (``data_seed`` as its ``seed``), which checks their values.
     """
     missing = [f for f in CORPUS_FIELDS if not hasattr(s, f)]
     if missing:
         raise TypeError(f"s must have the corpus fields {CORPUS_FIELDS}; {type(s).__name__} lacks {missing}")
-    return synthetic.generate(
-        s.n,
-        s.T,
-        n_pos=s.n_pos,
-        n_neg=s.n_neg,
-        n_neutral=s.n_neutral,
-        min_len=s.min_len,
-        pos_frac=s.pos_frac,
-        seed=s.data_seed,
-    )
+    return synthetic.generate(**{f: getattr(s, f) for f in CORPUS_FIELDS if f != "data_seed"}, seed=s.data_seed)
 
 
 def head(d: int, *, seed: int) -> torch.Tensor:
@@ -80,10 +60,8 @@ def head(d: int, *, seed: int) -> torch.Tensor:
 
 
 def init(V: int, scales, seeds: int, *, d: int, seed: int) -> torch.Tensor:
-    """Initial tables ``E^0`` with i.i.d. ``N(0, sigma0^2/d)`` entries (so ``||E_s^0|| ~ sigma0``).
-
-    One standard Gaussian draw per seed, rescaled to every ``sigma0`` in ``scales``
-    (so the tables of one seed differ only by their scale).
+    """Initial tables ``E^0`` with i.i.d. ``N(0, sigma0^2/d)`` entries (so ``||E_s^0|| ~ sigma0``): one standard
+    Gaussian draw per seed, rescaled to every ``sigma0`` in ``scales``.
 
     Parameters
     ----------
@@ -102,14 +80,14 @@ def init(V: int, scales, seeds: int, *, d: int, seed: int) -> torch.Tensor:
     return Z * torch.as_tensor(scales)[None, :, None, None] / np.sqrt(d)
 
 
-def _check(E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor) -> None:
-    if E.ndim != 2:
-        raise ValueError(f"E must have shape (V, d), got {tuple(E.shape)}")
-    d = E.shape[1]
-    if p.shape != (d,) or v.shape != (d,):
-        raise ValueError(f"p and v must have shape ({d},), got {tuple(p.shape)} and {tuple(v.shape)}")
+def _check_tokens(tokens: torch.Tensor, mask: torch.Tensor | None) -> None:
     if tokens.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"tokens must be an integer tensor, got {tokens.dtype}")
+    if mask is not None:
+        if mask.shape != tokens.shape:
+            raise ValueError(f"mask shape {tuple(mask.shape)} differs from tokens {tuple(tokens.shape)}")
+        if not bool(mask.any(dim=-1).all()):
+            raise ValueError("a sequence holds only padding")
 
 
 def gather_outputs(
@@ -137,21 +115,12 @@ def gather_outputs(
     return (s * b[tokens]).sum(-1), s
 
 
-def _check_mask(mask: torch.Tensor | None, tokens: torch.Tensor) -> None:
-    if mask is not None:
-        if mask.shape != tokens.shape:
-            raise ValueError(f"mask shape {tuple(mask.shape)} differs from tokens {tuple(tokens.shape)}")
-        if not bool(mask.any(dim=-1).all()):
-            raise ValueError("a sequence holds only padding")
-
-
 def attention(E: torch.Tensor, p: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Softmax attention of the <cls> token over each sequence.
 
     Parameters
     ----------
-    E : ``(V, d)``; p : ``(d,)``; or batched, ``E (..., V, d)`` and ``p (..., d)``
-        (leading dims broadcast, e.g. recorded iterates x initialisation scales).
+    E, p : ``(V, d)`` and ``(d,)``, or batched, ``(..., V, d)`` and ``(..., d)`` (leading dims broadcast).
     tokens : int ``(N, T)``.
     mask : bool ``(N, T)``, True at real tokens (None: no padding).
 
@@ -159,16 +128,13 @@ def attention(E: torch.Tensor, p: torch.Tensor, tokens: torch.Tensor, mask: torc
     -------
     ``(..., N, T)`` attention weights, rows summing to one, zero at padding.
     """
+    if E.ndim < 2 or p.ndim < 1 or p.shape[-1] != E.shape[-1]:
+        raise ValueError(f"E must be (..., V, d) and p (..., d), got {tuple(E.shape)} and {tuple(p.shape)}")
+    _check_tokens(tokens, mask)
     if E.ndim > 2 or p.ndim > 1:
-        if E.ndim < 2 or p.shape[-1] != E.shape[-1]:
-            raise ValueError(f"E must be (..., V, d) and p (..., d), got {tuple(E.shape)} and {tuple(p.shape)}")
-        if tokens.dtype not in (torch.int32, torch.int64):
-            raise TypeError(f"tokens must be an integer tensor, got {tokens.dtype}")
         z = (E @ p.unsqueeze(-1)).squeeze(-1)[..., tokens]
     else:
-        _check(E, p, p, tokens)
         z = (E @ p)[tokens]
-    _check_mask(mask, tokens)
     if mask is not None:
         z = z.masked_fill(~mask, float("-inf"))
     return torch.softmax(z, dim=-1)
@@ -178,39 +144,30 @@ def forward(
     E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Model output ``f(X_i) = sum_t s_it E_{x_it}^T v`` for each sequence, ``(N,)``."""
-    _check(E, p, v, tokens)
-    _check_mask(mask, tokens)
+    if E.ndim != 2 or p.shape != (E.shape[1],) or v.shape != (E.shape[1],):
+        raise ValueError(
+            f"E, p and v must be (V, d), (d,), (d,), got {tuple(E.shape)}, {tuple(p.shape)}, {tuple(v.shape)}"
+        )
+    _check_tokens(tokens, mask)
     return gather_outputs(E @ p, E @ v, tokens, mask)[0]
 
 
-# ---------------------------------------------------------------------------
-# Training protocol of paper B: one gradient step on E at p = 0, then the p phase.
-
-
 def check_batch(tokens: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None, V: int) -> torch.Tensor:
-    """Validate a labelled batch and return its mask (all True if ``mask`` is None).
+    """Validate a labelled batch for a trainer and return its mask (all True if ``mask`` is None).
 
-    ``tokens`` int ``(N, T)`` with ids in ``[0, V)``, ``labels (N,)`` of +1 and -1, ``mask`` bool
-    ``(N, T)`` (True at real tokens, at least one per sequence). The checks of every trainer of the
-    model: :func:`one_step_gradient`, :func:`cls_problem` and chapter 11's joint gradient.
+    ``tokens`` int ``(N, T)`` with ids in ``[0, V)``, ``labels (N,)`` of +1 and -1, ``mask`` bool ``(N, T)`` (True
+    at real tokens, at least one per sequence).
     """
     if tokens.ndim != 2:
         raise ValueError(f"tokens must have shape (N, T), got {tuple(tokens.shape)}")
-    if tokens.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"tokens must be an integer tensor, got {tokens.dtype}")
+    _check_tokens(tokens, mask)
     if labels.shape != (tokens.shape[0],):
         raise ValueError(f"labels must have shape ({tokens.shape[0]},), got {tuple(labels.shape)}")
     if not bool(((labels == 1) | (labels == -1)).all()):
         raise ValueError("labels must be +1 or -1")
     if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= V):
         raise ValueError(f"token ids must lie in [0, {V})")
-    if mask is None:
-        return torch.ones_like(tokens, dtype=torch.bool)
-    if mask.shape != tokens.shape:
-        raise ValueError(f"mask shape {tuple(mask.shape)} differs from tokens {tuple(tokens.shape)}")
-    if not bool(mask.any(dim=-1).all()):
-        raise ValueError("a sequence holds only padding")
-    return mask.bool()
+    return torch.ones_like(tokens, dtype=torch.bool) if mask is None else mask.bool()
 
 
 def frequencies(
@@ -242,10 +199,8 @@ def one_step_gradient(
 ) -> torch.Tensor:
     """Closed form of ``grad_E L`` at ``p = 0`` (logistic loss), batched over leading dims of ``E``.
 
-    At ``p = 0`` the attention is uniform over the real tokens, so
-    ``f^0(X_i) = sum_s C_is E_s^T v`` and
-    ``grad_{E_s} L = -(1/N) sum_i y_i sigma(-y_i f^0(X_i)) C_is v``
-    with ``C = frequencies(tokens)``.
+    At ``p = 0`` the attention is uniform over the real tokens, so ``f^0(X_i) = sum_s C_is E_s^T v`` and
+    ``grad_{E_s} L = -(1/N) sum_i y_i sigma(-y_i f^0(X_i)) C_is v`` with ``C = frequencies(tokens)``.
 
     Parameters
     ----------
@@ -283,12 +238,10 @@ def cls_problem(
 ):
     """The ``p`` phase with ``E`` fixed as a paper-A problem.
 
-    Keys ``K_it = E_{x_it}``, scores ``gamma_it = y_i E_{x_it}^T v`` and the
-    padding mask: an :class:`mmtoken.attention.model.AttentionProblem` with ``n = N``
-    inputs, so :func:`mmtoken.attention.train.train_p`, :func:`mmtoken.attention.grad.grad_p` and
-    :func:`mmtoken.attention.svm.att_svm` apply unchanged. ``E`` may carry leading batch
-    dimensions ``(..., V, d)`` (several tables, one problem each); the keys are
-    then ``(..., N, T, d)`` and the scores ``(..., N, T)``.
+    Keys ``K_it = E_{x_it}``, scores ``gamma_it = y_i E_{x_it}^T v`` and the padding mask: an
+    :class:`mmtoken.attention.model.AttentionProblem` with ``n = N`` inputs, so :func:`mmtoken.attention.train.train_p`,
+    :func:`mmtoken.attention.grad.grad_p` and :func:`mmtoken.attention.svm.att_svm` apply unchanged. ``E`` may be
+    batched, ``(..., V, d)`` (one problem per table): keys ``(..., N, T, d)``, scores ``(..., N, T)``.
     """
     from mmtoken.attention.model import AttentionProblem
 

@@ -1,17 +1,12 @@
 """Training paper B's model on real reviews: the gather model, fits, the one-step update, phase two, baselines.
 
-The model depends on ``E`` only through the per-token numbers ``a = E p``
-(attention logit) and ``b = E v`` (value), so each step computes those two
-vectors once and gathers them per position (:func:`outputs`). Batches are
-formed from reviews of similar length (:func:`length_batches`), so little
-time goes into padding. Used by :mod:`mmtoken.embeddings.review_runs`.
+Each step computes the per-token vectors ``a = E p`` (attention logit) and ``b = E v`` (value) once and gathers
+them per position (:func:`outputs`), over batches of reviews of similar length (:func:`length_batches`), so little
+time goes into padding. Phase two (``p`` with ``E`` fixed) is in :mod:`mmtoken.embeddings.review_phase_two`.
 
-Phase two of the theory (``p`` with ``E`` fixed) is in :mod:`mmtoken.embeddings.review_phase_two`.
-
-Token ids are ``(N, T)`` integer arrays with ``PAD_ID`` at padding. A review
-left without any in-vocabulary word has no input for the model: training
-skips it, and every accuracy here counts it as an error
-(:func:`evaluate`, :func:`bow_logistic`).
+Token ids are ``(N, T)`` integer arrays with ``PAD_ID`` at padding. A review left without any in-vocabulary word
+has no input for the model: training skips it, and every accuracy here counts it as an error (:func:`evaluate`,
+:func:`bow_logistic`).
 """
 
 from __future__ import annotations

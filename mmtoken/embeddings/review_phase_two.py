@@ -1,13 +1,10 @@
 """Phase two of paper B on real data: ``p`` trained with ``E`` fixed, and the selection it makes.
 
-With ``E`` fixed the ``p`` problem is paper A's problem with keys ``E_s``
-(:func:`mmtoken.embeddings.embedding.cls_problem`). On a review corpus the key tensor
-``(N, T, d)`` is too large to form, so the saturation-safe gradient is
-computed on the gathered logits ``a = E p`` (:func:`logit_gradient`) and
-mapped back, ``grad_p L = E^T grad_a L``. :func:`phase_two` runs normalized
-gradient descent with it; :func:`top_tokens` and :func:`selection_conflicts`
-say which token each review ends on and whether a selection can be made by
-any ``p`` at all.
+With ``E`` fixed the ``p`` problem is paper A's with keys ``E_s`` (:func:`mmtoken.embeddings.embedding.cls_problem`),
+but on a review corpus the key tensor ``(N, T, d)`` is too large to form: the saturation-safe gradient is computed
+on the gathered logits ``a = E p`` (:func:`logit_gradient`) and mapped back, ``grad_p L = E^T grad_a L``, for
+normalized gradient descent (:func:`phase_two`). :func:`top_tokens` and :func:`selection_conflicts` say which token
+each review ends on and whether any ``p`` at all can make a selection.
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """The two-phase protocol in the theory's own regime, on real reviews and on the data model.
 
-Paper B's result for the <cls> embedding (chapter 11) needs the initial
-table to have full row rank (``d >= |V|``), a small initialisation and its
-data model (each sequence holds important tokens of one polarity, the other
-tokens score about zero after the step). :data:`REGIME` meets the first two
-on Rotten Tomatoes: the words seen at least 30 times (486, plus padding),
-``d = 2048 >= 4 |V|`` (so the rows of ``E^0`` are linearly independent and
-well conditioned: the smallest singular value of ``E^0`` is about
-``sigma0 (sqrt(d) - sqrt(|V|))``) and ``sigma0 = 0.1``. The **control**
-(:func:`control_data`) runs the very same code at the very same dimensions
-on sequences drawn from the data model (:func:`mmtoken.embeddings.synthetic.generate`)
-with the vocabulary size, number and length of Rotten Tomatoes' reviews: if
-phase two selects there and not on the reviews, the data, not the
-dimension, is what the reviews lack.
+Paper B's result for the <cls> embedding (chapter 11) needs an initial table of full row rank (``d >= |V|``), a
+small initialisation and its data model (each sequence holds important tokens of one polarity, the other tokens
+score about zero after the step). :data:`REGIME` meets the first two on Rotten Tomatoes: the words seen at least 30
+times (486, plus padding), ``d = 2048 >= 4 |V|`` (the rows of ``E^0`` are linearly independent and well
+conditioned: its smallest singular value is about ``sigma0 (sqrt(d) - sqrt(|V|))``) and ``sigma0 = 0.1``. The
+**control** (:func:`control_data`) runs the same code at the same dimensions on sequences of the data model
+(:func:`mmtoken.embeddings.synthetic.generate`) with the vocabulary size, number and length of Rotten Tomatoes'
+reviews: if phase two selects there and not on the reviews, the data, not the dimension, is what the reviews lack.
 """
 
 from __future__ import annotations
@@ -32,11 +27,9 @@ from mmtoken.embeddings import corpus_stats, review_model, review_runs, review_s
 from mmtoken.embeddings.review_runs import Data, Setup
 
 REGIME = Setup("rt", min_count=30, max_len=64, d=2048, small_std=0.1, p2_steps=1500)
-"""Rotten Tomatoes, words seen >= 30 times, d = 2048, per-entry std 0.1, phase two for 1,500 gradient evaluations.
-
-A *large* initialisation: the rows of ``E^0`` have norm about ``0.1 sqrt(2048) = 4.5``
-(chapter 11's ``sigma0``, which the one step moves by at most one), above
-chapter 11's whole sweep (``sigma0 <= 0.5``)."""
+"""Rotten Tomatoes, words seen >= 30 times, d = 2048, per-entry std 0.1, phase two for 1,500 gradient evaluations:
+a *large* initialisation, rows of ``E^0`` of norm about ``0.1 sqrt(2048) = 4.5`` (chapter 11's ``sigma0``, which the
+one step moves by at most one), above chapter 11's whole sweep (``sigma0 <= 0.5``)."""
 ROW_NORM = REGIME.small_std * math.sqrt(REGIME.d)
 """Chapter 11's ``sigma0`` of :data:`REGIME` (the row norm of ``E^0``, about 4.5)."""
 SIGMA0_SMALL = 0.5

@@ -1,23 +1,17 @@
 """Chapter 12's runs, one model at a time: the setups, the splits and the prepared data, the training.
 
-* **Splits.** The test split is the data set's own (IMDB: 25,000 / 25,000;
-  Rotten Tomatoes: the seeded 80/20 split of :mod:`mmtoken.datasets.text`).
-  A validation split (:data:`VALIDATION`: 20% of the training reviews,
-  stratified, seed 0) is carved from the training split; every choice is
-  made on it (:func:`mmtoken.embeddings.review_search.search`). The test split is touched
-  once per seed, by the final models (:func:`mmtoken.embeddings.review_seeds.run_seed`),
-  which are trained on the whole training split.
-* **Seeds.** Development used seed 0 (and the reviewers seeds 1-4); the
-  claims are judged on the held-out :data:`SEEDS` 10-14.
-* **The attention runs** (:data:`RUN_FIELDS`, :func:`train_model`): joint
-  training of ``E`` and ``p`` with ``v`` fixed (the chapter's model); with
-  ``v`` trained; uniform attention (``p = 0`` fixed) at the joint model's step
-  and at its own validated step.
-* **Empty reviews.** A review left without any in-vocabulary word is not used
-  in training (it has no input) and counts as an error in every accuracy.
+* **Splits.** The test split is the data set's own (IMDB: 25,000 / 25,000; Rotten Tomatoes: the seeded 80/20 split
+  of :mod:`mmtoken.datasets.text`). Every choice is made on a validation split carved from the training split
+  (:data:`VALIDATION`, :func:`mmtoken.embeddings.review_search.search`). The test split is touched once per seed, by
+  the final models (:func:`mmtoken.embeddings.review_seeds.run_seed`), trained on the whole training split.
+* **Seeds.** Development used seed 0 (and the reviewers seeds 1-4); the claims are judged on the held-out
+  :data:`SEEDS` 10-14.
+* **The attention runs**: :data:`RUN_FIELDS`, trained by :func:`train_model`.
+* **Empty reviews.** A review left without any in-vocabulary word is not used in training (it has no input) and
+  counts as an error in every accuracy.
 
-What every seed runs (with the two-phase protocol of the theory and the
-baselines) and the results cache it is stored in: :mod:`mmtoken.embeddings.review_seeds`.
+What every seed runs (with the two-phase protocol of the theory and the baselines) and the results cache it is
+stored in: :mod:`mmtoken.embeddings.review_seeds`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """The validation search of chapter 12: every choice made on a split carved from the training reviews.
 
-Joint training (``v`` fixed) is tuned one factor at a time in the order of
-:data:`GRID` (Adam step, initial scale, dimension, warm-up, vocabulary
-cut-off, sequence length), keeping the best validation accuracy (ties: the
-earlier value); the number of epochs is the best epoch of the best trial.
-Then the step and epochs of the two contrasts (``v`` trained, uniform
-attention) and the L2 weight of the bag-of-words model. One development seed
-(:data:`mmtoken.embeddings.review_runs.DEV_SEED`); the validation split is
-:data:`mmtoken.embeddings.review_runs.VALIDATION`. Only accuracy is optimised: nothing
-here looks at attention.
+Joint training (``v`` fixed) is tuned one factor at a time in the order of :data:`GRID` (Adam step, initial scale,
+dimension, warm-up, vocabulary cut-off, sequence length), keeping the best validation accuracy (ties: the earlier
+value); the number of epochs is the best epoch of the best trial. Then the step and epochs of the two contrasts
+(``v`` trained, uniform attention) and the L2 weight of the bag-of-words model. One development seed
+(:data:`mmtoken.embeddings.review_runs.DEV_SEED`), the split :data:`mmtoken.embeddings.review_runs.VALIDATION`.
+Only accuracy is optimised: nothing here looks at attention.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """What chapter 12 computes per held-out seed and once per data set, through the results cache.
 
-Per seed (:func:`run_seed`): the two-phase protocol of the theory (:func:`two_phase`), the attention
-runs of :data:`mmtoken.embeddings.review_runs.RUNS`, a few test reviews with their attention (:func:`examples`).
-Once per data set (:func:`profile`): the bag-of-words baseline (:func:`run_bow`) and how the data meet
-paper B's data model. Every result is stored in :mod:`mmtoken.book.resultcache` under
-``data/results/real_reviews/``, keyed by the configuration, the data and the code the computation
-calls (:func:`cache_fingerprint`).
+Per seed (:func:`run_seed`): the two-phase protocol of the theory (:func:`two_phase`), the attention runs of
+:data:`mmtoken.embeddings.review_runs.RUNS`, a few test reviews with their attention (:func:`examples`). Once per
+data set (:func:`profile`): the bag-of-words baseline (:func:`run_bow`) and how the data meet paper B's data model.
+Every result is stored in :mod:`mmtoken.book.resultcache` under ``data/results/real_reviews/``, keyed by the
+configuration, the data and the code the computation calls (:func:`cache_fingerprint`).
 """
 
 from __future__ import annotations

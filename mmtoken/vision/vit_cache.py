@@ -1,17 +1,12 @@
 """The ViT run cache: what a run is (:class:`Experiment`), what it records (:class:`Result`), where it is kept.
 
-Each run is cached in ``data/vit/<key>/``, a folder result of the package's
-results cache (:mod:`mmtoken.book.resultcache`: folder results), ``key`` a digest of
-its fingerprint (:func:`cache_key`; the fingerprint, of the training code, the
-configuration and the data, is :func:`mmtoken.vision.vit_runs.fingerprint`). The
-folder, written by :func:`mmtoken.vision.vit_runs.train_into`, holds a manifest
-(written last) with the cache's name, the fingerprint and the SHA-256 and size
-of every file; :func:`load` checks all of it and the shapes of everything it
-reads, so a damaged, stale or swapped folder is a :class:`CacheError` (rebuilt
-by :func:`mmtoken.vision.vit_runs.run_experiments`, or reported with instructions),
-never a raw error. Checkpoints are read with ``weights_only=True`` only
-(:func:`checkpoint`). Folders are written atomically (a temporary folder, then
-a rename); leftovers of interrupted writes are swept (:func:`sweep_leftovers`).
+A run is a folder result of :mod:`mmtoken.book.resultcache` in ``data/vit/<key>/`` (:func:`cache_key`, of the
+fingerprint :func:`mmtoken.vision.vit_runs.fingerprint`), written atomically by
+:func:`mmtoken.vision.vit_runs.train_into` with a manifest (written last) of the cache's name, the fingerprint and
+every file's size and SHA-256. :func:`load` and :func:`checkpoint` (``weights_only=True``) check all of it and the
+shapes they read, so a damaged, stale or swapped folder is a :class:`CacheError` (rebuilt by
+:func:`mmtoken.vision.vit_runs.run_experiments`, or reported with instructions), never a raw error.
+:func:`sweep_leftovers` removes what interrupted writes left.
 """
 
 from __future__ import annotations
@@ -137,22 +132,19 @@ class Result:
     Attributes
     ----------
     experiment : the configuration.
-    log : per log point: ``step``, ``epoch`` (float), ``lr``, ``train_loss``
-        ``(L,)``; the weight norms of :data:`mmtoken.vision.vit.WEIGHT_NORMS` and, on
-        the validation probe batch, ``entropy`` (mean over images and heads,
-        nats), ``eff`` (mean ``exp(entropy)``: effective patches of the
-        per-image maps), ``eff_mean`` (effective patches of the probe-averaged
-        map) and ``fg_share`` (attention mass on foreground patches), each ``(L, depth)``.
+    log : per log point, ``(L,)``: ``step``, ``epoch`` (float), ``lr``, ``train_loss``; ``(L, depth)``: the weight
+        norms of :data:`mmtoken.vision.vit.WEIGHT_NORMS` and, on the validation probe batch, ``entropy`` (mean over
+        images and heads, nats), ``eff`` (mean ``exp(entropy)``: effective patches of the per-image maps),
+        ``eff_mean`` (effective patches of the probe-averaged map) and ``fg_share`` (attention mass on foreground).
     epoch_end : indices into ``log`` of the epoch ends ``0..E``.
     val_loss, val_acc : ``(E+1,)`` on the whole validation split.
-    test : ``None`` when the run did not touch the test split; else the one
-        pass over it after training: ``loss``, ``acc`` and ``layers``, a list
-        (one dict per block) of :func:`mmtoken.vision.vit.attention_statistics`.
+    test : ``None`` when the run did not touch the test split; else the one pass over it after training: ``loss``,
+        ``acc`` and ``layers``, one dict per block of :func:`mmtoken.vision.vit.attention_statistics`.
     test_mean_map : ``(depth, P)`` test-averaged [CLS] attention (head mean), or ``None``.
-    probe_attention : ``(M, depth, n_probe, P)`` head-averaged [CLS] attention
-        over patches (renormalised) at ``experiment.epochs_mapped``.
-    probe_images : ``uint8 (n_probe, C, H, W)``; probe_labels ``(n_probe,)``.
-    probe_fg : ``bool (n_probe, P)`` foreground patches (all false without a rule).
+    probe_attention : ``(M, depth, n_probe, P)`` head-averaged [CLS] attention over patches (renormalised) at
+        ``experiment.epochs_mapped``.
+    probe_images, probe_labels, probe_fg : ``uint8 (n_probe, C, H, W)``, ``(n_probe,)`` and the foreground patches,
+        ``bool (n_probe, P)`` (all false without a rule).
     classes : class names.
     seconds, cpu_seconds : wall and CPU time of the training (not printed by the book).
     normalizer : the map from ``uint8`` images to network inputs used in training.
@@ -189,8 +181,8 @@ class Result:
         return self.log[name][self.epoch_end, layer]
 
 
-LOG_KEYS = ("step", "epoch", "lr", "train_loss", *vit.WEIGHT_NORMS, "entropy", "eff", "eff_mean", "fg_share")
 LAYER_KEYS = (*vit.WEIGHT_NORMS, "entropy", "eff", "eff_mean", "fg_share")
+LOG_KEYS = ("step", "epoch", "lr", "train_loss", *LAYER_KEYS)
 """The series of :attr:`Result.log` (one value per log point; those of ``LAYER_KEYS`` one per block)."""
 
 
@@ -199,36 +191,21 @@ def cache_key(fp: Mapping[str, str]) -> str:
     return resultcache.folder_key(CACHE_NAME, CACHE_VERSION, dict(fp))
 
 
-# --------------------------------------------------------------------------- reading a cache folder, validated
-
-
 def _damaged(path: Path, reason: str) -> CacheError:
     return CacheError(
-        f"ViT cache {path} cannot be used: {reason}. run_experiment rebuilds it (it is treated as "
-        f"missing); to rebuild it yourself, delete the folder or call "
-        f"run_experiment(..., retrain=True)."
+        f"ViT cache {path} cannot be used: {reason}. run_experiment rebuilds it (it is treated as missing); to "
+        "rebuild it yourself, delete the folder or call run_experiment(..., retrain=True)."
     )
-
-
-def _read_json(path: Path, folder: Path) -> dict:
-    try:
-        return resultcache.read_json(path)
-    except resultcache.CacheError as exc:
-        raise _damaged(folder, str(exc)) from None
 
 
 def experiment_from_dict(d: dict) -> Experiment:
     """The :class:`Experiment` of ``dataclasses.asdict(exp)`` read back from JSON (tuples come back as lists)."""
-    train = dict(d["train"])
-    train["betas"] = tuple(train["betas"])
-    d = dict(d)
-    map_epochs = d.pop("map_epochs")
     return Experiment(
         **{
             **d,
             "model": vit.ViTConfig(**d["model"]),
-            "train": vit_train.TrainConfig(**train),
-            "map_epochs": None if map_epochs is None else tuple(map_epochs),
+            "train": vit_train.TrainConfig(**{**d["train"], "betas": tuple(d["train"]["betas"])}),
+            "map_epochs": None if d["map_epochs"] is None else tuple(d["map_epochs"]),
         }
     )
 
@@ -255,20 +232,18 @@ def load(path: os.PathLike, exp: Experiment | None = None, fp: Mapping[str, str]
     Raises
     ------
     CacheMissing : no such folder.
-    CacheError : the folder is damaged (a file missing, truncated or altered),
-        stale (another code, configuration, data or cache version) or holds
-        another run; the message says what and how to rebuild it.
+    CacheError : the folder is damaged (a file missing, truncated or altered), stale (another code, configuration,
+        data or cache version) or holds another run; the message says what and how to rebuild it.
     """
     path = Path(path)
     if not path.is_dir():
         raise CacheMissing(f"no ViT cache at {path}")
     try:  # name, version, key, fingerprint, and every file's size and SHA-256
         files = resultcache.check_folder(path, CACHE_NAME, CACHE_VERSION, None if fp is None else dict(fp))["files"]
+        history = resultcache.read_json(path / "history.json")
+        stored = experiment_from_dict(history["experiment"])
     except resultcache.CacheError as exc:
         raise _damaged(path, str(exc)) from None
-    history = _read_json(path / "history.json", path)
-    try:
-        stored = experiment_from_dict(history["experiment"])
     except (KeyError, TypeError, ValueError) as exc:
         raise _damaged(path, f"history.json does not describe a run ({type(exc).__name__}: {exc})") from None
     if exp is not None and stored != exp:
@@ -296,11 +271,9 @@ def load(path: os.PathLike, exp: Experiment | None = None, fp: Mapping[str, str]
             raise _damaged(path, f"arrays.npz lacks {name}")
         _check_array(path, name, arrays[name], shape, kind)
     try:
-        raw_log = history["log"]
-        log = {k: np.asarray(raw_log[k], dtype=np.int64 if k == "step" else np.float64) for k in LOG_KEYS}
+        log = {k: np.asarray(history["log"][k], dtype=np.int64 if k == "step" else np.float64) for k in LOG_KEYS}
         epoch_end = np.asarray(history["epoch_end"], dtype=np.int64)
-        val_loss = np.asarray(history["val_loss"], dtype=np.float64)
-        val_acc = np.asarray(history["val_acc"], dtype=np.float64)
+        val_loss, val_acc = (np.asarray(history[k], dtype=np.float64) for k in ("val_loss", "val_acc"))
         normalizer = vit_train.Normalizer(history["normalizer"]["mean"], history["normalizer"]["std"])
         seconds, cpu_seconds = float(history["seconds"]), float(history["cpu_seconds"])
         classes = tuple(str(c) for c in history["classes"])
@@ -309,11 +282,9 @@ def load(path: os.PathLike, exp: Experiment | None = None, fp: Mapping[str, str]
         raise _damaged(path, f"history.json lacks or garbles a field ({type(exc).__name__}: {exc})") from None
     L = len(log["step"])
     for k in LOG_KEYS:
-        shape = (L, depth) if k in LAYER_KEYS else (L,)
-        _check_array(path, f"log[{k!r}]", log[k], shape, "if")
-    E = exp.train.epochs
+        _check_array(path, f"log[{k!r}]", log[k], (L, depth) if k in LAYER_KEYS else (L,), "if")
     for name, arr in (("epoch_end", epoch_end), ("val_loss", val_loss), ("val_acc", val_acc)):
-        _check_array(path, name, arr, (E + 1,), "if")
+        _check_array(path, name, arr, (exp.train.epochs + 1,), "if")
     if epoch_end.min() < 0 or epoch_end.max() >= L or len(classes) != m.n_classes:
         raise _damaged(path, "history.json is inconsistent (epoch ends or classes)")
     if exp.test:
@@ -328,57 +299,33 @@ def load(path: os.PathLike, exp: Experiment | None = None, fp: Mapping[str, str]
             raise _damaged(path, "history.json lacks the test statistics")
     elif test is not None:
         raise _damaged(path, "history.json holds test statistics of a run that must not touch the test split")
-    return Result(
-        exp,
-        log,
-        epoch_end,
-        val_loss,
-        val_acc,
-        test,
-        arrays.get("test_mean_map"),
-        arrays["probe_attention"],
-        arrays["probe_images"],
-        arrays["probe_labels"].astype(np.int64),
-        arrays["probe_fg"],
-        classes,
-        seconds,
-        cpu_seconds,
-        normalizer,
-        path,
-    )
+    arrays["probe_labels"] = arrays["probe_labels"].astype(np.int64)
+    probe = [arrays.get(k) for k in ("test_mean_map", "probe_attention", "probe_images", "probe_labels", "probe_fg")]
+    return Result(exp, log, epoch_end, val_loss, val_acc, test, *probe, classes, seconds, cpu_seconds, normalizer, path)
 
 
 def checkpoint(result: Result, epoch: int) -> vit.ViT:
-    """The model at one of ``result.experiment.epochs_mapped`` (on the CPU).
-
-    The file is checked against its recorded SHA-256 and read with
-    ``weights_only=True``; anything unreadable is a :class:`CacheError`.
-    """
+    """The model at one of ``result.experiment.epochs_mapped`` (on the CPU), its file checked against its recorded
+    SHA-256 and read with ``weights_only=True``; anything unreadable is a :class:`CacheError`."""
     if epoch not in result.experiment.epochs_mapped:
         raise ValueError(f"no checkpoint for epoch {epoch}; stored: {result.experiment.epochs_mapped}")
     path = result.path
     name = f"ckpt_epoch{epoch:03d}.pt"
     try:
         resultcache.check_file(path, name)
+        model = vit.ViT(result.experiment.model)
+        model.load_state_dict(torch.load(path / name, map_location="cpu", weights_only=True))
     except resultcache.CacheError as exc:
         raise _damaged(path, str(exc)) from None
-    model = vit.ViT(result.experiment.model)
-    try:
-        state = torch.load(path / name, map_location="cpu", weights_only=True)
-        model.load_state_dict(state)
     except Exception as exc:  # never pass on torch's advice to load with weights_only=False
         raise _damaged(path, f"{name} is not a checkpoint of this model ({type(exc).__name__})") from None
     return model.eval()
 
 
 def sweep_leftovers(root: os.PathLike) -> list[Path]:
-    """Delete what interrupted writes left in the cache ``root``; return what was removed.
-
-    Removes temporary run folders ``<key>.tmp-<pid>`` whose process no longer
-    runs, and ``*.part`` / ``*.tmp`` files in ``root`` and in its run folders
-    (this module never leaves such files in place: they come from an
-    interrupted copy or download).
-    """
+    """Delete what interrupted writes left in the cache ``root``; return what was removed: temporary run folders
+    ``<key>.tmp-<pid>`` whose process no longer runs, and ``*.part`` / ``*.tmp`` files in ``root`` and in its run
+    folders (this module never leaves such files in place: they come from an interrupted copy or download)."""
     root = Path(root)
     removed = []
 
