@@ -37,6 +37,7 @@ __all__ = [
     "known_misses",
     "evaluate",
     "run_one",
+    "clipped",
     "record_key",
     "records_dir",
     "record",
@@ -385,7 +386,7 @@ def format_table(results: list[Result]) -> str:
     """A plain-text table of results."""
     rows = [("id", "kind", "measured", "threshold", "status", "s")]
     for r in results:
-        measured = r.error or r.missing or r.pending or _short(r.measured)
+        measured = r.error or r.missing or r.pending or clipped(r.measured)
         rows.append((r.id, r.kind, measured, r.threshold, r.status, f"{r.seconds:.1f}"))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
@@ -393,6 +394,7 @@ def format_table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-def _short(value: Any, width: int = 60) -> str:
+def clipped(value: Any, width: int = 60) -> str:
+    """``str(value)``, cut to ``width`` characters with a trailing ``...`` when longer."""
     text = str(value)
     return text if len(text) <= width else text[: width - 3] + "..."

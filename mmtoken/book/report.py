@@ -34,7 +34,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from mmtoken.book.ledger import Result, _short
+from mmtoken.book.ledger import Result, clipped
 from mmtoken.book.ledger import status as ledger_status
 
 
@@ -240,7 +240,7 @@ def claims_block(results: Iterable[Result | dict], width: int = OUTPUT_WIDTH) ->
     out: list[str] = []
     for r in results:
         d = row_dict(r)
-        out.append(_short(f"{status(d):10s} {d['id']} ({d['kind']})", width))
+        out.append(clipped(f"{status(d):10s} {d['id']} ({d['kind']})", width))
         for item in measured_items(d):
             out += wrapped(item)
         out += wrapped(f"threshold: {d['threshold']}")
