@@ -9,6 +9,8 @@ followed); an attribute of an imported module (``train.gd``) to that module's de
 a value (``getattr(train, name)``) or a star import brings in all of that module. Left out by design
 (:data:`OUTSIDE`): code that stores, fetches or draws a result, which does not change it. Names found by a
 string are not followed; the package's computations do not do that.
+A definition counts by its code alone (:func:`code_text`): a reworded docstring, a comment or a line
+break leaves every result valid.
 
 :func:`of` gives the digest of the closure of some roots (``(module, name)`` pairs, :func:`roots_of`),
 with the versions of NumPy and torch; :class:`Index` does the same for a copy of the package elsewhere
@@ -29,9 +31,11 @@ __all__ = [
     "roots_of",
     "outside_key",
     "of",
+    "code_text",
 ]
 
 import ast
+import copy
 import functools
 import hashlib
 import inspect
@@ -101,7 +105,6 @@ class Index:
             raise ValueError(f"{name!r} is not a module of the {PACKAGE} package")
         text = path.read_text(encoding="utf-8")
         tree = ast.parse(text, str(path))
-        lines = text.splitlines()
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         mod = Module()
         for stmt in tree.body:
@@ -109,8 +112,7 @@ class Index:
         for stmt in tree.body:
             if isinstance(stmt, (ast.Import, ast.ImportFrom)) or _is_docstring(stmt) or _is_main_guard(stmt):
                 continue
-            first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
-            source = "\n".join(lines[first - 1 : stmt.end_lineno])
+            source = code_text(stmt)
             local = dict(mod.binds)
             for sub in ast.walk(stmt):  # imports inside functions bind names there
                 _bind_imports(self, sub, package, local)
@@ -175,6 +177,21 @@ class Index:
             h.update(versions().encode())
             self._digests[key] = h.hexdigest()
         return self._digests[key]
+
+
+def code_text(node: ast.AST | str) -> str:
+    """The code of a statement (or of a source text) without its docstrings, comments and layout: what
+    a fingerprint hashes, so that rewording a docstring or reflowing a line leaves every result valid.
+
+    Every bare string statement is dropped (docstrings, attribute docstrings); :func:`ast.unparse` of what
+    is left is the same for any two sources that differ only in comments, line breaks or quotes.
+    """
+    tree = ast.parse(node) if isinstance(node, str) else copy.deepcopy(node)
+    for sub in ast.walk(tree):
+        body = getattr(sub, "body", None)
+        if isinstance(body, list) and body and all(isinstance(s, ast.stmt) for s in body):
+            sub.body = [s for s in body if not _is_docstring(s)] or [ast.Pass()]
+    return ast.unparse(tree)
 
 
 def _is_docstring(stmt: ast.stmt) -> bool:

@@ -61,6 +61,7 @@ import torch
 
 from mmtoken import config
 from mmtoken.book import resultcache
+from mmtoken.book.fingerprint import code_text
 from mmtoken.datasets import images as image_data
 from mmtoken.datasets.download import cache_dir
 from mmtoken.vision import vit, vit_cache, vit_train
@@ -234,12 +235,13 @@ writing of the folder) is here or in those modules (``tests/test_vit_runs.py`` c
 
 @functools.lru_cache(maxsize=None)
 def code_fingerprint() -> str:
-    """SHA-256 of the source that produces a cache folder: :data:`TRAINING_MODULES` and :data:`TRAINING_CODE`."""
+    """SHA-256 of the code that produces a cache folder: :data:`TRAINING_MODULES` and :data:`TRAINING_CODE`, without
+    docstrings, comments or layout (:func:`mmtoken.book.fingerprint.code_text`)."""
     h = hashlib.sha256()
     for m in TRAINING_MODULES:
-        h.update(inspect.getsource(m).encode())
+        h.update(code_text(inspect.getsource(m)).encode())
     for f in TRAINING_CODE:
-        h.update(inspect.getsource(f).encode())
+        h.update(code_text(inspect.getsource(f)).encode())
     return h.hexdigest()
 
 
