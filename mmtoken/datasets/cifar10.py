@@ -7,11 +7,6 @@ fetches it into ``data/cifar-10/`` when the network allows; the archive is
 verified (MD5 as published on that page and in torchvision, SHA-256 as in
 Keras) before anything in it is unpickled, and the pickles are read with
 an unpickler that only admits plain containers and NumPy arrays.
-
-No reader substitutes another dataset: a missing archive raises
-:class:`~mmtoken.datasets.download.DatasetMissing` saying how to get it.
-Images come back as ``uint8`` arrays of shape ``(N, 3, 32, 32)`` and labels as
-``int64`` arrays of shape ``(N,)``.
 """
 
 from __future__ import annotations
@@ -26,7 +21,6 @@ __all__ = [
     "load_cifar10",
 ]
 
-import hashlib
 import io
 import os
 import pickle
@@ -45,6 +39,7 @@ from mmtoken.datasets.download import (
     record_origin,
     sweep_partial,
     url_host,
+    verify_sha256,
 )
 
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -76,25 +71,8 @@ def _missing_cifar_message(path: Path, reason: str) -> str:
 
 
 def verify_archive(path: os.PathLike, *, md5: str | None, sha256: str | None) -> None:
-    """Check a file's MD5 and SHA-256 (either may be ``None`` to skip it).
-
-    Raises :class:`DatasetMissing` if the file does not exist and
-    :class:`DatasetError` naming the expected and found digest on a mismatch.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise DatasetMissing(f"{path} does not exist")
-    h_md5, h_sha = hashlib.md5(), hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            h_md5.update(block)
-            h_sha.update(block)
-    for kind, want, got in (("md5", md5, h_md5.hexdigest()), ("sha256", sha256, h_sha.hexdigest())):
-        if want is not None and got != want:
-            raise DatasetError(
-                f"checksum mismatch for {path}: expected {kind} {want}, found {got}. "
-                "The file is corrupt or truncated; delete it and download it again."
-            )
+    """Check a file's MD5 and SHA-256 (``None`` skips one): :func:`~mmtoken.datasets.download.verify_sha256`."""
+    verify_sha256(path, sha256, md5=md5)
 
 
 def download_cifar10(
@@ -108,11 +86,9 @@ def download_cifar10(
 
     Parameters
     ----------
-    dest : target file, :func:`cifar10_path` by default. An existing file with
-        the right checksums is kept.
+    dest : target file, :func:`cifar10_path` by default; kept if it has the right checksums.
     url : where to fetch from; ``CIFAR10["url"]`` (read at call time) by default.
-    timeout : seconds any single wait for the server may take.
-    deadline : seconds the whole download may take.
+    timeout, deadline : seconds one wait for the server, and the whole download, may take.
 
     Returns
     -------
@@ -127,18 +103,13 @@ def download_cifar10(
     """
     dest = Path(dest) if dest is not None else cifar10_path()
     url = CIFAR10["url"] if url is None else url
+    digests = {"md5": CIFAR10["md5"], "sha256": CIFAR10["sha256"]}
     if dest.is_file():
-        verify_archive(dest, md5=CIFAR10["md5"], sha256=CIFAR10["sha256"])
+        verify_archive(dest, **digests)
         return dest
     sweep_partial(dest.parent)
     try:
-        download_file(
-            url,
-            dest,
-            timeout=timeout,
-            deadline=deadline,
-            check=lambda part: verify_archive(part, md5=CIFAR10["md5"], sha256=CIFAR10["sha256"]),
-        )
+        download_file(url, dest, check=lambda part: verify_archive(part, **digests), timeout=timeout, deadline=deadline)
     except DatasetMissing as exc:
         raise DatasetMissing(_missing_cifar_message(dest, f"download from {url} failed: {exc}")) from None
     record_origin(dest.parent, {dest.name: f"downloaded from {url_host(url)}, md5 verified"}, url=url)
@@ -188,13 +159,12 @@ def read_cifar10_archive(
     Parameters
     ----------
     path : the archive.
-    md5, sha256 : its expected digests (the published ones by default; tests
-        pass those of a fixture). Checked before anything is unpickled.
+    md5, sha256 : its digests (the published ones by default), checked before anything is unpickled.
 
     Returns
     -------
-    ``{"train": (images, labels), "test": (images, labels)}`` with ``uint8``
-    images ``(N, 3, 32, 32)`` and ``int64`` labels ``(N,)`` in ``0..9``.
+    ``{"train": (images, labels), "test": (images, labels)}``: ``uint8`` images ``(N, 3, 32, 32)``,
+    ``int64`` labels ``(N,)`` in ``0..9``.
     """
     path = Path(path)
     verify_archive(path, md5=md5, sha256=sha256)
@@ -205,10 +175,8 @@ def read_cifar10_archive(
                 xs, ys = [], []
                 for batch in CIFAR10[split]:
                     member = f"{CIFAR10['folder']}/{batch}"
-                    try:
-                        fh = tar.extractfile(member)
-                    except KeyError:
-                        fh = None
+                    # extractfile(name) reads the member list anyway; None: not a regular file
+                    fh = tar.extractfile(member) if member in tar.getnames() else None
                     if fh is None:
                         raise DatasetError(f"{path} has no member {member}; not a CIFAR-10 python archive")
                     d = _unpickle(fh.read(), member)
@@ -240,9 +208,8 @@ def _cifar10_cached(path: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 def load_cifar10(split: str = "train", *, download: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """CIFAR-10 images ``uint8 (N, 3, 32, 32)`` and labels ``int64 (N,)`` of one split.
 
-    Reads the cached archive (:func:`cifar10_path`); fetches it first when
-    ``download`` is true. Offline, raises :class:`DatasetMissing` with
-    instructions.
+    Reads the cached archive (:func:`cifar10_path`), fetched first if ``download``; else
+    :class:`DatasetMissing` says how to get it.
     """
     if split not in ("train", "test"):
         raise ValueError(f"unknown split {split!r}; choose 'train' or 'test'")

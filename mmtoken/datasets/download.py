@@ -2,20 +2,18 @@
 
 Every reader in :mod:`mmtoken.datasets` follows the same rules:
 
-* files are verified by SHA-256 before use; a mismatch raises
-  :class:`DatasetError` naming the file, the expected and the found digest;
-* derived caches are written atomically (temporary file, then rename), so a
-  failure never leaves a truncated cache and never overwrites a good one;
-* a dataset that is not on disk and cannot be fetched raises
-  :class:`DatasetMissing` with instructions; no other dataset is substituted;
-* downloads have a connection timeout *and* an overall deadline, so a server
-  that trickles bytes cannot hold a fetch forever;
-* leftovers of interrupted writes (``*.part``, ``*.tmp``) are swept by the
-  next fetch once they are older than :data:`STALE_SECONDS`;
+* files are verified by SHA-256 before use; a mismatch raises :class:`DatasetError`
+  naming the file, the expected and the found digest;
+* caches are written atomically (temporary file, then rename): a failure never
+  leaves a truncated cache nor overwrites a good one;
+* a dataset that is not on disk and cannot be fetched raises :class:`DatasetMissing`
+  with instructions; no other dataset is substituted;
+* downloads have a connection timeout *and* an overall deadline;
+* leftovers of interrupted writes (``*.part``, ``*.tmp``) older than
+  :data:`STALE_SECONDS` are swept by the next fetch;
 * a folder that cannot be written raises :class:`DataFolderError` naming it;
-* where each cached file came from (a system package, a folder, a download)
-  is recorded next to it (:func:`record_origin`), so a chapter can say which
-  source it used, the same on every later run that reads the cache.
+* where each cached file came from is recorded next to it (:func:`record_origin`),
+  so a chapter says the same source on every later run that reads the cache.
 """
 
 from __future__ import annotations
@@ -42,6 +40,7 @@ __all__ = [
     "read_bounded",
 ]
 
+import contextlib
 import hashlib
 import http.client
 import json
@@ -58,6 +57,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mmtoken.config import data_dir
+from mmtoken.validate import count, positive
 
 DOWNLOAD_DEADLINE = 4 * 3600.0
 """Seconds a whole download may take (the connection timeout bounds each wait separately)."""
@@ -82,8 +82,7 @@ class DataFolderError(DatasetError):
 
 
 def cache_dir(name: str) -> Path:
-    """``data/<name>/``; not created here (asking for a path writes nothing): the writers
-    (:func:`atomic_write_bytes`, :func:`download_file`) create the folders of what they write."""
+    """``data/<name>/``, not created: the writers (:func:`atomic_write_bytes`, :func:`download_file`) create folders."""
     path = data_dir() / name
     if path.exists() and not path.is_dir():
         raise DataFolderError(f"the data folder {path} is a file; remove it or point MMTOKEN_DATA elsewhere")
@@ -91,10 +90,9 @@ def cache_dir(name: str) -> Path:
 
 
 def sweep_partial(folder: str | os.PathLike, max_age: float = STALE_SECONDS, recursive: bool = False) -> list[Path]:
-    """Delete ``*.part`` and ``*.tmp`` files in ``folder`` not modified for ``max_age`` seconds.
+    """Delete the ``*.part`` / ``*.tmp`` files in ``folder`` untouched for ``max_age`` seconds; return their paths.
 
-    They are what an interrupted download or cache write leaves behind (a
-    live one keeps touching its file, so it is not swept). Returns the paths removed.
+    A live write keeps touching its file, so it is not swept.
     """
     if isinstance(max_age, bool) or not isinstance(max_age, numbers.Real) or not max_age >= 0:
         raise ValueError(f"max_age must be a number of seconds >= 0, got {max_age!r}")
@@ -104,12 +102,10 @@ def sweep_partial(folder: str | os.PathLike, max_age: float = STALE_SECONDS, rec
     now, removed = time.time(), []
     for pattern in ("*.part", "*.tmp"):
         for path in folder.rglob(pattern) if recursive else folder.glob(pattern):
-            try:
+            with contextlib.suppress(OSError):  # gone meanwhile, or not ours to delete: leave it
                 if path.is_file() and now - path.stat().st_mtime >= max_age:
                     path.unlink()
                     removed.append(path)
-            except OSError:  # gone meanwhile, or not ours to delete: leave it
-                continue
     return removed
 
 
@@ -122,24 +118,30 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def verify_sha256(path: str | os.PathLike, expected: str) -> None:
-    """Raise :class:`DatasetError` unless ``path`` has SHA-256 ``expected``."""
+def verify_sha256(path: str | os.PathLike, expected: str | None, *, md5: str | None = None) -> None:
+    """Raise :class:`DatasetError` unless ``path`` has SHA-256 ``expected`` and MD5 ``md5`` (checked first).
+
+    A digest given as ``None`` is not checked; a missing file raises :class:`DatasetMissing`.
+    """
     path = Path(path)
     if not path.is_file():
         raise DatasetMissing(f"{path} does not exist")
-    found = sha256_file(path)
-    if found != expected:
-        raise DatasetError(
-            f"checksum mismatch for {path}: expected sha256 {expected}, found {found}. "
-            "The file is corrupt or truncated; delete it and fetch it again."
-        )
+    wanted = {kind: want for kind, want in (("md5", md5), ("sha256", expected)) if want is not None}
+    hashes = {kind: hashlib.new(kind) for kind in wanted}
+    with open(path, "rb") as fh:
+        while hashes and (block := fh.read(1 << 20)):
+            for h in hashes.values():
+                h.update(block)
+    for kind, want in wanted.items():
+        if (found := hashes[kind].hexdigest()) != want:
+            raise DatasetError(
+                f"checksum mismatch for {path}: expected {kind} {want}, found {found}. "
+                "The file is corrupt or truncated; delete it and fetch it again."
+            )
 
 
 def _temp_beside(path: Path, suffix: str) -> tuple[int, str]:
-    """A new temporary file in ``path``'s folder (created if needed), to be renamed onto ``path``.
-
-    Raises :class:`DataFolderError` naming ``path`` when the folder cannot be written.
-    """
+    """A new temporary file beside ``path`` (folder created if needed); :class:`DataFolderError` if it cannot be."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         return tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=suffix)
@@ -151,10 +153,7 @@ def _temp_beside(path: Path, suffix: str) -> tuple[int, str]:
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename.
-
-    Raises :class:`DataFolderError` when the folder cannot be written (``path`` is then untouched).
-    """
+    """Write ``data`` to ``path`` through a temporary file and a rename; :class:`DataFolderError` if it cannot be."""
     path = Path(path)
     fd, tmp = _temp_beside(path, ".tmp")
     try:
@@ -172,16 +171,11 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             os.unlink(tmp)
 
 
-class _Deadline(Exception):
-    pass
-
-
 class _Watch:
     """The sockets of one download; :meth:`expire` shuts them down (from a timer thread).
 
-    A per-read socket timeout does not bound a server that trickles one byte at a
-    time, headers included; shutting the socket down at the deadline does: the
-    read in progress returns or fails at once, wherever it is.
+    A per-read timeout does not bound a server that trickles one byte at a time, headers
+    included; shutting the socket down does: the read in progress returns or fails at once.
     """
 
     def __init__(self):
@@ -203,10 +197,8 @@ class _Watch:
 
     @staticmethod
     def _shut(sock) -> None:
-        try:
+        with contextlib.suppress(OSError):  # already closed
             sock.shutdown(socket.SHUT_RDWR)
-        except OSError:  # already closed
-            pass
 
 
 def _opener(watch: _Watch) -> urllib.request.OpenerDirector:
@@ -235,16 +227,13 @@ def _opener(watch: _Watch) -> urllib.request.OpenerDirector:
 
 
 def _content_length(resp) -> int | None:
-    """The announced body size, or None (absent, malformed, or a chunked body)."""
-    headers = getattr(resp, "headers", None)
-    if headers is None:  # not an HTTP response (a file: URL, a stand-in)
-        return None
-    value = headers.get("Content-Length")
-    if value is None or "chunked" in (headers.get("Transfer-Encoding") or "").lower():
+    """The announced body size, or None (absent, malformed, a chunked body, not an HTTP response)."""
+    headers = getattr(resp, "headers", None)  # None: a file: URL, a stand-in
+    if headers is None or "chunked" in (headers.get("Transfer-Encoding") or "").lower():
         return None
     try:
-        n = int(value)
-    except ValueError:
+        n = int(headers.get("Content-Length"))
+    except (TypeError, ValueError):  # absent, malformed
         return None
     return n if n >= 0 else None
 
@@ -263,22 +252,18 @@ def download_file(
     Parameters
     ----------
     timeout : seconds any single wait for the server may take (connection, each read).
-    deadline : seconds the whole download may take, headers included: at the deadline
-        the connection is shut down wherever the transfer is, so a server that trickles
-        a few bytes a second (of headers or body) is cut off after about ``deadline``.
+    deadline : seconds the whole download may take, headers included (the connection
+        is then shut down, so a server trickling headers or body is cut off).
     check : raises (e.g. :class:`DatasetError` on a checksum mismatch) to refuse the bytes.
-        Whatever ``check`` is, a body shorter than its ``Content-Length`` is refused.
+        A body shorter than its ``Content-Length`` is refused in any case.
     missing_note : appended to the :class:`DatasetMissing` message.
 
     Raises
     ------
-    DatasetMissing when the address cannot be reached, a wait times out, the
-    deadline passes or the body is cut short; whatever ``check`` raises. ``dest``
-    is left as it was in every case.
+    DatasetMissing when the address cannot be reached, a wait times out, the deadline
+    passes or the body is cut short; whatever ``check`` raises. ``dest`` is then untouched.
     """
-    for name, value in (("timeout", timeout), ("deadline", deadline)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 < value < float("inf")):
-            raise ValueError(f"{name} must be a positive finite number of seconds, got {value!r}")
+    timeout, deadline = positive(timeout, "timeout"), positive(deadline, "deadline")
     dest = Path(dest)
     fd, tmp = _temp_beside(dest, ".part")
     start = time.monotonic()
@@ -287,42 +272,37 @@ def download_file(
     timer = threading.Timer(deadline, watch.expire)
     timer.daemon = True
     timer.start()
+
+    def late() -> DatasetMissing:
+        return DatasetMissing(
+            f"cannot download {url}: it did not finish within the deadline of "
+            f"{deadline:.0f} s ({received:,} bytes received); try again later or "
+            f"download it by hand. {missing_note}".rstrip()
+        )
+
     try:
         with os.fdopen(fd, "wb") as fh:
             try:
                 with _opener(watch).open(url, timeout=min(timeout, deadline)) as resp:
                     expected = _content_length(resp)
                     read = getattr(resp, "read1", resp.read)
-                    while True:
-                        if watch.expired or time.monotonic() - start > deadline:
-                            raise _Deadline()
-                        block = read(1 << 16)
-                        if not block:
-                            break
+                    while block := read(1 << 16):
                         fh.write(block)
                         received += len(block)
+                        if watch.expired or time.monotonic() - start > deadline:
+                            raise late()
                 if watch.expired:  # the shutdown ended the body early: not a complete file
-                    raise _Deadline()
+                    raise late()
                 if expected is not None and received != expected:
                     raise DatasetMissing(
                         f"cannot download {url}: the body was cut short ({received:,} of the "
                         f"{expected:,} bytes announced); try again later. {missing_note}".rstrip()
                     )
-            except _Deadline:
-                raise DatasetMissing(
-                    f"cannot download {url}: it did not finish within the deadline of "
-                    f"{deadline:.0f} s ({received:,} bytes received); try again later or "
-                    f"download it by hand. {missing_note}".rstrip()
-                ) from None
             except DatasetMissing:
                 raise
             except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
                 if watch.expired:
-                    raise DatasetMissing(
-                        f"cannot download {url}: it did not finish within the deadline of "
-                        f"{deadline:.0f} s ({received:,} bytes received); try again later or "
-                        f"download it by hand. {missing_note}".rstrip()
-                    ) from None
+                    raise late() from None
                 raise DatasetMissing(f"cannot download {url}: {exc}. {missing_note}".rstrip()) from exc
         if check is not None:
             check(Path(tmp))
@@ -335,24 +315,19 @@ def download_file(
 
 
 def read_bounded(path: str | os.PathLike, limit: int | None, gz: bool = False, chunk: int = 1 << 20) -> bytes:
-    """The bytes of ``path`` (decompressed, streamed, if ``gz``), at most ``limit + 1`` of them.
+    """The bytes of ``path`` (decompressed, streamed, if ``gz``), at most ``limit + 1`` of them (``None``: all).
 
-    A file known to hold ``limit`` bytes is read no further than one byte past that,
-    so a gzip bomb (or any oversized file) costs ``limit + 1`` bytes of memory and
-    then fails its checksum. ``limit=None`` reads everything. Raises :class:`OSError`,
-    :class:`EOFError` or :class:`gzip.BadGzipFile` as :mod:`gzip` does.
+    A gzip bomb (or any oversized file) then costs ``limit + 1`` bytes of memory and fails its
+    checksum. Raises :class:`OSError`, :class:`EOFError` or :class:`gzip.BadGzipFile` as :mod:`gzip` does.
     """
     import gzip
 
-    cap = None if limit is None else int(limit) + 1
-    parts, size = [], 0
+    left = float("inf") if limit is None else int(limit) + 1
+    parts = []
     with gzip.open(path, "rb") if gz else open(path, "rb") as fh:
-        while cap is None or size < cap:
-            block = fh.read(chunk if cap is None else min(chunk, cap - size))
-            if not block:
-                break
+        while left > 0 and (block := fh.read(min(chunk, left))):
             parts.append(block)
-            size += len(block)
+            left -= len(block)
     return b"".join(parts)
 
 
@@ -362,13 +337,8 @@ def url_host(url: str) -> str:
 
 
 def fit_line(line: str, width: int = LINE_WIDTH) -> str:
-    """``line`` cut to ``width`` characters, ending in ``...`` when cut.
-
-    Source statements are printed in chapters whose output column is
-    :data:`LINE_WIDTH` wide; a long host name must not wrap the line.
-    """
-    if isinstance(width, bool) or not isinstance(width, numbers.Integral) or width < 4:
-        raise ValueError(f"width must be an integer of at least 4, got {width!r}")
+    """``line`` cut to ``width`` characters, ending in ``...`` when cut (a long host name must not wrap the line)."""
+    width = count(width, "width", minimum=4)
     if not isinstance(line, str):
         raise ValueError(f"line must be a string, got {type(line).__name__}")
     return line if len(line) <= width else line[: width - 3] + "..."
@@ -377,8 +347,7 @@ def fit_line(line: str, width: int = LINE_WIDTH) -> str:
 def read_origins(folder: str | os.PathLike) -> dict[str, dict]:
     """The origin record of a cache folder: ``{file name: {"origin": str, "url": str | None}}``.
 
-    An absent or unreadable record is an empty one: the record only says where
-    files came from, it never vouches for them (their checksums do).
+    An unreadable record is an empty one: it never vouches for the files (their checksums do).
     """
     path = Path(folder) / ORIGIN_FILE
     try:
@@ -391,9 +360,7 @@ def read_origins(folder: str | os.PathLike) -> dict[str, dict]:
 
 
 def record_origin(folder: str | os.PathLike, files: dict[str, str], url: str | None = None) -> None:
-    """Record that ``files`` (``{file name: origin}``) in ``folder`` came from the stated origin.
-
-    The record is rewritten atomically, so an interrupted write leaves the old one.
+    """Record (atomically) that ``files`` in ``folder`` came from where they say.
 
     Parameters
     ----------
@@ -412,13 +379,9 @@ def record_origin(folder: str | os.PathLike, files: dict[str, str], url: str | N
 def download_verified(
     url: str, dest: str | os.PathLike, sha256: str, timeout: float = 30.0, deadline: float | None = None
 ) -> Path:
-    """Download ``url`` to ``dest`` through a temporary file; verify before renaming.
+    """:func:`download_file` refusing bytes whose SHA-256 is not ``sha256`` (:class:`DatasetError`, ``dest`` untouched).
 
-    ``timeout`` bounds each wait for the server, ``deadline`` (default
-    :data:`mmtoken.datasets.download.DOWNLOAD_DEADLINE`) the whole download.
-    Raises :class:`DatasetMissing` when the address cannot be reached, a wait
-    times out or the deadline passes, and :class:`DatasetError` when the bytes
-    received have the wrong checksum (``dest`` is then left as it was).
+    ``deadline`` is :data:`DOWNLOAD_DEADLINE` by default.
     """
-    kw = {} if deadline is None else {"deadline": deadline}
-    return download_file(url, dest, check=lambda part: verify_sha256(part, sha256), timeout=timeout, **kw)
+    deadline = DOWNLOAD_DEADLINE if deadline is None else deadline
+    return download_file(url, dest, check=lambda part: verify_sha256(part, sha256), timeout=timeout, deadline=deadline)

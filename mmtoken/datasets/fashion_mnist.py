@@ -4,27 +4,16 @@
 files. :func:`load_fashion_mnist` takes the first of these that holds the
 files:
 
-1. the cache ``data/fashion-mnist/`` (decompressed, checked at every load);
-2. a folder passed as ``source``, ``$MMTOKEN_FASHION_MNIST_DIR``, the
-   cache folder itself (``*-ubyte.gz`` placed there by hand), the Debian
-   package (offline; ``apt-get install -y dataset-fashion-mnist``, files in
-   ``/usr/share/datasets/fashion-mnist``);
-3. a download of the four ``*-ubyte.gz`` files from
-   :data:`FASHION_MNIST_MIRROR`, the address torchvision's
-   ``FashionMNIST`` and the upstream README use (Colab takes this path).
+1. the cache ``data/fashion-mnist/`` (decompressed, 55 MB, checked at every load);
+2. ``*-ubyte.gz`` placed in the cache folder by hand, a folder passed as ``source``,
+   ``$MMTOKEN_FASHION_MNIST_DIR``, the Debian package (offline;
+   ``apt-get install -y dataset-fashion-mnist``, files in ``/usr/share/datasets/fashion-mnist``);
+3. a download from :data:`FASHION_MNIST_MIRROR` (Colab takes this path), whose gzip
+   files must have the MD5 torchvision and the upstream README publish.
 
-A downloaded gzip file must have the MD5 torchvision and the upstream
-README publish. The Debian package re-compresses the files, so its gzip
-files differ from the upstream ones; both decompress to the same idx
-files, and the SHA-256 of the *decompressed* idx file is checked whatever
-the source. The decompressed files are cached (55 MB) and checked again
-at every load; :func:`mmtoken.datasets.images.data_source` says where they
-came from.
-
-No reader substitutes another dataset: a missing file raises
-:class:`~mmtoken.datasets.download.DatasetMissing` saying how to get it.
-Images come back as ``uint8`` arrays of shape ``(N, 1, 28, 28)`` and labels as
-``int64`` arrays of shape ``(N,)``.
+The Debian package re-compresses the files, so the SHA-256 checked, whatever the
+source, is that of the *decompressed* idx file.
+:func:`mmtoken.datasets.images.data_source` says where the cached files came from.
 """
 
 from __future__ import annotations
@@ -141,8 +130,7 @@ def parse_idx(data: bytes, *, name: str = "idx data") -> np.ndarray:
 
     Parameters
     ----------
-    data : the whole file: a 4-byte magic ``00 00 <dtype> <ndim>``, ``ndim``
-        big-endian ``int32`` sizes, then the values in C order.
+    data : the whole file: magic ``00 00 <dtype> <ndim>``, ``ndim`` big-endian ``int32`` sizes, values in C order.
     name : used in error messages.
 
     Returns
@@ -195,51 +183,36 @@ def _missing_fashion_message(name: str, searched: list[Path], dest: Path) -> str
     )
 
 
-def _idx_size(rec: Mapping) -> int | None:
-    """Bytes of the idx file of ``rec`` (header and values), from its registered shape."""
-    if "shape" not in rec:
-        return None
-    shape = tuple(rec["shape"])
-    return 4 + 4 * len(shape) + math.prod(shape)
+def _check_digest(data: bytes, rec: Mapping, where: str, fix: str) -> None:
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != rec["sha256"]:
+        raise DatasetError(f"checksum mismatch for {where}: expected sha256 {rec['sha256']}, found {digest}. {fix}")
 
 
-def _decompressed(path: Path, gz: bool | None = None, rec: Mapping | None = None) -> bytes:
-    """The idx bytes of a source file: gzip if ``gz`` (by default: if its name ends in ``.gz``).
+def _source_idx(path: Path, rec: Mapping, where: str | None = None, gz: bool | None = None) -> bytes:
+    """The verified idx bytes of a source file: gzip if ``gz`` (by default: if its name ends in ``.gz``).
 
-    Streamed, and stopped one byte past the registered size of ``rec``'s idx file: a
-    gzip bomb placed by hand costs that much memory, then fails the checksum.
+    Read no further than one byte past the size ``rec``'s shape gives (:func:`read_bounded`).
     """
-    gz = path.suffix == ".gz" if gz is None else gz
+    shape = tuple(rec["shape"]) if "shape" in rec else None
+    size = None if shape is None else 4 + 4 * len(shape) + math.prod(shape)
     try:
-        return read_bounded(path, _idx_size(rec) if rec is not None else None, gz=gz)
+        data = read_bounded(path, size, gz=path.suffix == ".gz" if gz is None else gz)
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise DatasetError(
             f"{path} is not a valid gzip file ({exc}); it is corrupt or truncated: reinstall or download it again"
         ) from exc
+    fix = "The file is corrupt or not the published Fashion-MNIST; reinstall or download it again."
+    _check_digest(data, rec, f"{where or path} (decompressed)", fix)
+    return data
 
 
-def _check_idx_digest(data: bytes, rec: Mapping, where: str) -> None:
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != rec["sha256"]:
-        raise DatasetError(
-            f"checksum mismatch for {where} (decompressed): expected sha256 "
-            f"{rec['sha256']}, found {digest}. The file is corrupt or not "
-            "the published Fashion-MNIST; reinstall or download it again."
-        )
+def _download_fashion_file(rec: Mapping, url: str, dest: Path, timeout: float, deadline: float, note: str) -> bytes:
+    """Fetch ``url`` (``<file>.gz``); return its idx bytes, checked (MD5 of the gzip file, when the record
+    has one, and SHA-256 of its content) before :func:`download_file` renames the ``.part`` file.
 
-
-def _download_fashion_file(
-    rec: Mapping, dest: Path, mirror: str, timeout: float, deadline: float, folders: list[Path]
-) -> bytes:
-    """Fetch ``<file>.gz`` from ``mirror``; return its verified idx bytes. Nothing stays in ``dest`` on failure.
-
-    The gzip bytes are checked (MD5 as published, when the record has one;
-    SHA-256 of the decompressed content always) before :func:`download_file`
-    renames the ``.part`` file; the verified gzip file is then deleted at once
-    (its idx bytes are returned for the caller to cache): the cache holds the
-    decompressed files only, as with the other sources.
+    The verified gzip file is then deleted: the cache holds the decompressed files only.
     """
-    url = mirror.rstrip("/") + "/" + rec["file"] + ".gz"
     holder: list[bytes] = []
 
     def check(part: Path) -> None:
@@ -252,33 +225,17 @@ def _download_fashion_file(
                     "The download is corrupt or not the published Fashion-MNIST; "
                     "nothing was kept."
                 )
-        data = _decompressed(part, gz=True, rec=rec)  # a .part file: the name does not say it is gzip
-        _check_idx_digest(data, rec, url)
-        holder.append(data)
+        holder.append(_source_idx(part, rec, url, gz=True))  # a .part file: the name does not say it is gzip
 
     gz = dest / (rec["file"] + ".gz")
     try:
-        download_file(
-            url,
-            gz,
-            check=check,
-            timeout=timeout,
-            deadline=deadline,
-            missing_note=_missing_fashion_message(rec["file"], folders, dest),
-        )
+        download_file(url, gz, check=check, timeout=timeout, deadline=deadline, missing_note=note)
     except DatasetMissing as exc:  # the message says it all: not the urllib chain under it
         raise DatasetMissing(str(exc)) from None
     finally:
-        # the verified gzip file is a transit copy; a refused one never got its name
-        if holder and gz.is_file():
+        if holder and gz.is_file():  # a refused download never got its name
             gz.unlink()
     return holder[0]
-
-
-def _origin_of(path: Path, dest: Path, searched: list[tuple[Path, str]]) -> str:
-    if path.parent == dest:
-        return "files placed in the cache folder"
-    return next(label for folder, label in searched if path.parent == folder)
 
 
 def prepare_fashion_mnist(
@@ -295,31 +252,24 @@ def prepare_fashion_mnist(
 
     Parameters
     ----------
-    source : a folder holding ``<file>.gz`` or ``<file>``, searched first;
-        then ``$MMTOKEN_FASHION_MNIST_DIR``, the cache folder and the Debian
-        package folder.
-    dest : the cache folder, ``data/fashion-mnist/`` by default (gzip files
-        placed there by hand are found too).
-    registry : split -> part -> ``{"file", "sha256", "gz_md5_upstream", ...}``;
-        tests pass a registry of fixture files.
+    source : a folder holding ``<file>.gz`` or ``<file>``, searched after the cache folder,
+        before ``$MMTOKEN_FASHION_MNIST_DIR`` and the Debian package folder.
+    dest : the cache folder, ``data/fashion-mnist/`` by default.
+    registry : split -> part -> ``{"file", "sha256", "gz_md5_upstream", ...}``; tests pass fixture files.
     download : fetch a file found in no folder from ``mirror``.
-    mirror : base address of the ``<file>.gz`` files, :data:`FASHION_MNIST_MIRROR`
-        (read at call time) by default.
+    mirror : base address of the ``<file>.gz`` files, :data:`FASHION_MNIST_MIRROR` (read at call time) by default.
     timeout, deadline : seconds one wait for the server, and one whole file, may take.
 
     Returns
     -------
-    Path of the cache folder. Every file in it has its registered SHA-256, and
-    its origin is recorded there (see :func:`data_source`).
+    Path of the cache folder; every file in it has its registered SHA-256 and a recorded origin.
 
     Raises
     ------
     DatasetMissing
-        a file is in none of the folders and cannot be downloaded (the message
-        names the address tried and says how to get the files).
+        a file is in none of the folders and cannot be downloaded (the message says how to get it).
     DatasetError
-        a file is found or downloaded but does not decompress or has the wrong
-        checksum (a refused download leaves nothing in the cache).
+        a file found or downloaded does not decompress or has the wrong checksum (nothing is kept).
     """
     dest = Path(dest) if dest is not None else cache_dir("fashion-mnist")
     try:
@@ -328,45 +278,43 @@ def prepare_fashion_mnist(
         raise DatasetError(f"cannot create the Fashion-MNIST cache folder {dest} ({exc.strerror or exc})") from None
     sweep_partial(dest)
     mirror = FASHION_MNIST_MIRROR if mirror is None else mirror
-    searched = _fashion_sources(source)
-    folders = [d for d, _ in searched]
+    searched = [(dest, "files placed in the cache folder"), *_fashion_sources(source)]
+    folders = [d for d, _ in searched[1:]]
     origins = read_origins(dest)
     for parts in registry.values():
         for rec in parts.values():
             target = dest / rec["file"]
-            candidates = [d / (rec["file"] + suffix) for d in [dest, *folders] for suffix in (".gz", "")]
-            found = [c for c in candidates if c.is_file() and c != target]
+            candidates = [(d / (rec["file"] + suffix), label) for d, label in searched for suffix in (".gz", "")]
+            found = [(path, label) for path, label in candidates if path.is_file() and path != target]
+            missing = _missing_fashion_message(rec["file"], folders, dest)
             if target.is_file() and sha256_file(target) == rec["sha256"]:
                 if rec["file"] not in origins:
                     # a cache filled before origins were recorded: name the source that rebuilds it
                     # identically (checked, once), so the statement is the same on every later run
                     origin = "the cache folder (source not recorded)"
-                    for path in found:
+                    for path, label in found:
                         try:
-                            _check_idx_digest(_decompressed(path, rec=rec), rec, str(path))
+                            _source_idx(path, rec)
                         except DatasetError:
                             continue
-                        origin = _origin_of(path, dest, searched)
+                        origin = label
                         break
                     record_origin(dest, {rec["file"]: origin})
                 continue
             url = None
             if found:
-                path = found[0]
-                data = _decompressed(path, rec=rec)
-                _check_idx_digest(data, rec, str(path))
-                origin = _origin_of(path, dest, searched)
+                data, origin = _source_idx(found[0][0], rec), found[0][1]
             elif download:
-                data = _download_fashion_file(rec, dest, mirror, timeout, deadline, folders)
                 url = mirror.rstrip("/") + "/" + rec["file"] + ".gz"
+                data = _download_fashion_file(rec, url, dest, timeout, deadline, missing)
                 origin = f"downloaded from {MIRROR_NAMES.get(url_host(url), url_host(url))}, md5 verified"
             elif target.is_file():
                 raise DatasetError(
-                    f"cached {target} has the wrong checksum and no source file was "
-                    "found to rebuild it; delete it. " + _missing_fashion_message(rec["file"], folders, dest)
+                    f"cached {target} has the wrong checksum and no source file was found to rebuild it; delete it. "
+                    + missing
                 )
             else:
-                raise DatasetMissing(_missing_fashion_message(rec["file"], folders, dest))
+                raise DatasetMissing(missing)
             atomic_write_bytes(target, data)
             record_origin(dest, {rec["file"]: origin}, url=url)
     return dest
@@ -374,12 +322,7 @@ def prepare_fashion_mnist(
 
 def _read_verified_idx(path: Path, rec: Mapping) -> np.ndarray:
     data = path.read_bytes()
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != rec["sha256"]:
-        raise DatasetError(
-            f"checksum mismatch for {path}: expected sha256 {rec['sha256']}, found "
-            f"{digest}. Delete it; the next load rebuilds it from the source files."
-        )
+    _check_digest(data, rec, str(path), "Delete it; the next load rebuilds it from the source files.")
     arr = parse_idx(data, name=str(path))
     if "shape" in rec and tuple(arr.shape) != tuple(rec["shape"]):
         raise DatasetError(f"{path}: shape {arr.shape}, expected {tuple(rec['shape'])}")

@@ -1,12 +1,8 @@
 """The image datasets of the vision-transformer chapter by name: Fashion-MNIST and CIFAR-10.
 
-:func:`load_images` reads one split of a dataset named in :data:`IMAGE_DATASETS`
-through its reader (:mod:`mmtoken.datasets.fashion_mnist`,
-:mod:`mmtoken.datasets.cifar10`); :func:`data_source` says where the cached copy
-came from. No reader substitutes one dataset for another: a missing dataset
-raises :class:`~mmtoken.datasets.download.DatasetMissing` saying how to get it.
-Images come back as ``uint8`` arrays of shape ``(N, C, H, W)`` and labels as
-``int64`` arrays of shape ``(N,)``.
+:func:`load_images` reads one split through the dataset's reader (:mod:`.fashion_mnist`,
+:mod:`.cifar10`); :func:`data_source` says where the cached copy came from. Images come back
+as ``uint8`` arrays ``(N, C, H, W)`` and labels as ``int64`` arrays ``(N,)``.
 """
 
 from __future__ import annotations
@@ -27,8 +23,7 @@ IMAGE_DATASETS = {"fashion-mnist": fashion_mnist.FASHION_MNIST_CLASSES, "cifar-1
 def load_images(name: str, split: str) -> tuple[np.ndarray, np.ndarray]:
     """Images ``uint8 (N, C, H, W)`` and labels ``int64 (N,)`` of ``name`` in :data:`IMAGE_DATASETS`.
 
-    Takes the data from the first source that has it (the cache, a local copy,
-    then a download from the canonical address); :func:`data_source` says which.
+    From the first source that has them (the cache, a local copy, a download); :func:`data_source` says which.
     """
     if name == "fashion-mnist":
         return fashion_mnist.load_fashion_mnist(split)
@@ -40,11 +35,9 @@ def load_images(name: str, split: str) -> tuple[np.ndarray, np.ndarray]:
 def data_source(name: str, *, folder: os.PathLike | None = None) -> str:
     """One line (at most 72 characters) saying where the cached copy of ``name`` came from.
 
-    For a chapter to print after loading, e.g. ``"fashion-mnist: Debian package
-    dataset-fashion-mnist"`` or ``"fashion-mnist: downloaded from torchvision's
-    mirror, md5 verified"``. Reads the origin record the loaders keep in the
-    cache folder (and the full address of a download), so it reads no data,
-    downloads nothing, and says the same on every run that reuses the cache.
+    For a chapter to print after loading, e.g. ``"fashion-mnist: Debian package dataset-fashion-mnist"``.
+    Reads only the origin record the loaders keep in the cache folder, so it says the same on every
+    run that reuses the cache.
 
     Parameters
     ----------
@@ -55,24 +48,15 @@ def data_source(name: str, *, folder: os.PathLike | None = None) -> str:
     -------
     ``"<name>: <origin>"``; ``"<name>: not loaded yet"`` before the first load.
     """
-    if name == "fashion-mnist":
-        folder = Path(folder) if folder is not None else cache_dir("fashion-mnist")
-        files = [rec["file"] for parts in fashion_mnist.FASHION_MNIST.values() for rec in parts.values()]
-    elif name == "cifar-10":
-        folder = Path(folder) if folder is not None else cifar10.cifar10_path().parent
-        files = [cifar10.CIFAR10["file"]]
-    else:
+    if name not in IMAGE_DATASETS:
         raise ValueError(f"unknown image dataset {name!r}; choose one of {tuple(IMAGE_DATASETS)}")
+    folder = Path(folder) if folder is not None else cache_dir(name)
+    if name == "fashion-mnist":
+        files = [rec["file"] for parts in fashion_mnist.FASHION_MNIST.values() for rec in parts.values()]
+        unrecorded = "the cache folder (source not recorded)"
+    else:  # a CIFAR archive with no record was put there by hand (a download records itself)
+        files = [cifar10.CIFAR10["file"]]
+        unrecorded = "archive placed in the cache folder"
     record = read_origins(folder)
-    origins = []
-    for f in files:
-        if (folder / f).is_file():
-            # a CIFAR archive with no record was put there by hand (a download records itself)
-            origin = record.get(f, {}).get("origin", "the cache folder (source not recorded)")
-            if name == "cifar-10" and f not in record:
-                origin = "archive placed in the cache folder"
-            if origin not in origins:
-                origins.append(origin)
-    if not origins:
-        return f"{name}: not loaded yet"
-    return fit_line(f"{name}: " + " + ".join(origins))
+    origins = dict.fromkeys(record.get(f, {}).get("origin", unrecorded) for f in files if (folder / f).is_file())
+    return fit_line(f"{name}: " + " + ".join(origins)) if origins else f"{name}: not loaded yet"

