@@ -1,8 +1,6 @@
-"""Token statistics of a labelled corpus (paper B), shared by the synthetic and real-data chapters.
+"""Token statistics of a labelled corpus (paper B) and the package's Spearman correlations.
 
-Also the package's one Spearman correlation (:func:`spearman`, :func:`partial_spearman`), used here for the U-shape
-and by the random-instance chapter. Sequences are integer arrays of shape ``(N, T)`` with a padding id whose
-positions count nowhere; labels are ``+1`` / ``-1``.
+Sequences are integer arrays ``(N, T)`` with a padding id whose positions count nowhere; labels are ``+1`` / ``-1``.
 """
 
 from __future__ import annotations
@@ -34,9 +32,8 @@ class TokenStats:
     count : total occurrences of each token.
     count_pos, count_neg : occurrences in positive / negative sequences.
     alpha : average signed frequency ``alpha_s = (1/N) sum_i y_i n_s(X_i) / T_i``.
-    delta : posterior difference ``P(y=+1|s) - P(y=-1|s)`` estimated from
-        occurrences, ``(count_pos - count_neg) / count``, with classes
-        reweighted to equal size; ``nan`` where ``count == 0``.
+    delta : posterior difference ``P(y=+1|s) - P(y=-1|s)`` from occurrences, classes reweighted to equal size;
+        ``nan`` where ``count == 0``.
     """
 
     count: np.ndarray
@@ -121,11 +118,8 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
 def partial_spearman(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> float:
     """Partial Spearman correlation of ``x`` and ``y`` given ``z`` (all ``(n,)``).
 
-    The Pearson partial correlation of the ranks,
-    ``(r_xy - r_xz r_yz) / sqrt((1 - r_xz^2)(1 - r_yz^2))``: the rank
-    association of ``x`` and ``y`` that a linear function of the rank of ``z``
-    does not explain. A monotone transform of ``z`` (e.g. ``log count``)
-    leaves it unchanged.
+    The Pearson partial correlation of the ranks, ``(r_xy - r_xz r_yz) / sqrt((1 - r_xz^2)(1 - r_yz^2))``;
+    a monotone transform of ``z`` (e.g. ``log count``) leaves it unchanged.
     """
     x, y, z = (validate.numeric(a, name).astype(float) for a, name in ((x, "x"), (y, "y"), (z, "z")))
     if not all(np.isfinite(a).all() for a in (x, y, z)):
@@ -146,13 +140,9 @@ def partial_spearman(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> float:
 class UShape:
     """How the attention logit of a token depends on its posterior difference ``Delta_s``.
 
-    Over the tokens seen at least ``min_count`` times in training (``n`` of them):
-    ``spearman`` = Spearman(logit, |Delta|); ``partial`` = the same given log count
-    (frequency is a confounder: rare tokens have extreme ``Delta`` and, after
-    training, distinctive logits); ``positive`` / ``negative`` = Spearman(logit,
-    |Delta|) on each arm (``Delta > 0`` / ``Delta < 0``), so that one arm alone
-    cannot pass for a U; ``signed`` = Spearman(logit, Delta) (a tilt towards
-    one label); ``count`` = Spearman(logit, log count).
+    Over the ``n`` tokens seen at least ``min_count`` times: ``spearman`` = Spearman(logit, |Delta|); ``partial``
+    = the same given log count (rare tokens have extreme ``Delta``); ``positive`` / ``negative`` = the same on each
+    arm (one arm alone is no U); ``signed`` = Spearman(logit, Delta); ``count`` = Spearman(logit, log count).
     """
 
     min_count: int
@@ -201,12 +191,9 @@ def u_shape(logits: np.ndarray, stats: TokenStats, min_count: int = 100) -> USha
 class PolarityMix:
     """How far a corpus is from paper B's data model (one polar token of the label's sign per sequence).
 
-    Over the tokens seen at least ``min_count`` times: ``exclusive`` = share
-    with ``|Delta| = 1`` (seen in one label only); ``polar`` = share with
-    ``|Delta| >= threshold``. Over the sequences: ``per_sequence`` = mean
-    number of distinct polar tokens; ``both_signs`` = share holding polar
-    tokens of both signs; ``against`` = share holding a polar token whose sign
-    is opposite to the sequence's label; ``none`` = share holding none.
+    Over the tokens seen ``min_count`` times: ``exclusive`` / ``polar`` = share with ``|Delta| = 1`` / ``>= threshold``.
+    Over the sequences: ``per_sequence`` = mean number of distinct polar tokens; ``both_signs`` / ``against`` /
+    ``none`` = share holding polar tokens of both signs / one of the sign opposite to the label / none.
     """
 
     min_count: int

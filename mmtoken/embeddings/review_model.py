@@ -1,12 +1,8 @@
-"""Training paper B's model on real reviews: the gather model, fits, the one-step update, phase two, baselines.
+"""Paper B's model on real reviews: the gather model, fits, the one-step update, the bag-of-words baseline.
 
-Each step computes the per-token vectors ``a = E p`` (attention logit) and ``b = E v`` (value) once and gathers
-them per position (:func:`outputs`), over batches of reviews of similar length (:func:`length_batches`), so little
-time goes into padding. Phase two (``p`` with ``E`` fixed) is in :mod:`mmtoken.embeddings.review_phase_two`.
-
-Token ids are ``(N, T)`` integer arrays with ``PAD_ID`` at padding. A review left without any in-vocabulary word
-has no input for the model: training skips it, and every accuracy here counts it as an error (:func:`evaluate`,
-:func:`bow_logistic`).
+Per-token logits ``a = E p`` and values ``b = E v`` are computed once and gathered per position (:func:`outputs`).
+Token ids are ``(N, T)`` integer arrays with ``PAD_ID`` at padding. A review without any in-vocabulary word has no
+input: training skips it and every accuracy counts it as an error. Phase two: :mod:`.review_phase_two`.
 """
 
 from __future__ import annotations
@@ -44,13 +40,10 @@ from mmtoken.embeddings.embedding import gather_outputs
 def outputs(
     a: torch.Tensor, b: torch.Tensor, tokens: torch.Tensor, counts: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Model output ``(B,)`` and attention ``(B, T)`` from per-token logits ``a = E p`` and values ``b = E v``.
+    """Model output ``(B,)`` and attention ``(B, T)`` from per-token logits ``a (V,)`` and values ``b (V,)``.
 
-    ``tokens`` is ``(B, T)`` with ``PAD_ID`` at padding; every row must hold a
-    token. If ``counts (B, T)`` is given, entry ``t`` stands for ``counts[:, t]``
-    occurrences of the same token (see :func:`collapse`): its logit gets
-    ``log counts`` added and its attention is the total over those occurrences,
-    which gives the same output: :func:`mmtoken.embeddings.embedding.gather_outputs` with the padding mask.
+    ``tokens (B, T)``: every row holds a token. ``counts (B, T)``: occurrences of each entry of collapsed rows
+    (:func:`collapse`). :func:`mmtoken.embeddings.embedding.gather_outputs` with the padding mask.
     """
     return gather_outputs(a, b, tokens, tokens != PAD_ID, counts)
 
@@ -58,11 +51,8 @@ def outputs(
 def collapse(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each row's distinct tokens and how often each occurs: ``(ids, counts)``, both ``(N, U)``.
 
-    ``U`` is the largest number of distinct tokens in a row; ids are sorted
-    within a row and padded with ``PAD_ID`` (count 0). The model is invariant
-    to the order of a review's words, so :func:`outputs` on the collapsed rows
-    (with ``counts``) equals :func:`outputs` on the original ones, at a
-    fraction of the work (IMDB: 62% of the positions are distinct words).
+    ``U`` is the largest number of distinct tokens in a row; ids are sorted within a row, padded with ``PAD_ID``
+    (count 0). :func:`outputs` on the collapsed rows equals it on the original ones at 62% of the work (IMDB).
     """
     tokens = np.asarray(tokens)
     if tokens.ndim != 2:
@@ -93,11 +83,8 @@ def _trim(tokens: torch.Tensor) -> torch.Tensor:
 def length_batches(lengths: np.ndarray, batch: int, gen: torch.Generator, pool: int = 50) -> list[torch.Tensor]:
     """One epoch of mini-batches (row indices) that group reviews of similar length.
 
-    A random permutation is cut into pools of ``pool`` batches; each pool is
-    sorted by length and cut into batches, and the batches of all pools are
-    shuffled. Every row appears exactly once; batches are random but their
-    members have similar lengths, so trimming the padding saves most of the
-    work on data with long and short reviews (IMDB).
+    A random permutation is cut into pools of ``pool`` batches, each pool sorted by length and cut into batches,
+    and all batches shuffled: every row appears once, and trimming the padding saves most of the work.
     """
     if batch < 1 or pool < 1:
         raise ValueError(f"batch and pool must be at least 1, got {batch}, {pool}")
@@ -114,13 +101,8 @@ def length_batches(lengths: np.ndarray, batch: int, gen: torch.Generator, pool: 
 
 @dataclass
 class Chunks:
-    """A data set cut once into chunks of similar length for full passes (evaluation, one step, phase two).
-
-    Rows are collapsed to their distinct tokens with counts (:func:`collapse`)
-    and sorted by their number of distinct tokens. Only rows with at least one
-    token are allowed; ``rows`` maps each chunk row back to its index in the
-    arrays the chunks were built from.
-    """
+    """A data set cut once into chunks for full passes: rows (each with a token) collapsed (:func:`collapse`),
+    sorted by their number of distinct tokens; ``rows`` maps each chunk row back to its index in the input."""
 
     tokens: list[torch.Tensor]
     counts: list[torch.Tensor]
@@ -154,7 +136,6 @@ class Chunks:
         return out
 
     def __iter__(self):
-        """``(tokens, counts, labels)`` of each chunk."""
         return iter(zip(self.tokens, self.counts, self.labels))
 
 
@@ -202,8 +183,7 @@ def fit(
     tokens, y : ``(N, T)`` ids (every row with a token) and labels ``(N,)`` of ``+1``/``-1``.
     counts : ``(N, T)`` occurrences of each id if the rows are collapsed (:func:`collapse`).
     train : names of the trained parameters.
-    epochs, lr, batch, seed : passes over the data, Adam step, reviews per batch, batch order.
-    warmup : epochs of linear warm-up of the step (0: none).
+    epochs, lr, batch, seed, warmup : passes, Adam step, reviews per batch, batch order, epochs of warm-up (0: none).
     val : ``(chunks, n_empty)`` of a validation set: its accuracy is recorded after each epoch.
     """
     if epochs < 0 or lr <= 0 or warmup < 0 or not set(train) <= {"E", "p", "v"} or not train:
@@ -250,11 +230,8 @@ def fit(
 
 
 def one_step_E(params: Params, data: Chunks) -> tuple[Params, float]:
-    """One full-batch gradient step on ``E`` at ``p = 0``, of size ``eta = 1 / max_s ||grad_{E_s} L||``.
-
-    So the largest row moves by exactly one. Runs in the dtype of ``params.E``.
-    Returns the new parameters and ``eta``.
-    """
+    """One full-batch gradient step on ``E`` at ``p = 0`` of size ``eta = 1 / max_s ||grad_{E_s} L||`` (the largest
+    row moves by one), in the dtype of ``params.E``. Returns the new parameters and ``eta``."""
     E = params.E.detach().clone().requires_grad_(True)
     for tok, cnt, y in data:
         f, _ = outputs(E @ params.p, E @ params.v, tok, cnt)
@@ -267,10 +244,8 @@ def one_step_E(params: Params, data: Chunks) -> tuple[Params, float]:
 def one_step_closed_form(tokens: np.ndarray, labels: np.ndarray, f0: np.ndarray, V: int) -> np.ndarray:
     """The coefficient ``c_s = (1/N) sum_i y_i sigma(-y_i f0_i) n_s(X_i) / T_i``, ``(V,)``, from token counts.
 
-    At ``p = 0`` the gradient of the logistic loss with respect to ``E_s`` is
-    ``-c_s v``, so one step of size ``eta`` gives ``E^1_s v - E^0_s v = eta c_s ||v||^2``.
-    Computed with NumPy from the counts, independently of autograd (a check of
-    :func:`one_step_E`). ``f0 (N,)`` are the outputs at ``E^0``; rows hold a token.
+    At ``p = 0``, ``grad_{E_s} L = -c_s v``, so a step ``eta`` gives ``E^1_s v - E^0_s v = eta c_s ||v||^2``: a
+    NumPy check of :func:`one_step_E`. ``tokens (N, T)`` (rows hold a token), ``f0 (N,)`` the outputs at ``E^0``.
     """
     tokens, labels, f0 = np.asarray(tokens), np.asarray(labels, dtype=float), np.asarray(f0, dtype=float)
     valid = tokens != PAD_ID
@@ -294,13 +269,8 @@ def predict(params: Params, data: Chunks) -> np.ndarray:
 
 @torch.no_grad()
 def evaluate(params: Params, data: Chunks, n_empty: int = 0, top: torch.Tensor | None = None) -> dict:
-    """Accuracy, loss and (if ``top`` is given) attention mass on the ``top`` tokens.
-
-    ``n_empty`` reviews without any in-vocabulary word are counted as errors
-    (the model has no input for them); the other statistics are over the
-    ``data.n`` reviews with a token. ``selection`` is the mean attention mass on
-    ``top`` tokens divided by their mean share of positions.
-    """
+    """Accuracy (``n_empty`` empty reviews count as errors), loss and, if ``top (V,)`` is given, the attention mass
+    on the ``top`` tokens; ``selection`` = that mass over the tokens' mean share of positions."""
     if n_empty < 0:
         raise ValueError(f"n_empty must be >= 0, got {n_empty}")
     a, b = params.E @ params.p, params.E @ params.v
@@ -356,11 +326,8 @@ def bow_logistic(
 ) -> dict:
     """Binary bag-of-words logistic regression, evaluated on the named sets of ``eval_tok``.
 
-    Minimises ``sum_i log(1 + exp(-y_i (w^T x_i + c))) + ||w||^2 / (2C)`` with
-    L-BFGS (``torch.optim.LBFGS``, strong Wolfe line search) on a sparse
-    design matrix. ``eval_tok`` maps a name to ``(tokens, labels)``; a review
-    without any token is counted as an error, as for the attention model.
-
+    Minimises ``sum_i log(1 + exp(-y_i (w^T x_i + c))) + ||w||^2 / (2C)`` by L-BFGS (strong Wolfe) on a sparse
+    design matrix. ``eval_tok`` maps a name to ``(tokens, labels)``; an empty review counts as an error.
     Returns ``{"accuracy": {name: ...}, "train_accuracy", "iterations", "w"}``.
     """
     if C <= 0 or iters < 1:

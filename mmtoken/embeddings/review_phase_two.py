@@ -1,10 +1,8 @@
 """Phase two of paper B on real data: ``p`` trained with ``E`` fixed, and the selection it makes.
 
 With ``E`` fixed the ``p`` problem is paper A's with keys ``E_s`` (:func:`mmtoken.embeddings.embedding.cls_problem`),
-but on a review corpus the key tensor ``(N, T, d)`` is too large to form: the saturation-safe gradient is computed
-on the gathered logits ``a = E p`` (:func:`logit_gradient`) and mapped back, ``grad_p L = E^T grad_a L``, for
-normalized gradient descent (:func:`phase_two`). :func:`top_tokens` and :func:`selection_conflicts` say which token
-each review ends on and whether any ``p`` at all can make a selection.
+but the key tensor ``(N, T, d)`` of a corpus is too large to form: the gradient is taken on the logits ``a = E p``
+(:func:`logit_gradient`) and mapped back, ``grad_p L = E^T grad_a L``, for normalized GD (:func:`phase_two`).
 """
 
 from __future__ import annotations
@@ -27,25 +25,12 @@ LOGISTIC = get_loss("logistic")
 def logit_gradient(a: torch.Tensor, b: torch.Tensor, data: Chunks) -> tuple[torch.Tensor, float, float, float]:
     """Saturation-safe gradient of the logistic loss with respect to the logits ``a (V,)``, values ``b (V,)`` fixed.
 
-    With ``E`` fixed the ``p`` problem is paper A's problem with keys ``E_s``,
-    logits ``z_it = a_{x_it}`` and scores ``gamma_it = y_i b_{x_it}``. The
-    quantities that lose every digit once the softmax saturates are formed as
-    :mod:`mmtoken.attention.grad` forms them, from the small probabilities themselves:
-    logits relative to the top token of each review, ``log s_it`` by a
-    log-sum-exp, ``u_i - gamma_itop = sum_t s_it (gamma_it - gamma_itop)`` and
-    ``gamma_it - u_i`` from it; then
-
-    ``dL/da_s = (1/N) sum_i l'(u_i) sum_{t: x_it = s} s_it (gamma_it - u_i)``
-
-    with its weights assembled in log space and rescaled by their largest value.
-    (A test checks it against :func:`mmtoken.attention.grad.grad_p` on the materialised
-    keys.) Works on gathered scalars, so no ``(N, T, d)`` key tensor is formed.
-    Why it does not call :func:`mmtoken.attention.grad.grad_p`: that function contracts
-    the weights with keys ``K (n, T, m)`` it is given, and on a corpus the keys
-    ``E_{x_it}`` would be ``N T d`` floats (IMDB: ~10^9); here the weights are
-    summed per vocabulary entry instead (``index_add`` over ``V``), over
-    chunks of collapsed rows (``log counts`` added to the logits), each chunk
-    rescaled by its largest weight. The saturation-safe steps are the same.
+    Logits ``z_it = a_{x_it}``, scores ``gamma_it = y_i b_{x_it}``. As in :mod:`mmtoken.attention.grad`, the
+    quantities that saturation would wipe out come from the small probabilities: logits relative to each review's
+    top token, ``log s_it`` by log-sum-exp, ``u_i - gamma_itop = sum_t s_it (gamma_it - gamma_itop)``; then
+    ``dL/da_s = (1/N) sum_i l'(u_i) sum_{t: x_it = s} s_it (gamma_it - u_i)``, weights in log space, rescaled by
+    their largest value per chunk. Not :func:`mmtoken.attention.grad.grad_p` (a test checks the two agree): its keys
+    ``E_{x_it}`` would be ``N T d`` floats (IMDB: ~10^9); here the weights are summed per token (``index_add``).
 
     Returns
     -------
@@ -83,11 +68,8 @@ def logit_gradient(a: torch.Tensor, b: torch.Tensor, data: Chunks) -> tuple[torc
 
 @dataclass
 class PhaseTwo:
-    """Normalized GD on ``p`` with ``E`` fixed: the end point and a thinned record.
-
-    ``steps``, ``loss``, ``p_norm``, ``step_size``, ``grad_log_norm`` are lists
-    over the recorded steps; ``accepted`` counts accepted steps; ``stop`` says why it stopped.
-    """
+    """Normalized GD on ``p`` with ``E`` fixed: the end point, lists over the recorded steps (``steps``, ``loss``,
+    ``p_norm``, ...), the number of ``accepted`` steps and why it stopped (``stop``)."""
 
     p: torch.Tensor
     steps: list[int]
@@ -114,16 +96,10 @@ def phase_two(
 ) -> PhaseTwo:
     """Phase two of the theory: ``E`` fixed, ``p`` from 0 by normalized GD with a monotone step.
 
-    ``p <- p - eta g/||g||`` with ``g = E^T dL/da`` (:func:`logit_gradient`,
-    saturation-safe, in the dtype of ``E``). The step ``eta`` starts at ``lr``,
-    grows by ``grow`` after every step that lowers the loss and halves (the step
-    rejected) after one that does not: the iterates follow ``-grad L`` with the
-    loss decreasing at every accepted step, and ``eta`` grows with ``||p||``
-    where the loss keeps falling in a direction (as chapter 11's relative steps
-    do) and shrinks where it has a minimum. Stops after ``steps`` gradient
-    evaluations, or earlier once the loss has fallen by less than ``tol``
-    (relative) over the last ``window`` evaluations (``stop = "converged"``:
-    the loss has stopped decreasing at the precision that matters here).
+    ``p <- p - eta g/||g||`` with ``g = E^T dL/da`` (:func:`logit_gradient`, in the dtype of ``E``). ``eta`` starts
+    at ``lr``, grows by ``grow`` after a step that lowers the loss and halves (the step rejected) after one that does
+    not, so it grows with ``||p||`` as chapter 11's relative steps do. Stops after ``steps`` gradient evaluations, or
+    once the loss has fallen by less than ``tol`` (relative) over the last ``window`` (``stop = "converged"``).
     """
     if steps < 1 or lr <= 0 or grow < 1 or tol < 0 or window < 1:
         raise ValueError(
@@ -173,13 +149,8 @@ def phase_two(
 
 @torch.no_grad()
 def top_tokens(scores: torch.Tensor, data: Chunks, labels: bool = False) -> np.ndarray:
-    """Per row of ``data`` (original order), the distinct token with the largest ``scores (V,)``.
-
-    With ``labels``, the score of token ``s`` in review ``i`` is ``y_i scores[s]``:
-    for ``scores = E v`` that is paper A's token score ``gamma``, and the result
-    the globally optimal token of each review. With ``scores = E p``, the most
-    attended token.
-    """
+    """Per row of ``data`` (original order, ``(N,)``), the distinct token with the largest ``scores (V,)``; with
+    ``labels`` that of ``y_i scores[s]`` (for ``E v``: each review's optimal token; for ``E p``: the most attended)."""
     out = np.empty(data.n, dtype=np.int64)
     for (tok, _, y), rows in zip(data, data.rows):
         z = scores[tok] * (y.to(scores.dtype)[:, None] if labels else 1.0)
@@ -191,20 +162,15 @@ def top_tokens(scores: torch.Tensor, data: Chunks, labels: bool = False) -> np.n
 def selection_conflicts(tokens: np.ndarray, chosen: np.ndarray, V: int) -> dict:
     """Whether one ``p`` can make every review attend to its ``chosen`` token, when the logits are free.
 
-    With ``d >= |V|`` and linearly independent keys ``E_s`` every logit vector
-    ``a = E p`` is reachable, so the selection is feasible (its ATT-SVM has a
-    solution) exactly when the constraints ``a_{chosen_i} > a_t`` (``t`` in
-    review ``i``) have no cycle. We build the directed graph of these
-    constraints on the tokens and find its strongly connected components: a
-    constraint lies on a cycle iff both its ends are in one component.
+    With ``d >= |V|`` and independent keys every ``a = E p`` is reachable, so the selection (``tokens (N, T)``,
+    ``chosen (N,)``) is feasible exactly when the constraints ``a_{chosen_i} > a_t`` (``t`` in review ``i``) have no
+    cycle: a constraint lies on one iff both ends share a strongly connected component of their graph.
 
     Returns
     -------
-    dict: ``constraints`` (distinct edges), ``feasible``, ``two_cycles`` (token
-    pairs each chosen over the other somewhere), ``conflicted`` (share of reviews
-    with a constraint on a cycle), ``largest`` (tokens in the largest component),
-    ``example`` (the two-cycle ``(s, t)`` with the most reviews on its weaker side)
-    and its review counts ``example_counts``.
+    dict: ``constraints`` (distinct edges), ``feasible``, ``two_cycles`` (pairs each chosen over the other),
+    ``conflicted`` (share of reviews with a constraint on a cycle), ``largest`` (tokens in the largest component),
+    ``example`` (the two-cycle with the most reviews on its weaker side) and its review counts ``example_counts``.
     """
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components

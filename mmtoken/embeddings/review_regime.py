@@ -1,13 +1,11 @@
 """The two-phase protocol in the theory's own regime, on real reviews and on the data model.
 
-Paper B's result for the <cls> embedding (chapter 11) needs an initial table of full row rank (``d >= |V|``), a
-small initialisation and its data model (each sequence holds important tokens of one polarity, the other tokens
-score about zero after the step). :data:`REGIME` meets the first two on Rotten Tomatoes: the words seen at least 30
-times (486, plus padding), ``d = 2048 >= 4 |V|`` (the rows of ``E^0`` are linearly independent and well
-conditioned: its smallest singular value is about ``sigma0 (sqrt(d) - sqrt(|V|))``) and ``sigma0 = 0.1``. The
-**control** (:func:`control_data`) runs the same code at the same dimensions on sequences of the data model
-(:func:`mmtoken.embeddings.synthetic.generate`) with the vocabulary size, number and length of Rotten Tomatoes'
-reviews: if phase two selects there and not on the reviews, the data, not the dimension, is what the reviews lack.
+Paper B's result for the <cls> embedding (chapter 11) needs an initial table of full row rank (``d >= |V|``) and
+its data model. :data:`REGIME` meets the first on Rotten Tomatoes: 486 words (seen >= 30 times) and
+``d = 2048 >= 4 |V|`` (rows of ``E^0`` independent, smallest singular value about ``std (sqrt(d) - sqrt(|V|))``),
+with a *large* initialisation (entry std 0.1, row norm 4.5); :data:`SMALL` is the same at a small one. The **control**
+(:func:`control_data`) runs the same code on the data model at Rotten Tomatoes' sizes: if phase two selects there
+and not on the reviews, the data, not the dimension, is what the reviews lack.
 """
 
 from __future__ import annotations
@@ -27,9 +25,8 @@ from mmtoken.embeddings import corpus_stats, review_model, review_runs, review_s
 from mmtoken.embeddings.review_runs import Data, Setup
 
 REGIME = Setup("rt", min_count=30, max_len=64, d=2048, small_std=0.1, p2_steps=1500)
-"""Rotten Tomatoes, words seen >= 30 times, d = 2048, per-entry std 0.1, phase two for 1,500 gradient evaluations:
-a *large* initialisation, rows of ``E^0`` of norm about ``0.1 sqrt(2048) = 4.5`` (chapter 11's ``sigma0``, which the
-one step moves by at most one), above chapter 11's whole sweep (``sigma0 <= 0.5``)."""
+"""Rotten Tomatoes, words seen >= 30 times, d = 2048, entry std 0.1, phase two for 1,500 gradient evaluations: a
+*large* initialisation, row norm (chapter 11's ``sigma0``) about ``0.1 sqrt(2048) = 4.5``, above its sweep (<= 0.5)."""
 ROW_NORM = REGIME.small_std * math.sqrt(REGIME.d)
 """Chapter 11's ``sigma0`` of :data:`REGIME` (the row norm of ``E^0``, about 4.5)."""
 SIGMA0_SMALL = 0.5
@@ -61,12 +58,7 @@ def run(data: Data, seed: int, s: Setup = REGIME) -> tuple[dict, dict]:
 
 
 def control_data(rt: Data, seed: int = 0) -> Data:
-    """Sequences from paper B's data model with the sizes of ``rt`` (vocabulary, reviews, test share).
-
-    :data:`CONTROL` completely positive and negative tokens, the rest of the
-    vocabulary neutral; one important token per sequence; lengths from
-    ``min_len`` to ``T``. Split into train and test in the proportions of ``rt``.
-    """
+    """Sequences of paper B's data model (sizes :data:`CONTROL`) with the vocabulary and train/test sizes of ``rt``."""
     n_train, n_test = rt.fit.size, rt.evaluation.size
     c = CONTROL
     n_neutral = rt.V - 1 - c["n_pos"] - c["n_neg"]
@@ -100,11 +92,8 @@ def control_data(rt: Data, seed: int = 0) -> Data:
 
 
 def cached(seed: int, which: str = "reviews", steps: int | None = None, small: bool = False) -> tuple[dict, dict]:
-    """:func:`run` at :data:`REGIME` on Rotten Tomatoes (``"reviews"``) or on the control (``"control"``), cached.
-
-    ``steps`` replaces the budget of phase two (default ``REGIME.p2_steps``);
-    ``small`` runs :data:`SMALL` instead of :data:`REGIME`.
-    """
+    """:func:`run` on Rotten Tomatoes (``"reviews"``) or the control (``"control"``), cached: at :data:`REGIME`, or
+    :data:`SMALL` if ``small``; ``steps`` replaces phase two's budget."""
     if which not in ("reviews", "control"):
         raise ValueError(f"which must be 'reviews' or 'control', got {which!r}")
     from mmtoken.book import resultcache

@@ -1,17 +1,8 @@
 """Chapter 12's runs, one model at a time: the setups, the splits and the prepared data, the training.
 
-* **Splits.** The test split is the data set's own (IMDB: 25,000 / 25,000; Rotten Tomatoes: the seeded 80/20 split
-  of :mod:`mmtoken.datasets.text`). Every choice is made on a validation split carved from the training split
-  (:data:`VALIDATION`, :func:`mmtoken.embeddings.review_search.search`). The test split is touched once per seed, by
-  the final models (:func:`mmtoken.embeddings.review_seeds.run_seed`), trained on the whole training split.
-* **Seeds.** Development used seed 0 (and the reviewers seeds 1-4); the claims are judged on the held-out
-  :data:`SEEDS` 10-14.
-* **The attention runs**: :data:`RUN_FIELDS`, trained by :func:`train_model`.
-* **Empty reviews.** A review left without any in-vocabulary word is not used in training (it has no input) and
-  counts as an error in every accuracy.
-
-What every seed runs (with the two-phase protocol of the theory and the baselines) and the results cache it is
-stored in: :mod:`mmtoken.embeddings.review_seeds`.
+The test split is the data set's own (Rotten Tomatoes: the seeded 80/20 split of :mod:`mmtoken.datasets.text`),
+touched once per seed by the final models (:mod:`.review_seeds`); every choice is made on a validation split of the
+training split (:data:`VALIDATION`, :mod:`.review_search`) with seed 0; claims are judged on the held-out :data:`SEEDS`.
 """
 
 from __future__ import annotations
@@ -68,12 +59,8 @@ TOP_COUNT = 20
 # ----------------------------------------------------------------------------- configuration
 @dataclass(frozen=True)
 class Setup:
-    """Everything that defines one data set's runs (part of every cache key).
-
-    The quick-scale values of the chapter (:class:`mmtoken.chapters.ch12_real_reviews.Settings`)
-    are the ones :func:`mmtoken.embeddings.review_search.search` selects on the validation split; the chapter
-    prints the search and checks that they agree.
-    """
+    """Everything that defines one data set's runs (part of every cache key); the chapter checks that its values
+    are the ones :func:`mmtoken.embeddings.review_search.search` selects."""
 
     dataset: str
     min_count: int  # vocabulary: words seen this often in the training split
@@ -114,15 +101,13 @@ RUN_FIELDS = {
     "uniform": RunFields(("E",), "lr", "epochs"),  # p = 0 fixed, at the joint model's step
     "uniform_tuned": RunFields(("E",), "lr_uniform", "epochs_uniform"),  # p = 0 fixed, at its own validated step
 }
-"""The attention runs of every seed (:func:`run_seed`), the one place that says what each trains and with which
-setting: joint training of ``E`` and ``p`` with ``v`` fixed (the chapter's model), with ``v`` trained too, and
-uniform attention (``p = 0``: only ``E``) at the joint step and at its own."""
+"""The attention runs of every seed: what each trains and with which :class:`Setup` fields."""
 RUNS = tuple(RUN_FIELDS)
 """Names of the attention runs, in the order they are trained."""
 
 
 class RunSettings(NamedTuple):
-    """One run's settings under one setup: the trained parameter names, the Adam step and the epochs."""
+    """One run's trained parameter names, Adam step and epochs under one setup."""
 
     train: tuple[str, ...]
     lr: float
@@ -155,12 +140,8 @@ def validation_split(
 
 @dataclass
 class Data:
-    """One data set tokenized and split for a run.
-
-    ``fit`` / ``evaluation`` are row indices of the reviews with a token in
-    the training part and in the evaluated part (validation or test);
-    ``n_empty_*`` count the reviews left without any in-vocabulary word.
-    """
+    """One data set tokenized and split: row indices of the reviews with a token in the training part (``fit``) and
+    the evaluated part (``evaluation``), and the counts of empty reviews left out (``n_empty_*``)."""
 
     corpus: tokenize.TokenizedCorpus
     part: str  # "validation" (search) or "test" (final runs)
@@ -248,8 +229,7 @@ def train_model(
     t: Tensors | None = None,
     record_val: bool = False,
 ) -> tuple[Params, review_model.FitHistory]:
-    """Train one of the runs ``joint`` (E, p), ``joint_v`` (E, p, v), ``uniform`` / ``uniform_tuned`` (E; p = 0),
-    with the step and epochs that :func:`run_settings` reads from ``s``."""
+    """Train ``run`` (one of :data:`RUNS`) from ``E0`` with ``p = 0``, with :func:`run_settings` of ``s``."""
     t = t or tensors(data)
     train, lr, epochs = run_settings(s, run)
     params = Params(E0.clone(), torch.zeros_like(v, dtype=E0.dtype), v.to(E0.dtype).clone())

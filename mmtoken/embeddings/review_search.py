@@ -1,11 +1,8 @@
 """The validation search of chapter 12: every choice made on a split carved from the training reviews.
 
-Joint training (``v`` fixed) is tuned one factor at a time in the order of :data:`GRID` (Adam step, initial scale,
-dimension, warm-up, vocabulary cut-off, sequence length), keeping the best validation accuracy (ties: the earlier
-value); the number of epochs is the best epoch of the best trial. Then the step and epochs of the two contrasts
-(``v`` trained, uniform attention) and the L2 weight of the bag-of-words model. One development seed
-(:data:`mmtoken.embeddings.review_runs.DEV_SEED`), the split :data:`mmtoken.embeddings.review_runs.VALIDATION`.
-Only accuracy is optimised: nothing here looks at attention.
+Joint training is tuned one factor at a time in the order of :data:`GRID`, keeping the best validation accuracy
+(ties: the earlier value), epochs the best epoch of the best trial; then the step and epochs of the two contrasts
+and the bag-of-words L2 weight. Seed :data:`.review_runs.DEV_SEED`; only accuracy is optimised, never attention.
 """
 
 from __future__ import annotations
@@ -56,10 +53,7 @@ def _trial(s: Setup, ds: text.TextDataset, run: str, seed: int = DEV_SEED) -> di
 
 
 def search(s0: Setup, ds: text.TextDataset) -> tuple[Setup, list[dict]]:
-    """Coordinate search on the validation split, starting from ``s0`` (see the module docstring).
-
-    Returns the chosen setup and one record per trial.
-    """
+    """Coordinate search on the validation split from ``s0``: the chosen setup and one record per trial."""
     with config.single_thread():
         return _search(s0, ds)
 

@@ -1,10 +1,8 @@
 """What chapter 12 computes per held-out seed and once per data set, through the results cache.
 
-Per seed (:func:`run_seed`): the two-phase protocol of the theory (:func:`two_phase`), the attention runs of
-:data:`mmtoken.embeddings.review_runs.RUNS`, a few test reviews with their attention (:func:`examples`). Once per
-data set (:func:`profile`): the bag-of-words baseline (:func:`run_bow`) and how the data meet paper B's data model.
-Every result is stored in :mod:`mmtoken.book.resultcache` under ``data/results/real_reviews/``, keyed by the
-configuration, the data and the code the computation calls (:func:`cache_fingerprint`).
+Per seed (:func:`run_seed`): the two-phase protocol, the attention runs and a few examples. Once per data set
+(:func:`profile`): the bag-of-words baseline and how the data meet paper B's data model. Results are stored under
+``data/results/real_reviews/``, keyed by :func:`cache_fingerprint`.
 """
 
 from __future__ import annotations
@@ -51,9 +49,8 @@ from mmtoken.embeddings.review_runs import (
 
 
 def cache_fingerprint(entry: Callable, s: Setup, data_fp: str, extra: dict | None = None) -> str:
-    """Fingerprint of a result: the setup (and ``extra``), the data and the code the entry point ``entry``
-    calls (:func:`mmtoken.book.fingerprint.of`: every definition it references, transitively: the tokenizer, the
-    models and their training, the losses, the statistics; never plotting or the cache's own code)."""
+    """Fingerprint of a result: the setup (and ``extra``), the data and the code ``entry`` calls, transitively
+    (:func:`mmtoken.book.fingerprint.of`)."""
     return resultcache.fingerprint(fingerprint.of(entry), {"setup": asdict(s), **(extra or {})}, data_fp)
 
 
@@ -63,11 +60,8 @@ def two_phase(
 ) -> tuple[dict, dict]:
     """One step on E from ``E_small`` at ``p = 0`` (float64), the scan ``p = c v``, then phase two on ``p``.
 
-    Phase two runs on the training split; its end point is evaluated once on
-    the test split. ``attends_optimal`` is the share of training reviews whose
-    most attended token is their optimal one (largest ``y_i E_s^T v``); with
-    ``conflicts`` the selection the run makes is also checked for feasibility
-    (:func:`mmtoken.embeddings.review_phase_two.selection_conflicts`).
+    Phase two runs on the training split, its end point is evaluated on the test split. ``attends_optimal``: share
+    of training reviews that attend most to their optimal token; ``conflicts``: also check the selection's feasibility.
     """
     c = data.corpus
     t = tensors(data, torch.float64)
@@ -182,14 +176,9 @@ def run_bow(s: Setup, data: Data) -> dict:
 
 
 def profile(s: Setup, ds: text.TextDataset, data: Data) -> dict:
-    """What does not depend on a seed: the bag-of-words baseline and how the data meet paper B's data model.
-
-    ``polarity``: :func:`mmtoken.embeddings.corpus_stats.polarity_mix` of the training reviews.
-    ``optimal_conflicts``: whether one ``p`` could make every training review
-    attend to its optimal token after the step (largest ``y_i alpha_s``: after
-    the step ``E^1_s v = (eta/2) alpha_s`` up to terms of the size of ``E^0``),
-    if the logits were free (:func:`mmtoken.embeddings.review_phase_two.selection_conflicts`).
-    """
+    """What does not depend on a seed: the bag-of-words baseline and how the data meet paper B's data model
+    (``optimal_conflicts``: whether one ``p`` could make every training review attend to its optimal token after the
+    step, the largest ``y_i alpha_s`` as ``E^1_s v ~ (eta/2) alpha_s``, if the logits were free)."""
     with config.deterministic():  # one thread, deterministic kernels
         c = data.corpus
         alpha = torch.as_tensor(data.stats.alpha)

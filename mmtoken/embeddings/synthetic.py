@@ -1,15 +1,9 @@
 """Synthetic data from paper B's data model: one important token per sequence.
 
-The vocabulary holds a padding token (id ``0``), ``n_pos`` *completely positive* tokens (they occur only in
-positive sequences), ``n_neg`` *completely negative* tokens (only in negative sequences) and ``n_neutral`` neutral
-tokens (in both, with the same distribution). A sequence of label ``y`` has length ``L`` drawn uniformly from
-``[min_len, T]``; it holds exactly one important token (a uniformly drawn completely positive token if ``y = +1``,
-a completely negative one if ``y = -1``) at a uniform position, and ``L - 1`` neutral tokens drawn uniformly with
-replacement; positions ``L..T-1`` are padding. Labels are balanced: ``round(n * pos_frac)`` positive sequences in
-random order.
-
-Ids: ``0`` pad, ``1..n_pos`` positive, then ``n_neg`` negative, then the neutral tokens;
-``V = 1 + n_pos + n_neg + n_neutral``.
+Ids: ``0`` pad, ``1..n_pos`` *completely positive* (only in positive sequences), then ``n_neg`` completely
+negative, then ``n_neutral`` neutral tokens; ``V = 1 + n_pos + n_neg + n_neutral``. A sequence of label ``y`` has a
+length ``L`` uniform in ``[min_len, T]``, one important token of its label's kind at a uniform position and ``L - 1``
+uniform neutral tokens, then padding; ``round(n * pos_frac)`` sequences are positive, in random order.
 """
 
 from __future__ import annotations
@@ -82,7 +76,7 @@ def generate(
 
     Parameters
     ----------
-    n : number of sequences; T : padded length.
+    n, T : number of sequences, padded length.
     n_pos, n_neg, n_neutral : vocabulary sizes of the three kinds.
     min_len : shortest sequence (default ``T``: no padding); at least 2.
     pos_frac : fraction of positive sequences (both classes must occur).
