@@ -103,13 +103,9 @@ def pick(quick: T, paper: T, which: str | None = None) -> T:
 
 
 def device() -> torch.device:
-    """The compute device: CUDA when present (override with ``MMTOKEN_DEVICE``).
-
-    ``MMTOKEN_DEVICE`` must name a device torch knows (``cpu``, ``cuda``,
-    ``cuda:1``, ``mps``) that is usable here; otherwise a :class:`ConfigError`
-    says so (no silent fallback: a run asked for on a GPU should not quietly
-    take hours on the CPU).
-    """
+    """The compute device: CUDA when present, else the CPU; ``MMTOKEN_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``,
+    ``mps``) overrides it, and one that is not usable here is a :class:`ConfigError` (no silent fallback to a
+    CPU run that takes hours)."""
     import torch
 
     name = os.environ.get("MMTOKEN_DEVICE", "").strip()
@@ -164,10 +160,8 @@ def device_report() -> str:
 def single_thread() -> Iterator[None]:
     """One intra-op torch thread while small tensor operations run on the CPU (nothing changes on a GPU).
 
-    The training loops of Part II work on tiny tensors (gathers over a few
-    hundred short rows): threads gain nothing there, and on a shared 2-core
-    machine OpenMP threads waiting for each other made runs ten times slower.
-    One thread also makes float32 results independent of the core count.
+    On Part II's tiny tensors threads gain nothing, and on a shared 2-core machine OpenMP threads waiting
+    for each other made runs ten times slower; one thread also makes float32 results core-count independent.
     """
     import torch
 
@@ -186,17 +180,13 @@ def single_thread() -> Iterator[None]:
 def deterministic(threads: int | None = 1) -> Iterator[None]:
     """Training that gives the same numbers on every run of the same machine and package versions.
 
-    Sets ``threads`` torch intra-op threads (``None``: leave torch's setting), so every CPU
-    reduction runs in the same order whatever the core count, and
-    ``torch.use_deterministic_algorithms`` (on a GPU: no atomics-based kernels; the cuBLAS
-    workspace is fixed through ``CUBLAS_WORKSPACE_CONFIG`` when unset). ``warn_only``: an
-    operation without a deterministic kernel warns rather than stopping a long run. The
-    previous settings are restored afterwards.
+    Sets ``threads`` torch intra-op threads (``None``: leave torch's setting), so every CPU reduction runs in
+    the same order whatever the core count, and ``torch.use_deterministic_algorithms`` (``warn_only``: an
+    operation without a deterministic kernel warns; on a GPU the cuBLAS workspace is fixed through
+    ``CUBLAS_WORKSPACE_CONFIG`` when unset). The previous settings are restored afterwards.
 
-    What this cannot buy: the same low digits on another CPU or BLAS (vector width, kernel
-    choice). Those differences grow through training, so chapters print trained results on a
-    grid coarser than their measured spread (``report.on_grid``; CONTRIBUTING, "Stored
-    outputs that hold on any machine").
+    Another CPU or BLAS still gives other low digits, which grow through training, so chapters print trained
+    results on a grid coarser than their measured spread (``report.on_grid``; CONTRIBUTING).
     """
     import torch
 
@@ -251,11 +241,8 @@ PROGRESS_MODES = ("on", "off", "auto")
 def progress_enabled(total_work: int, threshold: int = 200_000) -> bool:
     """Whether a loop of ``total_work`` elementary updates should show a progress bar.
 
-    ``MMTOKEN_PROGRESS`` = ``on`` / ``off`` / ``auto`` (default). In ``auto``
-    mode a bar is shown only for long runs and only where someone watches: an
-    interactive terminal, or a Jupyter kernel (the loops use ``tqdm.auto``, so
-    there it is a widget). Builds and tests set ``MMTOKEN_PROGRESS=off`` so
-    the stored notebook outputs (which nbval compares) and logs stay clean.
+    ``MMTOKEN_PROGRESS`` = ``on`` / ``off`` / ``auto`` (default: only for long runs, on a terminal or in a
+    Jupyter kernel). Builds and tests set ``off`` so stored notebook outputs and logs stay clean.
     """
     mode = _progress or os.environ.get("MMTOKEN_PROGRESS", "auto").strip().lower()
     if mode not in PROGRESS_MODES:
@@ -286,12 +273,10 @@ def _in_jupyter() -> bool:
 
 
 def progress_bar(iterable=None, *, total: int | None = None, desc: str | None = None, enabled: bool = True):
-    """A ``tqdm`` progress bar: ``tqdm.auto`` when ``enabled`` (a widget in a Jupyter kernel,
-    text on a terminal), a silent one otherwise.
+    """A ``tqdm`` progress bar: ``tqdm.auto`` when ``enabled`` (a widget in a Jupyter kernel), else a silent one.
 
-    ``tqdm.auto`` is imported only when a bar is shown: in a kernel without
-    ``ipywidgets`` it warns and falls back to a text bar, and that warning must
-    not reach the stored outputs of notebooks that show no bar.
+    ``tqdm.auto`` is imported only when a bar is shown: without ``ipywidgets`` it warns, and that warning
+    must not reach the stored outputs of notebooks that show no bar.
     """
     if not enabled:
         from tqdm.std import tqdm as silent

@@ -1,9 +1,8 @@
 """Argument checks shared by the public functions: one clear error naming the argument.
 
-The package's entry points accept what a reader types (lists, NumPy arrays, torch tensors, Python
-numbers). These helpers turn it into the expected type or raise :class:`ValueError` naming the argument
-and what was expected; nothing is silently truncated (complex numbers, fractional counts or selections)
-and nothing reaches NumPy, SciPy, torch or the compiled kernel before it is known to be well formed.
+Entry points accept what a reader types (lists, NumPy arrays, torch tensors, Python numbers); these
+helpers return the expected type or raise :class:`ValueError` naming the argument and what was expected.
+Nothing is silently truncated (complex numbers, fractional counts or selections).
 """
 
 from __future__ import annotations
@@ -77,14 +76,13 @@ def _scalar(x):
 def count(x, name: str, minimum: int = 0) -> int:
     """A whole number ``>= minimum`` (an integral float such as ``1e3`` is accepted; ``True`` is not)."""
     x = _scalar(x)
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+    if (
+        isinstance(x, (bool, np.bool_))
+        or not isinstance(x, numbers.Real)
+        or not (isinstance(x, numbers.Integral) or (math.isfinite(float(x)) and float(x).is_integer()))
+    ):
         raise ValueError(f"{name} must be an integer >= {minimum}, got {x!r}")
-    if isinstance(x, numbers.Integral):
-        value = int(x)
-    else:
-        if not math.isfinite(float(x)) or not float(x).is_integer():
-            raise ValueError(f"{name} must be an integer >= {minimum}, got {x!r}")
-        value = int(x)
+    value = int(x)
     if value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
     return value

