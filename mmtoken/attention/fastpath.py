@@ -1,16 +1,12 @@
 """A compiled CPU kernel for the ``p``-dynamics of small problems.
 
-The published configurations are tiny (a few tokens in the plane), so on a
-CPU every torch operation costs far more in dispatch than in arithmetic. This
-module runs the same saturation-safe normalized (or plain) gradient descent
-as :func:`mmtoken.attention.grad.grad_p`, step for step, as one compiled loop per batch
-element (numba). :func:`mmtoken.attention.train.train_p` uses it on the CPU when numba
-is installed; on a GPU, or with ``MMTOKEN_FASTPATH=off``, the torch code runs.
-The two implementations are checked against each other in the tests.
+The published configurations are tiny, so on a CPU every torch operation costs far more in dispatch than in
+arithmetic. This module runs the saturation-safe gradient descent of :func:`mmtoken.attention.grad.grad_p`, step for
+step, as one compiled loop per batch element (numba); :func:`mmtoken.attention.train.train_p` uses it on the CPU
+unless ``MMTOKEN_FASTPATH=off`` (the tests check the two against each other).
 
-Long runs are cut into chunks of steps (one kernel call each, the state
-carried over): the result is bit for bit that of one call, while a progress
-bar advances and Ctrl-C is honoured between chunks. Every array is checked
+Long runs are cut into chunks of steps (one kernel call each, the state carried over): the result is bit for bit
+that of one call, while a progress bar advances and Ctrl-C is honoured between chunks. Every array is checked
 (shapes, labels, finiteness) before the kernel reads it.
 """
 
@@ -39,26 +35,23 @@ def runs_loss(loss) -> bool:
 
 
 def available() -> bool:
-    """Whether the compiled kernel can be used (numba installed and not switched off).
-
-    Nothing is imported here: numba (about a second) and the kernels
-    (:mod:`mmtoken.attention.fastpath_kernels`) load when a kernel first runs.
-    """
+    """Whether the compiled kernel can be used (numba installed and not switched off); imports nothing: numba
+    (about a second) and :mod:`mmtoken.attention.fastpath_kernels` load when a kernel first runs."""
     return importlib.util.find_spec("numba") is not None and os.environ.get("MMTOKEN_FASTPATH", "on") != "off"
 
 
 CHUNK_WORK = 4_000_000
-"""Elementary updates (batch x inputs x tokens x dimension x steps) per kernel call; a few
-hundredths of a second on a laptop core, so a progress bar moves and Ctrl-C is honoured
-between calls."""
+"""Elementary updates (batch x inputs x tokens x dimension x steps) per kernel call; a few hundredths of a second
+on a laptop core, so a progress bar moves and Ctrl-C is honoured between calls."""
 
 
-def _chunks(steps: int, work_per_step: int, chunk: int | None):
+def _chunks(steps: int, work_per_step: int, chunk: int | None, callback):
+    """``(k0, k1)`` for each chunk of ``[0, steps)``; ``callback(k1)`` once the caller has run it."""
     size = chunk if chunk is not None else max(1, CHUNK_WORK // max(work_per_step, 1))
-    k = 0
-    while k < steps:
-        yield k, min(k + size, steps)
-        k = min(k + size, steps)
+    for k0 in range(0, steps, size):
+        yield k0, min(k0 + size, steps)
+        if callback is not None:
+            callback(min(k0 + size, steps))
 
 
 def _check_record(record, steps: int) -> np.ndarray:
@@ -87,12 +80,8 @@ def _float_array(x, name: str, ndim: int) -> np.ndarray:
 def run_joint(
     X, Y, K, p0, v0, steps: int, lr: float, lr_v: float, loss: str, record, *, chunk: int | None = None, callback=None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Joint normalized GD through the kernel: ``X (n, T, d)``, ``Y (n,)`` in ``{+1, -1}``,
-    ``K (n, T, m)``, starts ``p0 (B, m)``, ``v0 (B, d)``.
-
-    Every shape is checked before the kernel reads anything. The steps run in
-    chunks (``chunk`` steps, default from :data:`CHUNK_WORK`); ``callback(done)``
-    is called after each, with the number of steps done.
+    """Joint normalized GD through the kernel: ``X (n, T, d)``, ``Y (n,)`` in ``{+1, -1}``, ``K (n, T, m)``,
+    starts ``p0 (B, m)``, ``v0 (B, d)``; ``record``, ``chunk`` and ``callback`` as in :func:`run`.
 
     Returns the recorded ``p (R, B, m)`` and ``v (R, B, d)``.
     """
@@ -114,41 +103,28 @@ def run_joint(
     R, B = len(record), p0.shape[0]
     out_p, out_v = np.empty((R, B, K.shape[-1])), np.empty((R, B, d))
     q, v = p0.copy(), v0.copy()
-    for k0, k1 in _chunks(steps, B * n * T * (K.shape[-1] + 2 * d), chunk):
+    for k0, k1 in _chunks(steps, B * n * T * (K.shape[-1] + 2 * d), chunk, callback):
         kernels.run_joint(
             X, Y, K, q, v, k0, k1, lr, lr_v, LOSS_IDS[loss], record, int(np.searchsorted(record, k0)), out_p, out_v
         )
-        if callback is not None:
-            callback(k1)
     if record[-1] == steps:
         out_p[-1], out_v[-1] = q, v
     return out_p, out_v
 
 
 def run(
-    K: np.ndarray,
-    gamma: np.ndarray,
-    mask: np.ndarray,
-    p0: np.ndarray,
-    steps: int,
-    lr: float,
-    normalized: bool,
-    loss: str,
-    record: np.ndarray,
-    *,
-    chunk: int | None = None,
-    callback=None,
+    K, gamma, mask, p0, steps: int, lr: float, normalized, loss: str, record, *, chunk: int | None = None, callback=None
 ) -> np.ndarray:
     """Run the kernel on flat batches.
 
     Parameters
     ----------
     K : ``(B, n, T, m)``; gamma : ``(B, n, T)``; mask : bool ``(B, n, T)``; p0 : ``(B, m)``.
+    normalized : normalized GD (``True``) or plain GD.
     record : strictly increasing step indices in ``0..steps`` to record.
-    chunk : steps per kernel call (default from :data:`CHUNK_WORK`); the result does not
-        depend on it, bit for bit.
-    callback : called as ``callback(done)`` after each chunk (progress bars); a
-        ``KeyboardInterrupt`` raised between chunks stops the run.
+    chunk : steps per kernel call (default from :data:`CHUNK_WORK`); the result does not depend on it, bit for bit.
+    callback : called as ``callback(done)`` after each chunk (progress bars); a ``KeyboardInterrupt`` raised
+        between chunks stops the run.
 
     Returns
     -------
@@ -170,23 +146,9 @@ def run(
     record = _check_record(record, steps)
     out = np.empty((len(record), B, m))
     q = p0.copy()
-    for k0, k1 in _chunks(steps, B * n * T * m, chunk):
-        kernels.run(
-            K,
-            gamma,
-            mask,
-            q,
-            k0,
-            k1,
-            lr,
-            bool(normalized),
-            LOSS_IDS[loss],
-            record,
-            int(np.searchsorted(record, k0)),
-            out,
-        )
-        if callback is not None:
-            callback(k1)
+    for k0, k1 in _chunks(steps, B * n * T * m, chunk, callback):
+        r0 = int(np.searchsorted(record, k0))
+        kernels.run(K, gamma, mask, q, k0, k1, lr, bool(normalized), LOSS_IDS[loss], record, r0, out)
     if record[-1] == steps:
         out[-1] = q
     return out

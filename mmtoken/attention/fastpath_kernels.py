@@ -1,8 +1,7 @@
 """The numba kernels of :mod:`mmtoken.attention.fastpath` (compiled on first use, cached on disk).
 
-Imported by :mod:`mmtoken.attention.fastpath` only when a kernel runs, so that importing
-the package does not import numba (about a second). The functions take
-checked arrays (see :mod:`mmtoken.attention.fastpath`) and are not meant to be called
+Imported by :mod:`mmtoken.attention.fastpath` only when a kernel runs, so that importing the package does not
+import numba (about a second). The functions take the arrays that module checks; they are not meant to be called
 directly.
 """
 
@@ -30,9 +29,8 @@ SAFE_LO, SAFE_HI = 2.0**-500, 2.0**500  # as mmtoken.attention.grad.SAFE_RANGE
 def unit_inplace(G):
     """Divide ``G`` (any shape) by its 2-norm in place; return ``log ||G||`` (``-inf`` if zero).
 
-    Outside ``[SAFE_LO, SAFE_HI]`` the largest entry divides ``G`` first, so the squares
-    neither overflow (entries from about ``1e154``) nor underflow; inside, the plain
-    formula runs unchanged (same bits as before).
+    Outside ``[SAFE_LO, SAFE_HI]`` the largest entry divides ``G`` first, so the squares neither overflow nor
+    underflow; inside, the plain formula runs unchanged (same bits as before).
     """
     flat = G.reshape(-1)
     a = 0.0
@@ -138,10 +136,9 @@ def gradient(K, gamma, mask, q, loss_id, logw, sgn, top, G):
 def run(K, gamma, mask, q, k0, k1, lr, normalized, loss_id, record, r0, out):
     """Advance every batch element's ``q[b]`` (in place) from step ``k0`` to ``k1``.
 
-    ``out[r, b]`` receives ``q`` at step ``record[r]`` for the recorded steps in
-    ``[k0, k1)`` (``record[r0]`` is the first of them); the caller records step
-    ``k1`` of the last chunk. Splitting ``[0, steps)`` into chunks performs the
-    very same floating-point operations as one call.
+    ``out[r, b]`` receives ``q`` at step ``record[r]`` for the recorded steps in ``[k0, k1)`` (``record[r0]`` is
+    the first of them); the caller records step ``k1`` of the last chunk. Chunks perform the very same
+    floating-point operations as one call.
     """
     B, n, T, m = K.shape
     logw = np.empty((n, T))
@@ -241,10 +238,9 @@ def run_joint(X, Y, K, q, v, k0, k1, lr, lr_v, loss_id, record, r0, out_p, out_v
 def run_kq(Kx, gamma, mask, Kf, Qf, steps, lr, separate, penalty, negligible, record, out_K, out_Q):
     """Normalized GD on ``(K, Q)`` for every batch element, compiled.
 
-    ``Kx (B, n, T, d*d)`` keys, ``gamma (B, n, T)``, ``mask (B, n, T)``; ``Kf, Qf (B, d, m)``
-    advanced in place; ``out_K, out_Q (R, B, d, m)`` receive the iterates at the
-    steps ``record (R,)`` (all ``< steps``; the caller records the end).
-    ``penalty`` is the ``lambda`` of ``lambda (||K||^2 + ||Q||^2)`` added to the loss (0: none),
+    ``Kx (B, n, T, d*d)`` keys, ``gamma (B, n, T)``, ``mask (B, n, T)``; ``Kf, Qf (B, d, m)`` advanced in place;
+    ``out_K, out_Q (R, B, d, m)`` receive the iterates at the steps ``record (R,)`` (all ``< steps``; the caller
+    records the end). ``penalty`` is the ``lambda`` of ``lambda (||K||^2 + ||Q||^2)`` added to the loss (0: none),
     dropped where ``log(||G|| / 2 lambda) >= negligible``.
     """
     B, n, T, mm = Kx.shape

@@ -24,27 +24,16 @@ from mmtoken import validate
 from mmtoken.attention.svm import InfeasibleSVM, SVMSolution, att_svm
 
 
-def _np(a, name: str = "array", **kw) -> np.ndarray:
-    return validate.real_array(a, name, **kw)
-
-
-def _keys(K, name: str = "K") -> np.ndarray:
-    K = _np(K, name, ndim=3)
+def _keys(K) -> np.ndarray:
+    K = validate.real_array(K, "K", ndim=3)
     if 0 in K.shape:
-        raise ValueError(f"{name} must have shape (n, T, m) with no empty dimension, got {K.shape}")
+        raise ValueError(f"K must have shape (n, T, m) with no empty dimension, got {K.shape}")
     return K
-
-
-def _vector(p, m: int, name: str = "p") -> np.ndarray:
-    p = _np(p, name, ndim=1)
-    if p.shape != (m,):
-        raise ValueError(f"{name} must have shape ({m},) like the keys, got {p.shape}")
-    return p
 
 
 def correlation(a, b) -> np.ndarray | float:
     """Cosine ``<a, b> / (||a|| ||b||)`` over the last axis (broadcasting); ``nan`` where a vector is zero."""
-    a, b = _np(a, "a", min_ndim=1), _np(b, "b", min_ndim=1)
+    a, b = validate.real_array(a, "a", min_ndim=1), validate.real_array(b, "b", min_ndim=1)
     try:
         np.broadcast_shapes(a.shape, b.shape)
     except ValueError:
@@ -66,10 +55,7 @@ def _unit(a: np.ndarray) -> np.ndarray:
 def optimal_tokens(gamma) -> np.ndarray:
     """``opt_i = argmax_t gamma_it``, ``(..., n)``: the first maximiser where scores tie
     (the optimal tokens are then a set, :func:`optimal_sets`; :func:`classify` uses the set)."""
-    gamma = _np(gamma, "gamma", min_ndim=1)
-    if gamma.shape[-1] == 0:
-        raise ValueError("gamma has no token (last axis of length 0)")
-    return gamma.argmax(-1)
+    return optimal_sets(gamma).argmax(-1)
 
 
 def optimal_sets(gamma) -> np.ndarray:
@@ -77,7 +63,7 @@ def optimal_sets(gamma) -> np.ndarray:
 
     Paper A's ``opt_i = argmax_t gamma_it`` is this set; it has one element unless scores tie.
     """
-    gamma = _np(gamma, "gamma", min_ndim=1)
+    gamma = validate.real_array(gamma, "gamma", min_ndim=1)
     if gamma.shape[-1] == 0:
         raise ValueError("gamma has no token (last axis of length 0)")
     return gamma == gamma.max(-1, keepdims=True)
@@ -85,7 +71,7 @@ def optimal_sets(gamma) -> np.ndarray:
 
 def selection(K, p) -> np.ndarray:
     """The token each input attends to most at ``p``: ``argmax_t <k_it, p>``, ``(..., n)``."""
-    K, p = _np(K, "K", min_ndim=3), _np(p, "p", min_ndim=1)
+    K, p = validate.real_array(K, "K", min_ndim=3), validate.real_array(p, "p", min_ndim=1)
     if K.shape[-1] != p.shape[-1] or K.shape[-2] == 0:
         raise ValueError(f"keys {K.shape} and p {p.shape} must share the last dimension m (and T >= 1)")
     try:
@@ -98,7 +84,9 @@ def margins(K, alpha, p) -> np.ndarray:
     """``(k_{i alpha_i} - k_it)^T p`` for every ``t != alpha_i``; ``nan`` at ``alpha_i``. ``(n, T)``."""
     K = _keys(K)
     alpha = validate.selection(alpha, K.shape[0], K.shape[1])
-    p = _vector(p, K.shape[2])
+    p = validate.real_array(p, "p", ndim=1)
+    if p.shape != (K.shape[2],):
+        raise ValueError(f"p must have shape ({K.shape[2]},) like the keys, got {p.shape}")
     z = K @ p
     out = z[np.arange(len(alpha)), alpha][:, None] - z
     out[np.arange(len(alpha)), alpha] = np.nan
@@ -123,22 +111,18 @@ class SelectionReport:
     locally_optimal: bool
     globally_optimal: bool
     ties: list = field(default_factory=list)
-    """``(i, t)``: token ``t != alpha_i`` of input ``i`` scoring exactly as the selected one; with
-    such a tie at the top, several selections are globally optimal, and a tied SVM-neighbour
-    makes ``alpha`` not locally optimal (the paper's inequality is strict)."""
+    """``(i, t)``: token ``t != alpha_i`` of input ``i`` scoring exactly as the selected one; with such a tie at
+    the top several selections are globally optimal, and a tied SVM-neighbour makes ``alpha`` not locally optimal."""
 
 
 def classify(K, gamma, alpha, tol: float = 1e-6) -> SelectionReport:
     """Feasibility, SVM-neighbours, local and global optimality of ``alpha``.
 
-    ``alpha`` is locally optimal when ATT-SVM(alpha) is feasible and every
-    selected token scores strictly higher than each of its SVM-neighbours; it is
-    globally optimal when every selected token is *a* maximiser of its input's
-    scores (paper A's ``opt_i = argmax_t gamma_it``, a set when scores tie, see
-    :func:`optimal_sets`). Every verdict depends on the tokens, not on the order
-    they are listed in; ``ties`` lists the tokens scoring as the selected ones.
+    ``alpha`` is locally optimal when ATT-SVM(alpha) is feasible and every selected token scores strictly higher
+    than each of its SVM-neighbours; globally optimal when every selected token is *a* maximiser of its input's
+    scores (:func:`optimal_sets`). No verdict depends on the order the tokens are listed in.
     """
-    K, gamma = _keys(K), _np(gamma, "gamma", ndim=2)
+    K, gamma = _keys(K), validate.real_array(gamma, "gamma", ndim=2)
     if gamma.shape != K.shape[:2]:
         raise ValueError(f"gamma must have shape (n, T) = {K.shape[:2]} like the keys, got {gamma.shape}")
     tol = validate.positive(tol, "tol")
@@ -158,7 +142,7 @@ def classify(K, gamma, alpha, tol: float = 1e-6) -> SelectionReport:
 
 def enumerate_selections(K, gamma, tol: float = 1e-6) -> list[SelectionReport]:
     """Classify every selection (one token per input): ``T^n`` of them, so keep ``n, T`` small."""
-    K, gamma = _keys(K), _np(gamma, "gamma", ndim=2)
+    K, gamma = _keys(K), validate.real_array(gamma, "gamma", ndim=2)
     if gamma.shape != K.shape[:2]:
         raise ValueError(f"gamma must have shape (n, T) = {K.shape[:2]} like the keys, got {gamma.shape}")
     n, T = gamma.shape
@@ -168,19 +152,11 @@ def enumerate_selections(K, gamma, tol: float = 1e-6) -> list[SelectionReport]:
 
 
 def in_cone(p, q, mu: float, R: float) -> np.ndarray | bool:
-    """Membership in ``C_{mu,R}(q) = {p : ||p|| >= R, <p/||p||, q/||q||> >= 1 - mu}``.
-
-    ``mu`` in ``(0, 2]``, ``R >= 0``; ``q`` non-zero.
-    """
-    mu, R = _cone_params(mu, R, zero_radius=True)
-    p, q = _np(p, "p", min_ndim=1), _np(q, "q", ndim=1)
+    """Membership in ``C_{mu,R}(q) = {p : ||p|| >= R, <p/||p||, q/||q||> >= 1 - mu}``; ``mu`` in ``(0, 2]``,
+    ``R >= 0``, ``q`` non-zero."""
+    mu, R = validate.positive(mu, "mu", maximum=2.0), validate.nonnegative(R, "R")
+    p, q = validate.real_array(p, "p", min_ndim=1), validate.real_array(q, "q", ndim=1)
     if not np.any(q):
         raise ValueError("q must be a non-zero vector (the cone's axis)")
     ok = (np.linalg.norm(p, axis=-1) >= R) & (correlation(p, q) >= 1 - mu)
     return bool(ok) if np.ndim(ok) == 0 else ok
-
-
-def _cone_params(mu, R, zero_radius: bool = False) -> tuple[float, float]:
-    """``mu`` in ``(0, 2]`` and a positive (or, for membership, non-negative) radius ``R``."""
-    mu = validate.positive(mu, "mu", maximum=2.0)
-    return mu, (validate.nonnegative(R, "R") if zero_radius else validate.positive(R, "R"))

@@ -1,20 +1,16 @@
 """Saturation-safe gradients of the attention loss (the numerical trap of the book).
 
-Once the softmax saturates, ``1 - s_top`` and ``gamma_top - f`` are
-differences of nearly equal numbers; computed naively they lose every
-digit and the gradient direction is noise. Here every such difference is
-formed from the *small* probabilities themselves:
+Once the softmax saturates, ``1 - s_top`` and ``gamma_top - f`` are differences of nearly equal numbers; computed
+naively they lose every digit and the gradient direction is noise. Here every such difference is formed from the
+*small* probabilities themselves:
 
-* logits are taken relative to the most attended token ``top``,
-  ``delta_t = <k_t - k_top, p>`` (exactly 0 at ``top``);
-* ``log s_t = delta_t - logsumexp(delta)`` is accurate in relative terms
-  even when ``s_t`` is far below the float64 range of ``1 - s_top``;
+* logits are taken relative to the most attended token ``top``, ``delta_t = <k_t - k_top, p>`` (0 at ``top``);
+* ``log s_t = delta_t - logsumexp(delta)`` is accurate in relative terms even far below the float64 range of
+  ``1 - s_top``;
 * ``u - gamma_top = sum_{t != top} s_t (gamma_t - gamma_top)``;
-* the loss gradient
-  ``grad L = (1/n) sum_i l'(u_i) sum_{t != top} s_it (gamma_it - u_i)(k_it - k_itop)``
-  has its weights assembled in log space and rescaled by their maximum
-  before summing, so the *direction* survives even when every weight
-  underflows; the scale is returned separately as ``log ||grad L||``.
+* the loss gradient ``grad L = (1/n) sum_i l'(u_i) sum_{t != top} s_it (gamma_it - u_i)(k_it - k_itop)`` has its
+  weights assembled in log space and rescaled by their maximum before summing, so the *direction* survives even
+  when every weight underflows; the scale is returned separately as ``log ||grad L||``.
 """
 
 from __future__ import annotations
@@ -34,9 +30,9 @@ __all__ = [
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
+from mmtoken import validate
 from mmtoken.attention.losses import Loss, get_loss
 from mmtoken.attention.model import AttentionProblem, as_tensor
 
@@ -84,12 +80,7 @@ def saturation(problem: AttentionProblem, p: torch.Tensor) -> Saturation:
     if p.shape[-1] != K.shape[-1]:
         raise ValueError(f"p has dimension {p.shape[-1]} but the keys have {K.shape[-1]}")
     try:
-        np.broadcast_shapes(
-            tuple(K.shape[:-3]),
-            tuple(gamma.shape[:-2]),
-            tuple(p.shape[:-1]),
-            tuple(mask.shape[:-2]) if mask is not None else (),
-        )
+        validate.batch_shape(K.shape[:-3], gamma.shape[:-2], p.shape[:-1], () if mask is None else mask.shape[:-2])
     except ValueError:
         raise ValueError(
             f"p {tuple(p.shape)} does not broadcast against the problem's batch "
@@ -99,9 +90,7 @@ def saturation(problem: AttentionProblem, p: torch.Tensor) -> Saturation:
     if mask is not None:
         z = z.masked_fill(~mask, float("-inf"))
     top = z.argmax(-1)
-    # np.broadcast_shapes: same result as torch.broadcast_shapes without its slow
-    # Python reference path (and its lazy sympy import) on every step
-    batch = torch.Size(np.broadcast_shapes(tuple(K.shape[:-1]), tuple(z.shape)))
+    batch = torch.Size(validate.batch_shape(K.shape[:-1], z.shape))  # not torch's: its sympy import is slow
     K_b = K.expand(*batch, K.shape[-1])
     k_top = torch.gather(K_b, -2, top[..., None, None].expand(*top.shape, 1, K.shape[-1]))
     dK = K_b - k_top
@@ -120,11 +109,8 @@ def saturation(problem: AttentionProblem, p: torch.Tensor) -> Saturation:
 
 @dataclass
 class StableGrad:
-    """A gradient stored as a unit direction and a log-norm.
-
-    ``direction (..., m)`` is ``grad / ||grad||`` (zero where the gradient is
-    exactly zero); ``log_norm (...)`` is ``log ||grad||`` (``-inf`` there).
-    """
+    """A gradient stored as its unit direction ``grad / ||grad||`` ``(..., m)`` and ``log_norm = log ||grad||``
+    ``(...)`` (zero direction and ``-inf`` where the gradient is exactly zero)."""
 
     direction: torch.Tensor
     log_norm: torch.Tensor
@@ -142,11 +128,9 @@ largest entry first (``||x||^2`` overflows from about ``1e154`` and underflows b
 def unit_and_log_norm(G: torch.Tensor, dims: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """``G / ||G||`` and ``log ||G||`` over the last ``dims`` dims, without overflow or underflow.
 
-    Where the largest entry lies outside :data:`SAFE_RANGE` the vector is divided
-    by it before the squares are summed, so a gradient of size ``1e200`` (or
-    ``1e-200``) keeps its direction; inside the range nothing is rescaled, so
-    ordinary inputs give the very same bits as a plain norm. Zero (or
-    non-finite) vectors give a zero direction and ``log_norm = -inf``.
+    Where the largest entry lies outside :data:`SAFE_RANGE` the vector is divided by it before the squares are
+    summed; inside, nothing is rescaled (the very same bits as a plain norm). Zero (or non-finite) vectors give a
+    zero direction and ``log_norm = -inf``.
     """
     flat = G.flatten(-dims) if dims > 1 else G
     a = flat.abs().amax(-1) if flat.shape[-1] else torch.zeros(flat.shape[:-1], dtype=G.dtype, device=G.device)
@@ -155,12 +139,9 @@ def unit_and_log_norm(G: torch.Tensor, dims: int = 1) -> tuple[torch.Tensor, tor
     Gs = flat / scale[..., None]
     norm = Gs.norm(dim=-1)
     ok = (norm > 0) & torch.isfinite(norm)
-    unit = torch.where(ok[..., None], Gs / norm.clamp_min(torch.finfo(G.dtype).tiny)[..., None], torch.zeros_like(Gs))
-    log_norm = torch.where(
-        ok,
-        torch.log(norm.clamp_min(torch.finfo(G.dtype).tiny)) + torch.log(scale),
-        torch.full_like(norm, float("-inf")),
-    )
+    tiny = torch.finfo(G.dtype).tiny
+    unit = torch.where(ok[..., None], Gs / norm.clamp_min(tiny)[..., None], torch.zeros_like(Gs))
+    log_norm = torch.where(ok, torch.log(norm.clamp_min(tiny)) + torch.log(scale), torch.full_like(norm, float("-inf")))
     return unit.reshape(G.shape), log_norm
 
 
@@ -174,23 +155,6 @@ def safe_norm(G: torch.Tensor) -> torch.Tensor:
         _, log_norm = unit_and_log_norm(G)
         norm = torch.where(bad & torch.isfinite(a), log_norm.exp(), norm)
     return norm
-
-
-def _combine(
-    log_w: torch.Tensor, sign: torch.Tensor, vectors: torch.Tensor, log_scale: float, reduce_dims: int
-) -> StableGrad:
-    """``sum sign * exp(log_w) * vectors`` over the last ``reduce_dims`` dims of ``log_w``, in log space."""
-    flat = log_w.flatten(-reduce_dims)
-    M = flat.max(-1).values
-    M_safe = torch.where(torch.isfinite(M), M, torch.zeros_like(M))
-    shape = M_safe.shape + (1,) * reduce_dims
-    w = sign * torch.exp(log_w - M_safe.reshape(shape))
-    G = (w.unsqueeze(-1) * vectors).flatten(-reduce_dims - 1, -2).sum(-2)
-    direction, log_norm_G = unit_and_log_norm(G)
-    ok = torch.isfinite(log_norm_G) & torch.isfinite(M)
-    direction = torch.where(ok[..., None], direction, torch.zeros_like(G))
-    log_norm = torch.where(ok, M_safe + log_norm_G + log_scale, torch.full_like(M_safe, float("-inf")))
-    return StableGrad(direction, log_norm)
 
 
 def grad_p(
@@ -217,7 +181,16 @@ def grad_p(
     is_top = torch.zeros_like(log_w, dtype=torch.bool).scatter_(-1, sat.top[..., None], True)
     log_w = log_w.masked_fill(is_top, float("-inf"))  # k_top - k_top = 0
     sign = -torch.sign(gap)  # l' < 0
-    return _combine(log_w, sign, sat.dK, -math.log(problem.n), reduce_dims=2)
+    # the weights rescaled by their maximum M over (n, T) in log space, so the direction survives underflow
+    M = log_w.flatten(-2).max(-1).values
+    M_safe = torch.where(torch.isfinite(M), M, torch.zeros_like(M))
+    w = sign * torch.exp(log_w - M_safe[..., None, None])
+    G = (w.unsqueeze(-1) * sat.dK).flatten(-3, -2).sum(-2)
+    direction, log_norm_G = unit_and_log_norm(G)
+    ok = torch.isfinite(log_norm_G) & torch.isfinite(M)
+    direction = torch.where(ok[..., None], direction, torch.zeros_like(G))
+    log_norm = torch.where(ok, M_safe + log_norm_G - math.log(problem.n), torch.full_like(M_safe, float("-inf")))
+    return StableGrad(direction, log_norm)
 
 
 def loss_value(
@@ -232,29 +205,22 @@ def loss_value(
 def loss_parts(
     problem: AttentionProblem, p: torch.Tensor, loss: str | Loss = "logistic", sat: Saturation | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``L(p)`` split as ``base + excess``: ``base = mean l(gamma_top)``, ``excess`` tiny under saturation.
-
-    Comparing two points with the same selection through ``excess`` keeps the
-    digits that ``L`` itself loses to rounding.
-    """
+    """``L(p)`` split as ``base + excess``: ``base = mean l(gamma_top)``, ``excess`` tiny under saturation, where
+    it keeps the digits that ``L`` itself loses to rounding."""
     loss = get_loss(loss)
     sat = sat or saturation(problem, p)
     base = loss.value(sat.gamma_top).mean(-1)
     return base, loss.excess(sat.gamma_top, sat.u_minus_top).mean(-1)
 
 
-# ---------------------------------------------------------------------------
-# The naive computations the book warns about (kept for the trap chapter).
+# --------------------------------------------------------------------------- the naive computations of the trap chapter
 
 
 def autograd_grad(
     problem: AttentionProblem, p: torch.Tensor, loss: str | Loss = "logistic", dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
-    """``grad_p L`` by autograd through the plain softmax, in ``dtype``.
-
-    This is how the public code computes it (in float32): accurate while the
-    softmax is not saturated, noise once it is.
-    """
+    """``grad_p L`` by autograd through the plain softmax, in ``dtype``, as the public code computes it (in
+    float32): accurate while the softmax is not saturated, noise once it is."""
     loss = get_loss(loss)
     p = _problem_and_point(problem, p)
     with torch.enable_grad():

@@ -1,10 +1,7 @@
 """The published configurations of paper A as named constructors, and random instances.
 
-Every instance carries tokens ``X (n, T, d)``, labels ``Y (n,)``, head
-``v (d,)``, key map ``W (d, m)`` and the published starts. In Figs. 1, 2 and
-4 the keys are the first two coordinates of each token (``W`` projects onto
-them) and the third carries the score (``v = e_3``), so ``p`` moves in the
-plane.
+In Figs. 1, 2 and 4 the keys are the first two coordinates of each token (``W`` projects onto them) and the
+third carries the score (``v = e_3``), so ``p`` moves in the plane.
 """
 
 from __future__ import annotations
@@ -72,38 +69,25 @@ class Instance:
         return AttentionProblem(self.K, self.gamma)
 
     def gmm(self):
-        """The Att-SVM solution for the globally optimal tokens (the GMM direction is its ``x``, ``(m,)``).
-
-        Returns :class:`mmtoken.attention.svm.SVMSolution` for ``svm.att_svm(K, geometry.optimal_tokens(gamma))``;
-        raises :class:`mmtoken.attention.svm.InfeasibleSVM` when the optimal tokens cannot be separated.
-        """
+        """``svm.att_svm(K, geometry.optimal_tokens(gamma))``: the GMM direction is its ``x (m,)``; raises
+        :class:`mmtoken.attention.svm.InfeasibleSVM` when the optimal tokens cannot be separated."""
         from mmtoken.attention import geometry, svm  # the solver (cvxpy) is imported when a GMM is asked for
 
         return svm.att_svm(self.K, geometry.optimal_tokens(self.gamma))
-
-    def starts_tensor(self) -> torch.Tensor:
-        return torch.as_tensor(self.starts, dtype=torch.float64)
-
-
-def _planar(tokens_xy: np.ndarray, token_scores: np.ndarray) -> np.ndarray:
-    """Tokens ``(n, T, 3)`` from planar keys ``(n, T, 2)`` and scores ``(n, T)``."""
-    return np.concatenate([tokens_xy, token_scores[..., None]], axis=-1)
 
 
 FIG1_STARTS = np.array([[0.0, y] for y in (1.0, 0.5, 0.0, -0.5, -1.0, -1.5)])
 
 
 def fig1(case: str = "global") -> Instance:
-    """Fig. 1: one input, three tokens; ``case`` = ``"global"`` or ``"local"``.
-
-    Tokens ``(-0.1, 1)`` score 1, ``(1, 0)`` score 0.9, ``(0, 0)`` score 0.9
-    (global case) or 0 (local case).
-    """
+    """Fig. 1: one input, three tokens; ``case`` = ``"global"`` or ``"local"``: tokens ``(-0.1, 1)`` score 1,
+    ``(1, 0)`` score 0.9, ``(0, 0)`` score 0.9 (global case) or 0 (local case)."""
     if case not in ("global", "local"):
         raise ValueError(f"case must be 'global' or 'local', got {case!r}")
     xy = np.array([[[-0.1, 1.0], [1.0, 0.0], [0.0, 0.0]]])
     s = np.array([[1.0, 0.9, 0.9 if case == "global" else 0.0]])
-    return Instance(_planar(xy, s), np.array([1.0]), E3, PLANE, FIG1_STARTS.copy(), f"fig1-{case}")
+    X = np.concatenate([xy, s[..., None]], axis=-1)  # the third coordinate carries the score
+    return Instance(X, np.array([1.0]), E3, PLANE, FIG1_STARTS.copy(), f"fig1-{case}")
 
 
 CE_X = np.array([[[1.0, 0.0], [0.0, 0.0]], [[0.0, 1.0], [2.0, 0.0]]])
@@ -118,9 +102,8 @@ CE_V = np.array([1.0, 3.0])
 def counterexample() -> Instance:
     """The book's ``n = T = d = 2`` instance on which two starts reach two max-margin directions (chapter 3).
 
-    Keys are the tokens (``W = I``); tokens :data:`CE_X`, labels :data:`CE_Y`, head :data:`CE_V`,
-    so the scores are ``(1, 0)`` and ``(3, 2)``. Starts ``(16, 2)``: 16 points on the unit circle,
-    every 22.5 degrees from ``(1, 0)``.
+    Keys are the tokens :data:`CE_X` (``W = I``), labels :data:`CE_Y`, head :data:`CE_V`; starts ``(16, 2)``: the
+    unit circle every 22.5 degrees from ``(1, 0)``.
     """
     ang = np.arange(16) * (2 * np.pi / 16)
     starts = np.stack([np.cos(ang), np.sin(ang)], -1).round(15)
@@ -134,12 +117,9 @@ FIG2_SHIFTS = np.array([[1.0, 0.0, 0.0], [-1.0, 1.0, 0.0], [-0.5, -0.5, 0.0]])
 def fig2(seed: int = 0) -> Instance:
     """Fig. 2: n = 3 inputs of T = 7 tokens, generated as the public code generates them.
 
-    ``X = 0.2 * torch.randn((3, 7, 3), generator=g)`` (float32, ``g`` seeded with
-    ``seed``); token 0 shifted by ``(1, 0, 0)``, tokens 1-3 by ``(-1, 1, 0)``, tokens
-    4-6 by ``(-0.5, -0.5, 0)`` (in float32, as there); then the third coordinate is
-    overwritten by the score, 1 for token 0 and 0.5 for the rest; ``Y = 1``. The keys
-    are the first two coordinates of that draw. Starts ``p0 = (x, 0)`` for
-    ``x in (1, 0.5, 0, -0.5, -1, -1.5)``.
+    ``X = 0.2 * torch.randn((3, 7, 3), generator=g)`` (float32, ``g`` seeded with ``seed``), shifted by
+    :data:`FIG2_SHIFTS` in float32 as there, then the third coordinate overwritten by the score (1 for token 0,
+    0.5 for the rest); ``Y = 1``. Starts ``p0 = (x, 0)`` for ``x in (1, 0.5, 0, -0.5, -1, -1.5)``.
     """
     seed = validate.count(seed, "seed")
     g = torch.Generator().manual_seed(seed)
@@ -157,23 +137,15 @@ def fig2(seed: int = 0) -> Instance:
 def fig3(case: str = "tight") -> Instance:
     """Fig. 3: joint training, n = 3, T = 2, ``W = I``.
 
-    ``X_i = [(0, 0), x_i]`` with ``x = (1, 1), (1, -1)`` and ``(0.5, 1)`` (tight)
-    or ``(0.5, 1.5)`` (loose); ``Y = (1, -1, 1)``; starts ``p0 = (0, -1)``,
-    ``v0 = (-1, 0)`` (in ``extra["v0"]``).
+    ``X_i = [(0, 0), x_i]`` with ``x = (1, 1), (1, -1)`` and ``(0.5, 1)`` (tight) or ``(0.5, 1.5)`` (loose);
+    ``Y = (1, -1, 1)``; starts ``p0 = (0, -1)``, ``v0 = (-1, 0)`` (in ``extra["v0"]``).
     """
     if case not in ("tight", "loose"):
         raise ValueError(f"case must be 'tight' or 'loose', got {case!r}")
     third = (0.5, 1.0) if case == "tight" else (0.5, 1.5)
     X = np.array([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, -1.0]], [[0.0, 0.0], list(third)]])
-    return Instance(
-        X,
-        np.array([1.0, -1.0, 1.0]),
-        np.array([-1.0, 0.0]),
-        np.eye(2),
-        np.array([[0.0, -1.0]]),
-        f"fig3-{case}",
-        {"v0": np.array([-1.0, 0.0])},
-    )
+    Y, v0 = np.array([1.0, -1.0, 1.0]), np.array([-1.0, 0.0])
+    return Instance(X, Y, v0, np.eye(2), np.array([[0.0, -1.0]]), f"fig3-{case}", {"v0": v0.copy()})
 
 
 def fig4(C: float) -> Instance:

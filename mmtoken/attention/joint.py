@@ -35,10 +35,7 @@ def train_joint(
     record_every: int | None = None,
     progress: bool | None = None,
 ) -> History:
-    """Joint training of the head ``v`` and the token ``p``, each with its own normalized step.
-
-    ``p <- p - lr grad_p L / ||grad_p L||`` and ``v <- v - lr_v grad_v L / ||grad_v L||``,
-    simultaneously (the published Fig. 3 runs).
+    """Joint training, at once: ``p <- p - lr grad_p L / ||grad_p L||``, ``v <- v - lr_v grad_v L / ||grad_v L||``.
 
     Parameters
     ----------
@@ -50,8 +47,7 @@ def train_joint(
 
     Returns
     -------
-    History with ``v`` filled and ``extra["output_prob"]`` ``(S, ..., n)``, the
-    logistic output probability ``sigma(Y_i f(X_i))``.
+    History with ``v`` filled and ``extra["output_prob"]`` ``(S, ..., n)``, ``sigma(Y_i f(X_i))``.
 
     Raises
     ------
@@ -96,10 +92,10 @@ def train_joint(
     steps = validate.count(steps, "steps")
     n, T = X.shape[-3], X.shape[-2]
     record = record_steps(steps, record_every, math.prod(batch) * (p.shape[-1] + v.shape[-1] + 2 + n * T + n))
-    if X.ndim == 3 and X.device.type == "cpu" and fastpath.available() and fastpath.runs_loss(loss):
-        return _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, sorted(record), progress)
-    rows: dict[str, list] = {k: [] for k in ("step", "p", "v", "loss", "probs", "out")}
     bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
+    if X.ndim == 3 and X.device.type == "cpu" and fastpath.available() and fastpath.runs_loss(loss):
+        return _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, sorted(record), bar)
+    rows: dict[str, list] = {k: [] for k in ("step", "p", "v", "loss", "probs", "out")}
     problem = AttentionProblem(K, scores(X, Y, v))  # validated once
     for k in progress_bar(range(steps + 1), enabled=bar, desc="joint GD"):
         problem.gamma = scores(X, Y, v)  # only the scores move with v
@@ -117,58 +113,28 @@ def train_joint(
         gv = grad_v(X, Y, sat, loss)
         p = p - lr * gp.direction
         v = v - lr_v * gv
-    P = stack_rows(rows["p"])
-    return History(
-        np.array(rows["step"]),
-        P,
-        safe_norm(P),
-        stack_rows(rows["loss"]),
-        stack_rows(rows["probs"]),
-        stack_rows(rows["v"]),
-        {"output_prob": stack_rows(rows["out"])},
-    )
+    P, V, loss_rows, probs = (stack_rows(rows[k]) for k in ("p", "v", "loss", "probs"))
+    extra = {"output_prob": stack_rows(rows["out"])}
+    return History(np.array(rows["step"]), P, safe_norm(P), loss_rows, probs, V, extra)
 
 
-def _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, record, progress=None) -> History:
+def _train_joint_compiled(X, Y, K, v, p, steps, lr, lr_v, loss, record, bar) -> History:
     """:func:`train_joint` through the compiled kernel (in chunks); the history is evaluated afterwards."""
     batch = p.shape[:-1]
-    p_flat = p.reshape(-1, p.shape[-1]).numpy()
-    v_flat = v.reshape(-1, v.shape[-1]).numpy()
-    bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
+    arrays = X.numpy(), Y.numpy(), K.numpy(), p.reshape(-1, p.shape[-1]).numpy(), v.reshape(-1, v.shape[-1]).numpy()
     with progress_bar(total=steps, enabled=bar, desc="joint GD") as pbar:
-        out_p, out_v = fastpath.run_joint(
-            X.numpy(),
-            Y.numpy(),
-            K.numpy(),
-            p_flat,
-            v_flat,
-            steps,
-            lr,
-            lr_v,
-            loss.name,
-            np.array(record),
-            callback=lambda done: pbar.update(done - pbar.n),
-        )
+        update = lambda done: pbar.update(done - pbar.n)
+        out_p, out_v = fastpath.run_joint(*arrays, steps, lr, lr_v, loss.name, np.array(record), callback=update)
     P = torch.from_numpy(out_p).reshape(len(record), *batch, p.shape[-1])
     V = torch.from_numpy(out_v).reshape(len(record), *batch, v.shape[-1])
     sat = saturation(AttentionProblem(K, scores(X, Y, V)), P)
-    return History(
-        np.array(record),
-        P,
-        safe_norm(P),
-        loss.value(sat.u).mean(-1),
-        sat.probs,
-        V,
-        {"output_prob": torch.sigmoid(sat.u)},
-    )
+    extra = {"output_prob": torch.sigmoid(sat.u)}
+    return History(np.array(record), P, safe_norm(P), loss.value(sat.u).mean(-1), sat.probs, V, extra)
 
 
 def grad_v(X: torch.Tensor, Y: torch.Tensor, sat: Saturation, loss: Loss) -> torch.Tensor:
-    """Unit direction of ``grad_v L = (1/n) sum_i l'(u_i) Y_i sum_t s_it x_it``, ``(..., d)``.
-
-    The weights ``l'(u_i)`` are rescaled by their largest magnitude in log
-    space so the direction survives when they all underflow.
-    """
+    """Unit direction of ``grad_v L = (1/n) sum_i l'(u_i) Y_i sum_t s_it x_it``, ``(..., d)``; the weights
+    ``l'(u_i)`` are rescaled in log space, so the direction survives when they all underflow."""
     loss = get_loss(loss)
     if not isinstance(sat, Saturation):
         raise ValueError(f"sat must be a Saturation (mmtoken.attention.grad.saturation), got {type(sat).__name__}")

@@ -1,11 +1,8 @@
 """Long runs of paper A's theorem algorithms, shared by the chapters of Part I.
 
-* :func:`plain_gd`: plain GD ``p <- p - eta grad L(p)`` (Theorems 2-3's algorithm) for up to 10^6 and more
-  steps through the compiled kernel, recorded about 90 times per decade (:class:`PlainRun`), and
-  :func:`decade_summary`, what the claims check of it (direction over the last decade, ``log k`` growth);
-* :func:`smoothness_of`: the step condition ``eta <= 1/L_p`` of an instance (:mod:`mmtoken.attention.smoothness`);
-* :func:`planar_reg_path`: Theorem 1's regularization path of a planar problem, best of 12 start directions;
-* :func:`plot_plain` and :func:`starts_legend`: how the chapters draw them.
+Plain GD (Theorems 2-3's algorithm) for 10^6 steps and more (:func:`plain_gd`, :func:`decade_summary`), its step
+condition (:func:`smoothness_of`), Theorem 1's regularization path of a planar problem (:func:`planar_reg_path`)
+and how the chapters draw them (:func:`plot_plain`, :func:`starts_legend`).
 """
 
 from __future__ import annotations
@@ -58,9 +55,8 @@ class PlainRun:
 def plain_gd(problem: AttentionProblem, starts, steps: int = PLAIN_STEPS, lr: float = PLAIN_LR) -> PlainRun:
     """Plain GD with the saturation-safe gradient (compiled kernel through :func:`mmtoken.attention.train.train_p`).
 
-    The run is cut at the powers of ten (GD is memoryless, so restarting from
-    the last iterate continues the same trajectory); each decade is recorded
-    about 90 times, so the history stays small for 10^6 steps.
+    The run is cut at the powers of ten (GD is memoryless: restarting from the last iterate continues the same
+    trajectory) and each decade recorded about 90 times.
     """
     edges = [0] + [10**j for j in range(2, 19) if 10**j < steps] + [steps]
     p = np.asarray(starts, float)
@@ -85,9 +81,8 @@ fraction of the earlier decade's (``||p||`` grows like ``log k``: equal increase
 def decade_summary(r: PlainRun, ref, growth_tol: float = LOG_GROWTH_TOL) -> dict:
     """Correlation with ``ref`` at the last three powers of ten and the growth of ``||p||`` per decade.
 
-    ``rising``: the correlation of every start increased over the last decade;
-    ``log_growth``: for every start the increase of ``||p||`` over the last decade is
-    within ``growth_tol`` (a fraction) of its increase over the decade before (``||p||`` grows like ``log k``).
+    ``rising``: the correlation of every start increased over the last decade; ``log_growth``: for every start the
+    increase of ``||p||`` over the last decade is within ``growth_tol`` (a fraction) of the one before.
     """
     k = int(r.steps[-1])
     i3, i2, i1 = r.at(k), r.at(k // 10), r.at(k // 100)
@@ -128,11 +123,8 @@ def smoothness_of(inst: instances.Instance, lr: float = PLAIN_LR, box: float = 1
 
 
 def planar_reg_path(problem: AttentionProblem, radii, iters: int, loss: str = "logistic") -> np.ndarray:
-    """``argmin_{||p|| <= R} L(p)`` for each radius of a planar problem (one instance): ``(nR, 2)``.
-
-    The best of 12 start directions on the circle (:func:`mmtoken.attention.train.regularization_path`).
-    Chapters 2, 4 and 7 check Theorem 1 with it.
-    """
+    """``argmin_{||p|| <= R} L(p)`` for each radius of a planar problem (one instance), ``(nR, 2)``: the best of 12
+    start directions on the circle (:func:`mmtoken.attention.train.regularization_path`)."""
     angles = np.linspace(0, 2 * np.pi, 12, endpoint=False)
     w0 = np.stack([np.cos(angles), np.sin(angles)], -1)  # 12 start directions
     with torch.inference_mode():
@@ -166,12 +158,10 @@ def plot_plain(r: PlainRun, ref, axes=None, groups: dict | None = None):
             lab = name if k == 0 else None
             axes[0].plot(r.steps[keep], np.maximum(1 - corr[keep, j], 1e-16), lw=1.2, label=lab, **st)
             axes[1].plot(r.steps[keep], r.norm[keep, j], lw=1.2, label=lab, **st)
-    axes[0].set_xscale("log")
+    for ax, ylabel in zip(axes, ["1 - correlation with the limit", r"$\|p(k)\|$"]):
+        ax.set_xscale("log")
+        ax.set_xlabel("iteration k")
+        ax.set_ylabel(ylabel)
     axes[0].set_yscale("log")
-    axes[0].set_xlabel("iteration k")
-    axes[0].set_ylabel("1 - correlation with the limit")
-    axes[1].set_xscale("log")
-    axes[1].set_xlabel("iteration k")
-    axes[1].set_ylabel(r"$\|p(k)\|$")
     axes[1].legend(loc="best")
     return fig

@@ -1,19 +1,18 @@
 """The attention model of paper A, batched over leading dimensions.
 
-``f(X) = <X v, softmax(K p)>`` with keys ``K = X W`` (or keys given
-directly), value head ``v`` and tunable token ``p``. Everything the
-``p``-dynamics need is captured by the keys ``K`` and the token scores
-``gamma_it = Y_i x_it^T v``, bundled in :class:`AttentionProblem`.
+``f(X) = <X v, softmax(K p)>`` with keys ``K = X W`` (or keys given directly), value head ``v`` and tunable token
+``p``. The ``p``-dynamics need only the keys ``K`` and the token scores ``gamma_it = Y_i x_it^T v``, bundled in
+:class:`AttentionProblem`.
 
-Shapes: ``n`` inputs, ``T`` tokens, ``d`` token dimension, ``m`` key
-dimension; any number of leading batch dimensions ``...`` (runs, instances)
-broadcast against each other.
+Shapes: ``n`` inputs, ``T`` tokens, ``d`` token dimension, ``m`` key dimension; leading batch dimensions ``...``
+(runs, instances) broadcast against each other.
 """
 
 from __future__ import annotations
 
 __all__ = ["as_tensor", "keys", "scores", "logits", "softmax_probs", "output", "AttentionProblem"]
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -24,10 +23,8 @@ from mmtoken.config import device as default_device
 
 
 def as_tensor(x, name: str, dtype: torch.dtype = DTYPE, device=None) -> torch.Tensor:
-    """Convert to a float tensor on the package device; refuse NaN, infinity, complex and non-numbers.
-
-    Raises ValueError naming ``name``.
-    """
+    """Convert to a float tensor on the package device; refuse NaN, infinity, complex and non-numbers (a
+    ``ValueError`` naming ``name``)."""
     device = device or default_device()
     if isinstance(x, torch.Tensor):
         if x.is_complex():
@@ -46,9 +43,8 @@ def as_tensor(x, name: str, dtype: torch.dtype = DTYPE, device=None) -> torch.Te
 
 
 def _tensor(x, name: str) -> torch.Tensor:
-    """Floating tensors pass as they are (the building blocks below run inside loops, in the
-    dtype given); anything else (NumPy arrays, lists, integer, boolean or meta tensors) is converted
-    or refused naming ``name``."""
+    """Floating tensors pass as they are (the building blocks below run inside loops, in the dtype given); anything
+    else is converted or refused naming ``name``."""
     if isinstance(x, torch.Tensor) and x.is_floating_point() and x.device.type != "meta":
         return x
     return as_tensor(x, name)
@@ -56,10 +52,18 @@ def _tensor(x, name: str) -> torch.Tensor:
 
 def _common(*ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The tensors in one dtype (the widest; float32 with float64 gives float64) and on the first one's device."""
-    dtype = ts[0].dtype
-    for t in ts[1:]:
-        dtype = torch.promote_types(dtype, t.dtype)
+    dtype = functools.reduce(torch.promote_types, [t.dtype for t in ts])
     return tuple(t.to(dtype=dtype, device=ts[0].device) for t in ts)
+
+
+def _bool_mask(mask, device) -> torch.Tensor:
+    """``mask`` as a boolean tensor on ``device``; 0/1 numbers accepted, any other value refused."""
+    if not isinstance(mask, torch.Tensor):
+        m = validate.numeric(mask, "mask")
+        return torch.as_tensor(validate.mask(m, m.shape, "mask"), device=device)
+    if mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError("mask must be boolean (True at real tokens)")
+    return mask.to(dtype=torch.bool, device=device)
 
 
 def keys(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
@@ -101,12 +105,7 @@ def softmax_probs(K: torch.Tensor, p: torch.Tensor, mask: torch.Tensor | None = 
     """Attention ``s = softmax(K p)`` over tokens, ``(..., n, T)``; zero where ``mask`` is False."""
     z = logits(K, p)
     if mask is not None:
-        if not isinstance(mask, torch.Tensor):
-            m = validate.numeric(mask, "mask")
-            mask = torch.as_tensor(validate.mask(m, m.shape, "mask"), device=z.device)
-        if mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
-            raise ValueError("mask must be boolean (True at real tokens)")
-        mask = mask.to(dtype=torch.bool, device=z.device)
+        mask = _bool_mask(mask, z.device)
         try:
             shape = validate.batch_shape(mask.shape, z.shape)
         except ValueError:
@@ -164,14 +163,7 @@ class AttentionProblem:
                 f"the batch shapes of K {tuple(self.K.shape)} and gamma {tuple(self.gamma.shape)} do not broadcast"
             ) from None
         if self.mask is not None:
-            if isinstance(self.mask, torch.Tensor):
-                bad = self.mask.is_complex() or not bool(((self.mask == 0) | (self.mask == 1)).all())
-                if bad:
-                    raise ValueError("mask must be boolean (True at real tokens)")
-                self.mask = self.mask.to(dtype=torch.bool, device=self.K.device)
-            else:
-                m = validate.numeric(self.mask, "mask")
-                self.mask = torch.as_tensor(validate.mask(m, m.shape, "mask"), device=self.K.device)
+            self.mask = _bool_mask(self.mask, self.K.device)
             if self.mask.ndim < 2 or self.mask.shape[-2:] != self.gamma.shape[-2:]:
                 raise ValueError(f"mask shape {tuple(self.mask.shape)} does not match gamma {tuple(self.gamma.shape)}")
             if not bool(self.mask.any(-1).all()):

@@ -3,26 +3,20 @@
 The authors' notebooks (``MaxMarginTokenSelection/*.ipynb`` with ``base.py`` in
 ``github.com/ucr-optml/max_margin_attention``) train the tunable token with
 
-* an ``nn.Module`` holding a prompt ``p (d,)``, a head ``w (d,)``, a query and a
-  key map (``nn.Linear(d, d, bias=False)``, set to ``diag(1, 1, 0)`` for the
-  planar figures, or the identity) and the identity as value map; the output is
-  ``softmax(Q K^T) V w`` read at the prompt;
+* an ``nn.Module`` holding a prompt ``p (d,)``, a head ``w (d,)``, a query and a key map
+  (``nn.Linear(d, d, bias=False)``, set to ``diag(1, 1, 0)`` for the planar figures, or the identity) and the
+  identity as value map; the output is ``softmax(Q K^T) V w`` read at the prompt;
 * the loss written as ``torch.log(1 + torch.exp(-Y * f))``, averaged over inputs;
-* autograd in float32, then the gradient of the prompt divided in place by
-  ``||g|| + eps`` (``eps = 1e-9`` in the single-input notebook of Fig. 1 and the
-  loss notebook of Fig. 4, ``1e-12`` in the several-input notebook of Fig. 2);
+* autograd in float32, then the gradient of the prompt divided in place by ``||g|| + eps`` (:data:`EPS_FIG1`,
+  :data:`EPS_FIG2`);
 * one ``torch.optim.SGD`` step with ``lr = 0.1``.
 
-:func:`public_normalized_gd` does exactly that, for every start at once: the
-module's prompt is a ``(S, d)`` parameter, the loss is the sum over starts of each
-start's mean loss (so each row of the gradient is that start's own gradient,
-bit for bit), and each row is normalized on its own. The construction draws the
-module's throw-away random initial weights from torch's global generator, as the
-public code does; the draw is made inside :func:`torch.random.fork_rng`, so the
-caller's random state is left as it was.
+:func:`public_normalized_gd` does exactly that, for every start at once: the prompt is a ``(S, d)`` parameter and
+the loss the sum over starts of each start's mean loss (so each row of the gradient is that start's own, bit for
+bit), each row normalized on its own. The module's throw-away random initial weights are drawn as the public code
+draws them, inside :func:`torch.random.fork_rng` (the caller's random state is left as it was).
 
-This is the computation the book shows to fail once the softmax saturates (see
-the saturation appendix); the theory chapters use :mod:`mmtoken.attention.grad` instead.
+This is the computation the book shows to fail once the softmax saturates (the saturation appendix).
 """
 
 from __future__ import annotations
@@ -44,15 +38,13 @@ EPS_FIG2 = 1e-12
 class PromptAttention(nn.Module):
     """The public code's attention model with ``S`` prompts trained side by side.
 
-    ``f_s(X_i) = w^T V^T softmax(K_i q_s)`` with ``q_s = W_q p_s`` (query map), keys
-    ``K_i = X_i W_k^T`` and values ``V = X_i`` (identity).
+    ``f_s(X_i) = w^T V^T softmax(K_i q_s)`` with ``q_s = W_q p_s``, ``K_i = X_i W_k^T`` and ``V = X_i``.
 
     Parameters
     ----------
     d : token dimension.
     starts : ``S`` number of prompts (one per start).
-    weight : ``(d, d)`` matrix used for both the key and the query map (``nn.Linear``
-        weights), or None for the identity maps.
+    weight : ``(d, d)`` weight of both the key and the query map, or None for the identity maps.
     dtype : float32 as published; float64 gives the same computation in double precision.
     """
 
@@ -159,9 +151,8 @@ def _loop(X, Y, v, starts, weight, dtype, steps, lr, eps, record_every) -> Histo
             rows["p"].append(model.prompt.detach().clone())
             rows["loss"].append(loss.detach().clone())
             rows["probs"].append(model.attention.detach().clone())
-        if it == steps:
-            if it in record:
-                rows["gnorm"].append(torch.full((starts.shape[0],), float("nan"), dtype=dtype))
+        if it == steps:  # recorded (the last step always is), with no gradient after it
+            rows["gnorm"].append(torch.full((starts.shape[0],), float("nan"), dtype=dtype))
             break
         loss.sum().backward()  # row s of the gradient = start s's
         g = model.prompt.grad
@@ -184,8 +175,8 @@ def _loop(X, Y, v, starts, weight, dtype, steps, lr, eps, record_every) -> Histo
 def token_space_weight(W) -> np.ndarray:
     """The public code's ``(d, d)`` key/query weight for the package's key map ``W (d, m)``: ``W W^T``.
 
-    For the planar figures (``W`` selects the first two coordinates) this is ``diag(1, 1, 0)``.
-    Requires orthonormal columns (then the logits ``<W W^T p, W W^T x>`` equal ``<W^T p, W^T x>``).
+    For the planar figures this is ``diag(1, 1, 0)``. Requires orthonormal columns (then the logits
+    ``<W W^T p, W W^T x>`` equal ``<W^T p, W^T x>``).
     """
     W = np.asarray(W, dtype=float)
     if W.ndim != 2 or not np.allclose(W.T @ W, np.eye(W.shape[1])):
@@ -205,9 +196,8 @@ def run_instance(
 ) -> History:
     """:func:`public_normalized_gd` on a package :class:`~mmtoken.attention.instances.Instance`.
 
-    The starts (``inst.starts`` unless given, ``(S, m)`` in key space) are lifted to token space
-    (``p W^T``); the returned ``p`` are projected back to key space (``p W``), ``(R, S, m)``, so they
-    compare directly with the package's trainers.
+    The starts (``inst.starts`` unless given, ``(S, m)`` in key space) are lifted to token space (``p W^T``); the
+    returned ``p`` are projected back (``p W``), ``(R, S, m)``, to compare with the package's trainers.
     """
     W = np.asarray(inst.W, dtype=float)
     weight = token_space_weight(W)

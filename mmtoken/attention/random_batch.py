@@ -1,13 +1,8 @@
 """Where normalized GD from ``p0 = 0`` goes on a batch of instances, and what the selection it reaches is.
 
 Shared by the random-instance studies (chapter 8, ``A.random.*``; chapter 14, ``W`` keys of a transformer):
-
-* :func:`train_batch`: normalized GD on a padded batch of instances ``(I, n, T, m)`` in one call, read out
-  at the end (``p``, the selection, the log-attention) with the divergence test of :data:`DECADE_RECORDS`;
-  :func:`train_one_by_one`, the same training one instance at a time (the reference the batch must equal);
-* :func:`analyse`: the ATT-SVM of the selection reached (NNLS), the correlation of ``p`` with it and with
-  the globally optimal direction, and the minimum score gap over its SVM-neighbours;
-* :data:`LOG_SATURATED`: when an instance's softmax counts as saturated.
+:func:`train_batch` trains a padded batch of instances in one call (:func:`train_one_by_one`, its reference, one
+instance at a time) and :func:`analyse` classifies the selection reached.
 """
 
 from __future__ import annotations
@@ -24,12 +19,10 @@ LOG_SATURATED = -20.0
 """An instance is saturated when in every input the non-selected tokens hold at most ``e^-20`` of the attention
 (GD has left the region of finite stationary points and ``||p||`` diverges)."""
 DECADE_RECORDS = 10
-"""The divergence test looks at ``||p||`` and the loss at every tenth of the run (the last decade of steps,
-``steps/10 .. steps``): a run *diverges* when ``||p||`` grows over the decade and the loss strictly falls from each
-record to the next (the loss compared as ``base + excess``, :func:`mmtoken.attention.grad.loss_parts`, so that the fall
-keeps its digits under saturation; where the excess has underflowed to 0 the largest non-selected log-mass must
-fall instead). A run that has reached a finite stationary point (normalized GD then cycles around it with
-``||p||`` fixed) fails it, however small its non-selected mass."""
+"""The divergence test looks at ``||p||`` and the loss at every tenth of the last decade of steps: a run *diverges*
+when ``||p||`` grows over the decade and the loss (as ``base + excess``, :func:`mmtoken.attention.grad.loss_parts`;
+where the excess has underflowed, the largest non-selected log-mass) strictly falls from each record to the next.
+A run cycling around a finite stationary point fails it, however small its non-selected mass."""
 
 
 def train_batch(K, gamma, mask, steps: int, lr: float) -> dict:
@@ -87,10 +80,8 @@ def train_batch(K, gamma, mask, steps: int, lr: float) -> dict:
 
 
 def train_one_by_one(K, gamma, mask, steps: int, lr: float) -> np.ndarray:
-    """The training of :func:`train_batch`, one instance at a time (its reference and the benchmark's baseline).
-
-    Parameters as :func:`train_batch`; returns the final iterates ``p (I, m)``.
-    """
+    """The training of :func:`train_batch`, one instance at a time (its reference and the benchmark's baseline):
+    parameters as there; returns the final iterates ``p (I, m)``."""
     out = []
     for j in range(K.shape[0]):
         pr = AttentionProblem(K[j], gamma[j], mask[j])
@@ -134,8 +125,8 @@ def analyse(K, gamma, alpha, p, tol: float = 1e-6) -> dict:
         "corr_gmm": np.nan,
         "p_mm_norm": np.nan,
         "gmm_feasible": True,
+        "corr_opt": 0.0,  # correlation with p_mm(opt), the competitor (0 where ATT-SVM(opt) is infeasible)
     }
-    rec["corr_opt"] = 0.0  # correlation with p_mm(opt), the competitor (0 where ATT-SVM(opt) is infeasible)
     if not rec["global"]:
         D_opt = np.array([K[i, opt[i]] - K[i, t] for i in range(n) for t in range(T) if t != opt[i]])
         try:

@@ -1,24 +1,21 @@
 """Smoothness of the attention loss ``L(p)``: the constant behind the step condition ``eta <= 1/L``.
 
-Theorems 2 and 3 of paper A are about gradient descent with a step below
-``1/L_p``, ``L_p`` the Lipschitz constant of ``grad L``. For one input write
-``u = sum_t s_t gamma_t`` with ``s = softmax(K p)``. Then, with moments taken
+Theorems 2 and 3 of paper A are about gradient descent with a step below ``1/L_p``, ``L_p`` the Lipschitz constant
+of ``grad L``. For one input write ``u = sum_t s_t gamma_t`` with ``s = softmax(K p)``. Then, with moments taken
 under ``s`` (``kbar = E_s[k]``),
 
 * ``grad u = E_s[(gamma - u)(k - kbar)]`` (a covariance),
 * ``hess u = E_s[(gamma - u)(k - kbar)(k - kbar)^T]``,
 * ``hess L = l''(u) grad u grad u^T + l'(u) hess u`` (averaged over inputs).
 
-Since ``u`` stays in ``[min gamma, max gamma]``, ``|gamma_t - u| <= dgamma``
-(the score range), and ``Var_s(w^T k) <= D^2 / 4`` for a unit ``w``
-(Popoviciu; ``D`` the diameter of the keys), so
+Since ``u`` stays in ``[min gamma, max gamma]``, ``|gamma_t - u| <= dgamma`` (the score range), and
+``Var_s(w^T k) <= D^2 / 4`` for a unit ``w`` (Popoviciu; ``D`` the diameter of the keys), so
 
 ``||hess L|| <= dgamma D^2 / 4 * (max|l'| + max|l''| dgamma / 4)``,
 
-the maxima of the loss derivatives taken over ``[min gamma, max gamma]``.
-:func:`smoothness_bound` evaluates this bound (per input, averaged);
-:func:`hessian` evaluates the closed form above, to compare the bound with
-the largest Hessian norm actually met on a grid.
+the maxima of the loss derivatives taken over ``[min gamma, max gamma]``. :func:`smoothness_bound` evaluates this
+bound (per input, averaged); :func:`hessian` the closed form above, to compare with the largest Hessian norm met
+on a grid.
 """
 
 from __future__ import annotations
@@ -46,10 +43,8 @@ def _second_derivative(loss: Loss, u: torch.Tensor) -> torch.Tensor:
 def derivative_bounds(loss: str | Loss, lo: float, hi: float) -> tuple[float, float]:
     """``(max |l'|, max |l''|)`` over ``u in [lo, hi]`` for the losses of Assumption A.
 
-    For the logistic, exponential and correlation losses ``|l'|`` decreases in
-    ``u`` (largest at ``lo``) and ``|l''|`` is largest at ``lo``, ``hi`` or at
-    the point of ``[lo, hi]`` closest to 0 (logistic), so three evaluations are
-    exact.
+    For these losses ``|l'|`` is largest at ``lo`` and ``|l''|`` at ``lo``, ``hi`` or the point of ``[lo, hi]``
+    closest to 0 (logistic), so three evaluations are exact.
     """
     loss = get_loss(loss)
     lo, hi = validate.real_number(lo, "lo"), validate.real_number(hi, "hi")
@@ -91,9 +86,8 @@ def smoothness_bound(K, gamma, loss: str | Loss = "logistic") -> float:
 def hessian(problem: AttentionProblem, p, loss: str | Loss = "logistic") -> torch.Tensor:
     """``hess L(p)`` in closed form, ``(..., m, m)`` for ``p (..., m)``.
 
-    Moments under the softmax are formed from :func:`mmtoken.attention.grad.saturation`
-    (keys relative to the most attended token), so the result stays finite
-    under saturation, where it tends to zero.
+    Moments under the softmax are formed from :func:`mmtoken.attention.grad.saturation`, so the result stays
+    finite under saturation, where it tends to zero.
     """
     loss = get_loss(loss)
     if not isinstance(problem, AttentionProblem):
@@ -103,8 +97,7 @@ def hessian(problem: AttentionProblem, p, loss: str | Loss = "logistic") -> torc
     s = sat.probs  # (..., n, T)
     dk = sat.dK - (s[..., None] * sat.dK).sum(-2, keepdim=True)  # k - kbar
     dg = sat.dgamma - sat.u_minus_top[..., None]  # gamma - u
-    grad_u = (s * dg)[..., None] * dk  # (..., n, T, m)
-    grad_u = grad_u.sum(-2)
+    grad_u = ((s * dg)[..., None] * dk).sum(-2)  # (..., n, m)
     hess_u = torch.einsum("...t,...ta,...tb->...ab", s * dg, dk, dk)
     d1 = loss.deriv(sat.u)  # (..., n)
     d2 = _second_derivative(loss, sat.u)
@@ -115,10 +108,8 @@ def hessian(problem: AttentionProblem, p, loss: str | Loss = "logistic") -> torc
 def hessian_norm_max(
     problem: AttentionProblem, box: float, points: int = 301, loss: str | Loss = "logistic"
 ) -> tuple[float, np.ndarray]:
-    """Largest ``||hess L(p)||_2`` over a square grid ``[-box, box]^2`` (planar ``p`` only).
-
-    Returns the maximum and the grid point where it is met.
-    """
+    """Largest ``||hess L(p)||_2`` over a square grid ``[-box, box]^2`` (planar ``p`` only), and the grid point
+    where it is met."""
     if not isinstance(problem, AttentionProblem):
         raise ValueError(f"problem must be an AttentionProblem, got {type(problem).__name__}")
     if problem.m != 2:

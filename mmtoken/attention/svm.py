@@ -7,17 +7,13 @@
 * Head SVM: ``min ||v|| s.t. Y_i v^T x_{i alpha_i} >= 1``.
 * W-form SVM: ``min ||W||_F s.t. (x_{i alpha_i} - x_it)^T W p >= 1``.
 
-Arrays are NumPy float64 (torch tensors are accepted; complex values,
-fractional selections and non-finite entries are refused with a
-:class:`ValueError` naming the argument).
+Arrays are NumPy float64 (torch tensors are accepted; complex values, fractional selections and non-finite
+entries are refused with a :class:`ValueError` naming the argument).
 
 Each problem builds its constraint rows and hands them to
-:func:`mmtoken.attention.svm_solvers.solve_min_norm`, which is right at every scale and
-checks its answer independently (its module docstring says how). The
-solution :class:`SVMSolution`, the errors :class:`InfeasibleSVM` and
-:class:`SolverFailed`, the acceptance tolerance :data:`KKT_TOL`, :data:`SOLVER`
-and :func:`min_norm_nnls` are defined there and exported here as well: what
-``svm.att_svm`` returns or raises is read from this module.
+:func:`mmtoken.attention.svm_solvers.solve_min_norm` (right at every scale, checked independently);
+:class:`SVMSolution`, :class:`InfeasibleSVM`, :class:`SolverFailed`, :data:`KKT_TOL`, :data:`SOLVER`
+and :func:`min_norm_nnls` are defined there and re-exported here.
 """
 
 from __future__ import annotations
@@ -50,10 +46,6 @@ from mmtoken.attention.svm_solvers import (
     min_norm_nnls,
     solve_min_norm,
 )
-
-# ---------------------------------------------------------------------------
-# the problems
-# ---------------------------------------------------------------------------
 
 
 def _check_keys_selection(K, alpha, name: str = "K", min_tokens: int = 2):
@@ -97,9 +89,8 @@ def att_svm(K, alpha, mask=None) -> SVMSolution:
 
     Raises
     ------
-    ValueError naming the argument for malformed input; InfeasibleSVM naming the
-    inputs that cannot be separated; SolverFailed if the problem is too
-    ill-conditioned to decide.
+    ValueError naming the argument; InfeasibleSVM naming the inputs that cannot be separated; SolverFailed if the
+    problem is too ill-conditioned to decide.
     """
     K, alpha = _check_keys_selection(K, alpha)
     if mask is not None:
@@ -114,11 +105,8 @@ def att_svm(K, alpha, mask=None) -> SVMSolution:
 
 
 def relaxed_att_svm(K, alpha, support) -> SVMSolution:
-    """Relaxed ATT-SVM: margin 1 for inputs in ``support``, margin 0 for the others.
-
-    ``support`` : non-empty iterable of input indices (the support vectors of the head
-    SVM, never empty for a solved head SVM).
-    """
+    """Relaxed ATT-SVM: margin 1 for the inputs in ``support`` (a non-empty iterable of input indices, the support
+    vectors of the head SVM), margin 0 for the others."""
     K, alpha = _check_keys_selection(K, alpha)
     try:
         items = list(support)
@@ -162,15 +150,11 @@ OUTER_LOG_RANGE = (np.log(1e-290), np.log(1e290))
 def outer_svm(A, Q, rows: list, what: str, data: str) -> SVMSolution:
     """``min ||x|| s.t. vec(a_j q_j^T)^T x >= 1`` for the rows ``a_j (N, d)``, ``q_j (N, m)``.
 
-    The constraint rows of the W-form problems are outer products of two factors;
-    formed naively they underflow (factors of size ``1e-200``) or overflow, and a zero
-    product row would be read as a certificate of infeasibility. Here a row is zero
-    only when a factor is exactly zero (the message says which), and where some row's
-    largest entry ``max|a_j| max|q_j|`` falls outside :data:`OUTER_LOG_RANGE` each row
-    is formed from its factors divided by their largest entries, its right-hand side
-    ``1 / (max|a_j| max|q_j|)`` kept in log space: the answer is then right, or refused
-    with the scale error of :func:`att_svm` when float64 cannot hold it. Inside the
-    range the rows are the plain products (the answers the book has always printed).
+    The constraint rows of the W-form problems are outer products; formed naively they underflow or overflow, and
+    a zero product row would read as a certificate of infeasibility. Here a row is zero only when a factor is
+    exactly zero (the message says which); where some row's largest entry ``max|a_j| max|q_j|`` falls outside
+    :data:`OUTER_LOG_RANGE` each row is formed from its factors divided by their largest entries, its right-hand
+    side ``1 / (max|a_j| max|q_j|)`` kept in log space. Inside the range the rows are the plain products.
 
     ``rows`` names each row (``(input, token)``); ``data`` the arguments, for the errors.
     """

@@ -1,43 +1,29 @@
 """The solvers behind the hard-margin SVMs of :mod:`mmtoken.attention.svm`: ``min ||x|| s.t. D x >= b``.
 
-Clarabel (through cvxpy), an exact least-norm polish on the active set,
-Lawson and Hanson's least-distance programming by NNLS (:func:`least_distance`;
-:func:`min_norm_nnls` is that route on its own, for any rows) and an
-independent acceptance check; the verified answer is an :class:`SVMSolution`
-(:func:`solve_min_norm`). The problems themselves, and their constraint rows,
-are in :mod:`mmtoken.attention.svm`.
+:func:`solve_min_norm` returns the verified answer as an :class:`SVMSolution`; :func:`min_norm_nnls` is the
+NNLS route on its own, for any rows. The problems and their constraint rows are in :mod:`mmtoken.attention.svm`.
 
 Right at every scale
 --------------------
-The solution of ``min ||x|| s.t. D x >= b`` scales as ``1/c`` when ``D``
-scales as ``c``, but an interior-point solver works to absolute tolerances:
-on keys of size ``1e5`` or ``1e-5`` it returns wrong points or wrong
-statuses. So the answer is an *exact point accepted only after an
-independent check at the problem's own scale*: every constraint met, at
-least one active, and the KKT conditions satisfied to :data:`KKT_TOL`
-relative to the scale (see :meth:`SVMSolution.kkt_relative`). The exact
-point is Clarabel's solution (of the problem as given, or, where that fails,
-of a normalised form: each row ``D_j`` divided by its norm, the right-hand
-sides rescaled so the largest is 1) polished on its active set by an exact
-least-norm solve; failing that, the least-distance solution of the
-normalised form by NNLS (:func:`min_norm_nnls`). Where Clarabel's own point
-lies within :data:`ACCURACY` (relative) of the verified one it is returned
-instead, with its multipliers: those are the answers the book has always
-printed for well-scaled data (``check["method"]`` says which).
+The solution of ``min ||x|| s.t. D x >= b`` scales as ``1/c`` when ``D`` scales as ``c``, but an interior-point
+solver works to absolute tolerances: on keys of size ``1e5`` or ``1e-5`` it returns wrong points or wrong statuses.
+So the answer is an *exact point accepted only after an independent check at the problem's own scale*: every
+constraint met, at least one active, the KKT conditions satisfied to :data:`KKT_TOL` relative to the scale
+(:meth:`SVMSolution.kkt_relative`). The exact point is Clarabel's solution (of the problem as given or, where that
+fails, of a normalised form: unit rows, largest right-hand side 1) polished on its active set by an exact
+least-norm solve; failing that, the least-distance solution of the normalised form by NNLS. Where Clarabel's own
+point lies within :data:`ACCURACY` (relative) of the verified one it is returned instead, with its multipliers:
+the answers the book has always printed for well-scaled data (``check["method"]`` says which).
 
 Two errors, never confused:
 
 :class:`InfeasibleSVM` (a ``ValueError``)
-    no direction meets the constraints. Reported only with an independent
-    certificate (Farkas multipliers from the NNLS route) proving that every
-    feasible point would have norm above ``1 / CERTIFICATE_TOL`` in
-    normalised units; the message names the inputs to blame.
+    no direction meets the constraints: reported only with an independent certificate (Farkas multipliers from
+    the NNLS route) that every feasible point would have norm above ``1 / CERTIFICATE_TOL`` in normalised units;
+    the message names the inputs to blame.
 :class:`SolverFailed` (a ``RuntimeError``)
-    neither route produced a point that passes the check nor a certificate of
-    infeasibility: the numerical problem is too ill-conditioned (e.g. rows
-    whose norms differ by many orders of magnitude). It says nothing about
-    feasibility, so :func:`mmtoken.attention.geometry.classify` lets it propagate
-    instead of calling the selection infeasible.
+    neither a point that passes the check nor a certificate of infeasibility: the problem is too ill-conditioned.
+    It says nothing about feasibility, so :func:`mmtoken.attention.geometry.classify` lets it propagate.
 """
 
 from __future__ import annotations
@@ -98,13 +84,11 @@ class SVMSolution:
     x : the solution (``p``, ``v`` or ``W``), never zero.
     D : ``(N, k)`` constraint rows (each row ``a_j``: ``a_j^T x >= b_j``), flattened for ``W``.
     b : ``(N,)`` right-hand sides.
-    dual : ``(N,)`` Lagrange multipliers of ``min 1/2||x||^2 s.t. D x >= b`` (they scale as
-        ``1/c^2`` with the data and may underflow to 0 at extreme scales; :attr:`check` holds
-        the scale-free verification).
+    dual : ``(N,)`` Lagrange multipliers of ``min 1/2||x||^2 s.t. D x >= b`` (they scale as ``1/c^2`` with the
+        data and may underflow to 0 at extreme scales; :attr:`check` holds the scale-free verification).
     rows : list of ``(i, t)`` naming the input and token of each row.
-    check : the relative KKT measures of the verified exact point (:meth:`kkt_relative`), the
-        ``method`` that produced the returned one and, when Clarabel's own point is returned,
-        its relative ``distance_to_verified`` (at most :data:`ACCURACY`).
+    check : the relative KKT measures of the verified exact point (:meth:`kkt_relative`), the ``method`` that
+        produced the returned one and, for Clarabel's own point, its relative ``distance_to_verified``.
     """
 
     x: np.ndarray
@@ -145,9 +129,7 @@ class SVMSolution:
         return {k: v for k, v in self.check.items() if k in KKT_MEASURES}
 
 
-# ---------------------------------------------------------------------------
-# scale-safe norms and the acceptance check
-# ---------------------------------------------------------------------------
+# --------------------------------------------------------------------------- scale-safe norms and the acceptance check
 
 
 def _norm(v: np.ndarray) -> float:
@@ -185,21 +167,14 @@ def _relative_kkt(D, b, r, x, nu) -> dict[str, float]:
     }
 
 
-def _passes(measures: dict) -> bool:
-    return all(np.isfinite(v) and v <= KKT_TOL for v in measures.values())
-
-
-# ---------------------------------------------------------------------------
-# the solvers (Clarabel, NNLS) and the exact polish
-# ---------------------------------------------------------------------------
+# --------------------------------------------------------------------------- Clarabel, NNLS and the exact polish
 
 
 def least_distance(G: np.ndarray, h: np.ndarray):
     """Least-distance programming ``min ||y|| s.t. G y >= h`` by NNLS (Lawson & Hanson, ch. 23).
 
-    Returns ``("feasible", y, mu)`` with ``y = G^T mu, mu >= 0``, or
-    ``("infeasible", u, bound)``: Farkas multipliers ``u >= 0`` and the bound
-    ``||G^T u|| / h^T u`` on the margin of any feasible point (0 for an exact certificate).
+    Returns ``("feasible", y, mu)`` with ``y = G^T mu, mu >= 0``, or ``("infeasible", u, bound)``: Farkas
+    multipliers ``u >= 0`` and the bound ``||G^T u|| / h^T u`` on the margin of any feasible point.
     """
     k = G.shape[1]
     E = np.vstack([G.T, h[None, :]])
@@ -234,12 +209,9 @@ def clarabel_qp(G: np.ndarray, h: np.ndarray):
 
 
 def _polish(G: np.ndarray, h: np.ndarray, y: np.ndarray, mu: np.ndarray):
-    """The exact least-norm point on the active set of an approximate solution ``(y, mu)``.
-
-    ``y* = pinv(G_A) h_A`` on the rows ``A`` active at ``y`` (or carrying a
-    multiplier); multipliers from a least-squares fit ``G_A^T mu_A = y*`` (or a
-    non-negative one where that fit has negative entries, e.g. degenerate vertices).
-    """
+    """The exact least-norm point ``y* = pinv(G_A) h_A`` on the rows ``A`` active at an approximate solution
+    ``(y, mu)`` (or carrying a multiplier); multipliers from a least-squares fit ``G_A^T mu_A = y*`` (a
+    non-negative one where that fit has negative entries, e.g. degenerate vertices)."""
     ny = np.linalg.norm(y)
     active = ((G @ y - h) <= 1e-6 * max(ny, 1.0)) | (mu > 1e-6 * max(mu.max(), 1e-300))
     if not active.any():
@@ -254,8 +226,12 @@ def _polish(G: np.ndarray, h: np.ndarray, y: np.ndarray, mu: np.ndarray):
     return y_star, out
 
 
-def _representable(D: np.ndarray, b: np.ndarray, r: np.ndarray, keep: np.ndarray, data: str) -> float:
-    """The scale ``c = max b_j / ||D_j||`` of the solution, refusing data whose solution float64 cannot hold."""
+def _normalise(D: np.ndarray, b: np.ndarray, r: np.ndarray, keep: np.ndarray, data: str):
+    """The normalised problem ``G y >= h`` of the rows ``keep`` (unit rows, largest right-hand side 1, ``x = c y``):
+    ``(c, G, h)``, with ``c = max b_j / ||D_j||``, refusing data whose solution float64 cannot hold.
+
+    Right-hand sides below ``-1e300`` are clipped there: any point float64 can hold meets them, so they cannot bind.
+    """
     if not np.isfinite(D).all():
         raise ValueError(f"{data}: the constraint rows overflow float64 (differences of huge entries); rescale {data}")
     with np.errstate(over="ignore", under="ignore", divide="ignore"):
@@ -265,14 +241,10 @@ def _representable(D: np.ndarray, b: np.ndarray, r: np.ndarray, keep: np.ndarray
             f"{data}: the solution would have norm about 1e{log_c / np.log(10):.0f}, outside the range "
             f"float64 holds with full precision; rescale {data}"
         )
-    return float(np.exp(log_c))
-
-
-def _unit_rhs(b: np.ndarray, r: np.ndarray, c: float) -> np.ndarray:
-    """``b_j / (||D_j|| c)`` (at most 1); right-hand sides below ``-1e300`` are clipped there: any
-    point float64 can hold meets them, so they cannot bind."""
+    c = float(np.exp(log_c))
     with np.errstate(over="ignore", under="ignore"):
-        return np.maximum((b / r) / c, -1e300)
+        h = np.maximum((b[keep] / r[keep]) / c, -1e300)
+    return c, D[keep] / r[keep, None], h
 
 
 def solve_min_norm(D: np.ndarray, b: np.ndarray, rows: list, what: str, data: str = "K") -> SVMSolution:
@@ -291,32 +263,26 @@ def solve_min_norm(D: np.ndarray, b: np.ndarray, rows: list, what: str, data: st
     keep = ~zero
     if not (b[keep] > 0).any():
         raise ValueError(f"{what}: every right-hand side is 0, so x = 0 is the solution and there is no margin")
-    c = _representable(D, b, r, keep, data)
-    # the normalised problem: unit rows, largest right-hand side 1 (x = c y)
-    G = D[keep] / r[keep, None]
-    h = _unit_rhs(b[keep], r[keep], c)
+    c, G, h = _normalise(D, b, r, keep, data)
 
     def verified(y, mu):
         """The measures of ``x = c y`` (unit-row multipliers ``c mu``) at the problem's scale, if it passes."""
         m = _relative_kkt(D[keep], b[keep], r[keep], c * y, c * mu)
-        return m if _passes(m) else None
+        return m if all(np.isfinite(v) and v <= KKT_TOL for v in m.values()) else None
 
     # 1. Clarabel on the problem as given (the book's stored answers), as a starting point
     with np.errstate(all="ignore"):
-        x0, lam0, status0 = clarabel_qp(D[keep], b[keep])
-        starts = []
-        if x0 is not None and np.isfinite(x0).all() and np.isfinite(lam0 * r[keep]).all():
-            starts.append((x0 / c, lam0 * r[keep] / c))
+        x0, lam0, status = clarabel_qp(D[keep], b[keep])
+        usable = x0 is not None and np.isfinite(x0).all() and np.isfinite(lam0 * r[keep]).all()
+        start = (x0 / c, lam0 * r[keep] / c) if usable else None
     # 2. Clarabel on the normalised problem where that failed
-    status = status0
-    if not starts:
+    if start is None:
         y1, mu1, status = clarabel_qp(G, h)
-        if y1 is not None:
-            starts.append((y1, mu1))
+        start = None if y1 is None else (y1, mu1)
     # an exact point: the start polished on its active set, else the NNLS least-distance solution
     exact = None
-    for y, mu in starts:
-        y_p, mu_p = _polish(G, h, y, mu)
+    if start is not None:
+        y_p, mu_p = _polish(G, h, *start)
         if y_p is not None and (m := verified(y_p, mu_p)) is not None:
             exact = (y_p, mu_p, m, "clarabel+polish")
     if exact is None:
@@ -358,22 +324,15 @@ def solve_min_norm(D: np.ndarray, b: np.ndarray, rows: list, what: str, data: st
     return SVMSolution(x, D, b, dual, rows, check)
 
 
-def _feasible(G: np.ndarray, h: np.ndarray) -> bool:
-    """Feasibility of normalised rows by the NNLS route (a certificate decides infeasibility)."""
-    kind, _, bound = least_distance(G, h)
-    return kind == "feasible" or bound > CERTIFICATE_TOL
-
-
 def _blame(G, h, rows) -> str:
-    """Name the inputs whose own constraints are already infeasible."""
+    """Name the inputs whose own constraints are already infeasible (certified by the NNLS route)."""
     inputs = sorted({i for i, _ in rows})
-    bad = [
-        i
-        for i in inputs
-        if not _feasible(
-            G[[j for j, q in enumerate(rows) if q[0] == i]], h[[j for j, q in enumerate(rows) if q[0] == i]]
-        )
-    ]
+    bad = []
+    for i in inputs:
+        own = [j for j, q in enumerate(rows) if q[0] == i]
+        kind, _, bound = least_distance(G[own], h[own])
+        if kind != "feasible" and bound <= CERTIFICATE_TOL:
+            bad.append(i)
     if bad:
         return f"input(s) {bad} cannot be separated on their own (their selected token is not a vertex the keys can single out)"
     return f"each input is separable alone, but inputs {inputs} cannot be separated by one common direction"
@@ -382,10 +341,8 @@ def _blame(G, h, rows) -> str:
 def min_norm_nnls(D, b, data: str = "D and b") -> np.ndarray:
     """``min ||x|| s.t. D x >= b`` by Lawson and Hanson's least-distance programming via NNLS.
 
-    An independent check on the cvxpy solutions (active-set, no interior point):
-    the rows are normalised, then with ``E = [D^T; b^T]`` and ``f = (0, .., 0, 1)``
-    ``min_u>=0 ||E u - f||`` is solved and ``x = -r[:-1] / r[-1]`` for the residual
-    ``r = E u - f``, mapped back to the scale of ``D``.
+    An independent check on the cvxpy solutions (active-set, no interior point), on the normalised rows
+    (:func:`least_distance`), mapped back to the scale of ``D``.
 
     Parameters
     ----------
@@ -416,9 +373,8 @@ def min_norm_nnls(D, b, data: str = "D and b") -> np.ndarray:
     keep = ~zero
     if not (b[keep] > 0).any():
         return np.zeros(D.shape[1])  # x = 0 meets every constraint (also when there is none)
-    c = _representable(D, b, r, keep, data)
-    G = D[keep] / r[keep, None]
-    kind, y, bound = least_distance(G, _unit_rhs(b[keep], r[keep], c))
+    c, G, h = _normalise(D, b, r, keep, data)
+    kind, y, bound = least_distance(G, h)
     if kind == "infeasible":
         raise InfeasibleSVM(f"least-distance problem is infeasible (certificate bounds the margin by {bound:.1e})")
     return c * y

@@ -1,9 +1,8 @@
 """Training loops: gradient descent, normalized GD, regularization paths.
 
-All loops run every start / instance of a batch in one tensor operation
-and record a :class:`History` (a thinned copy of the iterates, norms,
-losses and softmax probabilities). Joint training of the head and the
-token is :func:`mmtoken.attention.joint.train_joint`, which records the same history.
+All loops run every start / instance of a batch in one tensor operation and record a :class:`History` (a thinned
+copy of the iterates, norms, losses and softmax probabilities), as joint training does
+(:func:`mmtoken.attention.joint.train_joint`).
 """
 
 from __future__ import annotations
@@ -27,9 +26,8 @@ MAX_RECORDS = 10_000
 """With ``record_every=None`` (the default) a run records every step up to this many steps,
 and beyond that every ``ceil(steps / MAX_RECORDS)``-th step: the history stays bounded."""
 HISTORY_WARN_BYTES = 1 << 30
-"""A history estimated above this size (an explicit ``record_every`` on a long run) warns;
-above 32 times this size it is refused (``ValueError`` naming ``record_every``) before any
-memory is taken."""
+"""A history estimated above this size (an explicit ``record_every`` on a long run) warns; above 32 times this
+size it is refused (``ValueError`` naming ``record_every``) before any memory is taken."""
 
 
 @dataclass
@@ -66,12 +64,7 @@ def record_steps(steps: int, record_every: int | None, floats_per_record: int = 
     if record_every is None:
         record_every = max(1, math.ceil(steps / MAX_RECORDS))
     record_every = validate.count(record_every, "record_every", minimum=1)
-    _warn_history(steps // record_every + 1 + (steps % record_every != 0), floats_per_record)
-    return set(range(0, steps + 1, record_every)) | {steps}
-
-
-def _warn_history(n_records: int, floats_per_record: int) -> None:
-    """Warn when a history would hold more than :data:`HISTORY_WARN_BYTES`; refuse far beyond."""
+    n_records = steps // record_every + 1 + (steps % record_every != 0)
     size = 8 * n_records * floats_per_record
     msg = (
         f"the recorded history would take about {size / 2**30:.1f} GiB ({n_records} records); "
@@ -80,7 +73,8 @@ def _warn_history(n_records: int, floats_per_record: int) -> None:
     if size > 32 * HISTORY_WARN_BYTES:
         raise ValueError(msg.replace("would take", "would take more memory than is sensible:"))
     if size > HISTORY_WARN_BYTES:
-        warnings.warn(msg, UserWarning, stacklevel=4)
+        warnings.warn(msg, UserWarning, stacklevel=3)
+    return set(range(0, steps + 1, record_every)) | {steps}
 
 
 def progress_flag(progress, name: str = "progress"):
@@ -117,13 +111,11 @@ def train_p(
     steps, lr : number of steps and step size.
     method : ``"normalized"`` (``p -= lr g/||g||``, the published runs) or ``"gd"`` (``p -= lr g``).
     loss : a name (logistic, the default; exponential; correlation) or any :class:`~mmtoken.attention.losses.Loss`;
-        the compiled kernel runs only the built-in losses (:func:`~mmtoken.attention.fastpath.runs_loss`), any
-        other loss takes the torch path.
-    record_every : thinning of the recorded history; ``None`` (default) records every
-        step of runs up to :data:`MAX_RECORDS` steps and a bounded thinned history beyond.
+        only the built-in ones run in the compiled kernel (:func:`~mmtoken.attention.fastpath.runs_loss`).
+    record_every : thinning of the recorded history; ``None`` (default): every step up to :data:`MAX_RECORDS`
+        steps, a bounded thinned history beyond.
     record_probs : also keep the softmax probabilities.
-    progress : show a progress bar (default: only for long runs on a terminal or in Jupyter,
-        see :func:`mmtoken.config.progress_enabled`).
+    progress : show a progress bar (default: long runs only, :func:`mmtoken.config.progress_enabled`).
 
     Returns
     -------
@@ -131,10 +123,8 @@ def train_p(
 
     Raises
     ------
-    ValueError naming the argument: ``steps`` not a whole number >= 0, ``lr`` not a positive
-    finite number, ``record_every`` not a whole number >= 1, ``p0`` with no start, a wrong
-    dimension or a batch that does not broadcast against the problem's.
-    A ``KeyboardInterrupt`` (Ctrl-C) stops the run between chunks of steps.
+    ValueError naming the argument (a bad count, step size, start or batch shape). Ctrl-C stops the run
+    between chunks of steps.
     """
     if not isinstance(problem, AttentionProblem):
         raise ValueError(f"problem must be an AttentionProblem, got {type(problem).__name__}")
@@ -148,14 +138,10 @@ def train_p(
     steps = validate.count(steps, "steps")
     if p.ndim == 0 or p.shape[-1] != problem.m:
         raise ValueError(f"p0 must end in the key dimension m = {problem.m}, got shape {tuple(p.shape)}")
+    mask_batch = () if problem.mask is None else problem.mask.shape[:-2]
     try:
         batch = torch.Size(
-            validate.batch_shape(
-                problem.K.shape[:-3],
-                problem.gamma.shape[:-2],
-                p.shape[:-1],
-                problem.mask.shape[:-2] if problem.mask is not None else (),
-            )
+            validate.batch_shape(problem.K.shape[:-3], problem.gamma.shape[:-2], p.shape[:-1], mask_batch)
         )
     except ValueError:
         raise ValueError(
@@ -167,10 +153,10 @@ def train_p(
         steps, record_every, math.prod(batch) * (problem.m + 2 + (problem.n * problem.T if record_probs else 0))
     )
     p = p.expand(*batch, problem.m).clone()
-    if problem.K.device.type == "cpu" and fastpath.available() and fastpath.runs_loss(loss):
-        return _train_p_compiled(problem, p, steps, lr, method, loss, sorted(record), record_probs, progress)
-    rows: dict[str, list] = {"step": [], "p": [], "loss": [], "probs": []}
     bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
+    if problem.K.device.type == "cpu" and fastpath.available() and fastpath.runs_loss(loss):
+        return _train_p_compiled(problem, p, steps, lr, method, loss, sorted(record), record_probs, bar)
+    rows: dict[str, list] = {"step": [], "p": [], "loss": [], "probs": []}
     for k in progress_bar(range(steps + 1), enabled=bar, desc=f"{method} GD"):
         sat = saturation(problem, p)
         if k in record:
@@ -184,61 +170,31 @@ def train_p(
         g = grad_p(problem, p, loss, sat)
         step = g.direction if method == "normalized" else g.value()
         p = p - lr * step
-    P = stack_rows(rows["p"])
-    return History(
-        np.array(rows["step"]),
-        P,
-        safe_norm(P),
-        stack_rows(rows["loss"]),
-        stack_rows(rows["probs"]) if record_probs else None,
-    )
+    P, probs = stack_rows(rows["p"]), stack_rows(rows["probs"]) if record_probs else None
+    return History(np.array(rows["step"]), P, safe_norm(P), stack_rows(rows["loss"]), probs)
 
 
-def _train_p_compiled(
-    problem: AttentionProblem,
-    p: torch.Tensor,
-    steps: int,
-    lr: float,
-    method: str,
-    loss: Loss,
-    record: list[int],
-    record_probs: bool,
-    progress: bool | None = None,
-) -> History:
-    """:func:`train_p` through the compiled CPU kernel (in chunks: a progress bar and Ctrl-C
-    work between them); the history is evaluated afterwards in one batch."""
+def _train_p_compiled(problem: AttentionProblem, p, steps, lr, method, loss, record, record_probs, bar) -> History:
+    """:func:`train_p` through the compiled CPU kernel (in chunks); the history is evaluated afterwards."""
     K, gamma, mask = problem.K, problem.gamma, problem.mask
     n, T, m = problem.n, problem.T, problem.m
     batch = p.shape[:-1]
     flat = lambda x, tail: x.expand(*batch, *tail).reshape(-1, *tail).numpy()
     full_mask = torch.ones(gamma.shape, dtype=torch.bool) if mask is None else mask
-    bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
+    arrays = flat(K, (n, T, m)), flat(gamma, (n, T)), flat(full_mask, (n, T)), flat(p, (m,))
     with progress_bar(total=steps, enabled=bar, desc=f"{method} GD") as pbar:
-        out = fastpath.run(
-            flat(K, (n, T, m)),
-            flat(gamma, (n, T)),
-            flat(full_mask, (n, T)),
-            flat(p, (m,)),
-            steps,
-            lr,
-            method == "normalized",
-            loss.name,
-            np.array(record),
-            callback=lambda done: pbar.update(done - pbar.n),
-        )
+        update = lambda done: pbar.update(done - pbar.n)
+        out = fastpath.run(*arrays, steps, lr, method == "normalized", loss.name, np.array(record), callback=update)
     P = torch.from_numpy(out).reshape(len(record), *batch, m)
     sat = saturation(problem, P)
     return History(np.array(record), P, safe_norm(P), loss.value(sat.u).mean(-1), sat.probs if record_probs else None)
 
 
 def sphere_step(w: torch.Tensor, direction: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
-    """Rotate unit vectors ``w`` by angle ``theta`` against the tangent part of ``direction``.
+    """Rotate unit vectors ``w (..., m)`` by angles ``theta (...)`` against the tangent part of ``direction (..., m)``.
 
-    The one descent move on a sphere that every regularization path of the
-    package uses: ``w (..., m)`` unit vectors, ``direction (..., m)`` a
-    gradient (only its component tangent to the sphere matters), ``theta (...)``
-    angles. Returns unit vectors ``(..., m)``; where the tangent part vanishes
-    ``w`` is returned unchanged.
+    The descent move on a sphere of every regularization path of the package. Returns unit vectors ``(..., m)``;
+    where the tangent part vanishes ``w`` is returned unchanged.
     """
     # the loops of the package pass tensors (unchecked, for speed); anything else is checked and converted
     w = w if isinstance(w, torch.Tensor) else as_tensor(w, "w")
@@ -284,13 +240,9 @@ def _log_excess(problem: AttentionProblem, p: torch.Tensor, loss: Loss) -> tuple
 
 
 def _better(problem: AttentionProblem, p_new, p_old, loss, parts_old) -> tuple[torch.Tensor, tuple]:
-    """Whether ``L(p_new) < L(p_old)``, and the loss parts of ``p_new``.
-
-    Compares ``base + excess`` (:func:`~mmtoken.attention.grad.loss_parts`; those of
-    ``p_old`` are passed in, not recomputed); where the two are equal to the
-    last digit (same selection, excess underflowed at large ``||p||``) it
-    compares the first-order excesses in log space instead.
-    """
+    """Whether ``L(p_new) < L(p_old)``, and the loss parts of ``p_new``: ``base + excess`` compared
+    (:func:`~mmtoken.attention.grad.loss_parts`, those of ``p_old`` passed in), or where the two are equal to the
+    last digit (excess underflowed at large ``||p||``) the first-order excesses in log space."""
     b_new, e_new = parts_new = loss_parts(problem, p_new, loss)
     b_old, e_old = parts_old
     diff = (b_new - b_old) + (e_new - e_old)
@@ -308,10 +260,9 @@ def regularization_path(
 ) -> torch.Tensor:
     """Solutions of ``min L(p) s.t. ||p|| <= R`` for each ``R`` in ``radii``.
 
-    With no finite critical point (Assumption A) the minimiser lies on the
-    sphere ``||p|| = R``; we descend on the sphere from the start directions
-    ``w0`` by rotations whose angle grows on success and halves on failure
-    (a monotone, per-element line search), all radii and starts at once.
+    With no finite critical point (Assumption A) the minimiser lies on the sphere ``||p|| = R``; we descend on
+    it from the start directions ``w0`` by rotations whose angle grows on success and halves on failure (a
+    monotone, per-element line search), all radii and starts at once.
 
     Parameters
     ----------

@@ -9,18 +9,12 @@ and a fixed head ``v (d,)``,
 with the attention matrix ``W (d, d)`` trained directly or as ``W = K Q^T``
 (``K, Q (d, m)``).
 
-The logits ``x_it^T W z_i = <W, x_it z_i^T>`` are linear in ``W``: the ``W``
-problem *is* paper A's ``p`` problem with keys ``vec(x_it z_i^T)`` in dimension
-``d^2`` (:func:`w_keys`), so the saturation-safe gradient of :mod:`mmtoken.attention.grad`
-and the trainer :func:`mmtoken.attention.train.train_p` apply unchanged (:func:`train_w`).
-The Frobenius Att-SVM of a selection ``alpha``,
-``min ||W||_F s.t. (x_{i alpha_i} - x_it)^T W z_i >= 1``, is paper A's ATT-SVM on
-the keys :func:`w_keys` (:func:`frobenius_svm`).
+The logits ``x_it^T W z_i = <W, x_it z_i^T>`` are linear in ``W``: the ``W`` problem *is* paper A's ``p`` problem
+with keys ``vec(x_it z_i^T)`` in dimension ``d^2`` (:func:`w_keys`), so paper A's saturation-safe trainer applies
+unchanged (:func:`train_w`), and the Frobenius Att-SVM is paper A's ATT-SVM on those keys (:func:`frobenius_svm`).
 
-Chapter 13 writes the rest of its experiment itself (``mmtoken.chapters.ch13_w_vs_kq``):
-the ``(K, Q)`` gradients and trainer (``kq_grad``, ``train_kq``), the plain-softmax run
-(``naive_grad``, ``train_w_naive``) and the nuclear-norm Att-SVM* (``nuclear_svm``, its
-certificate, ``numerical_rank``), built on :func:`w_dim`, :func:`as_square`,
+Chapter 13 writes the rest of its experiment itself (``mmtoken.chapters.ch13_w_vs_kq``: the ``(K, Q)`` trainer,
+the plain-softmax run, the nuclear-norm Att-SVM*), built on :func:`w_dim`, :func:`as_square`,
 :func:`keys_selection` and the :class:`Run` record here.
 
 Everything is float64; instances are batched along leading axes.
@@ -38,13 +32,11 @@ from mmtoken import validate
 from mmtoken.attention import svm, train
 from mmtoken.attention.model import AttentionProblem, as_tensor, scores
 
-# ---------------------------------------------------------------------------
-# the model and the keys map
-# ---------------------------------------------------------------------------
+# --------------------------------------------------------------------------- the model and the keys map
 
 
 def _tokens_queries(X, Z) -> tuple[torch.Tensor, torch.Tensor]:
-    X, Z = as_tensor(X, "X"), as_tensor(Z, "Z", device=None)
+    X, Z = as_tensor(X, "X"), as_tensor(Z, "Z")  # finite: as_tensor refuses NaN and infinity
     if X.ndim < 3 or 0 in X.shape:
         raise ValueError(f"X must have shape (..., n, T, d) with no empty dimension, got {tuple(X.shape)}")
     if Z.ndim < 2 or Z.shape[-2:] != (X.shape[-3], X.shape[-1]):
@@ -52,9 +44,6 @@ def _tokens_queries(X, Z) -> tuple[torch.Tensor, torch.Tensor]:
             f"Z must have shape (..., n, d) = (..., {X.shape[-3]}, {X.shape[-1]}) (one query per "
             f"input of X), got {tuple(Z.shape)}"
         )
-    for name, a in (("X", X), ("Z", Z)):
-        if not bool(torch.isfinite(a).all()):
-            raise ValueError(f"{name} contains NaN or infinite values")
     try:
         validate.batch_shape(X.shape[:-3], Z.shape[:-2])
     except ValueError:
@@ -65,8 +54,7 @@ def _tokens_queries(X, Z) -> tuple[torch.Tensor, torch.Tensor]:
 def w_keys(X, Z) -> torch.Tensor:
     """Keys of the ``W`` problem: ``K[..., i, t] = vec(x_it z_i^T)`` (row-major).
 
-    So ``K[i, t] @ W.reshape(-1) == X[i, t] @ W @ Z[i]``: the logits of the
-    attention model are paper A's logits ``<k_it, p>`` with ``p = vec(W)``.
+    So ``K[i, t] @ W.reshape(-1) == X[i, t] @ W @ Z[i]``: paper A's logits ``<k_it, p>`` with ``p = vec(W)``.
 
     Parameters
     ----------
@@ -93,10 +81,7 @@ def w_problem(X, Y, v, Z) -> AttentionProblem:
         raise ValueError(f"Y must have shape (..., {X.shape[-3]}) (one label per input of X), got {tuple(Y.shape)}")
     if not bool(((Y == 1) | (Y == -1)).all()):
         raise ValueError("labels Y must be +1 or -1")
-    v = as_tensor(v, "v", device=X.device)
-    if not bool(torch.isfinite(v).all()):
-        raise ValueError("v contains NaN or infinite values")
-    return AttentionProblem(w_keys(X, Z), scores(X, Y, v))
+    return AttentionProblem(w_keys(X, Z), scores(X, Y, as_tensor(v, "v", device=X.device)))
 
 
 def as_square(W, d: int, name: str = "W") -> torch.Tensor:
@@ -104,8 +89,6 @@ def as_square(W, d: int, name: str = "W") -> torch.Tensor:
     W = as_tensor(W, name)
     if W.ndim < 2 or W.shape[-2:] != (d, d):
         raise ValueError(f"{name} must have shape (..., {d}, {d}), got {tuple(W.shape)}")
-    if not bool(torch.isfinite(W).all()):
-        raise ValueError(f"{name} contains NaN or infinite values")
     return W
 
 
@@ -126,9 +109,7 @@ def output(X, Z, W, v) -> torch.Tensor:
     return ((s.unsqueeze(-1) * X).sum(-2) @ v.unsqueeze(-1)).squeeze(-1)
 
 
-# ---------------------------------------------------------------------------
-# training
-# ---------------------------------------------------------------------------
+# --------------------------------------------------------------------------- training
 
 
 @dataclass
@@ -155,8 +136,7 @@ class Run:
 def train_w(problem: AttentionProblem, W0, *, steps: int, lr: float = 0.1, record_every: int | None = None) -> Run:
     """Normalized GD ``W <- W - lr G/||G||_F`` on the ``W`` problem (:func:`w_problem`).
 
-    This is :func:`mmtoken.attention.train.train_p` on ``p = vec(W)``, unchanged (the
-    saturation-safe gradient, the compiled kernel on the CPU).
+    This is :func:`mmtoken.attention.train.train_p` on ``p = vec(W)``, unchanged.
 
     Parameters
     ----------
@@ -170,16 +150,7 @@ def train_w(problem: AttentionProblem, W0, *, steps: int, lr: float = 0.1, recor
     """
     d = w_dim(problem)
     W0 = as_square(W0, d, "W0")
-    h = train.train_p(
-        problem,
-        W0.flatten(-2),
-        steps=steps,
-        lr=lr,
-        method="normalized",
-        record_every=record_every,
-        record_probs=True,
-        progress=None,  # a bar for long runs in Jupyter or a terminal (config.progress_enabled)
-    )
+    h = train.train_p(problem, W0.flatten(-2), steps=steps, lr=lr, method="normalized", record_every=record_every)
     return Run(h.steps, h.p.unflatten(-1, (d, d)), h.probs)
 
 
@@ -193,9 +164,7 @@ def w_dim(problem: AttentionProblem) -> int:
     return d
 
 
-# ---------------------------------------------------------------------------
-# the Frobenius SVM
-# ---------------------------------------------------------------------------
+# --------------------------------------------------------------------------- the Frobenius SVM
 
 
 def keys_selection(X, Z, alpha) -> tuple[np.ndarray, np.ndarray]:
@@ -220,8 +189,7 @@ def keys_selection(X, Z, alpha) -> tuple[np.ndarray, np.ndarray]:
 def frobenius_svm(X, Z, alpha) -> svm.SVMSolution:
     """Frobenius Att-SVM ``W^mm(alpha)``: ``min ||W||_F s.t. (x_{i alpha_i} - x_it)^T W z_i >= 1``.
 
-    Paper A's ATT-SVM (:func:`mmtoken.attention.svm.att_svm`, with its independent KKT check)
-    on the keys :func:`w_keys`.
+    Paper A's ATT-SVM (:func:`mmtoken.attention.svm.att_svm`) on the keys :func:`w_keys`.
 
     Parameters
     ----------
@@ -251,29 +219,22 @@ def frobenius_svm(X, Z, alpha) -> svm.SVMSolution:
     return sol
 
 
-# ---------------------------------------------------------------------------
-# instances
-# ---------------------------------------------------------------------------
+# --------------------------------------------------------------------------- instances
 
 
 def random_instances(count: int, n: int, T: int, d: int, seed: int = 0) -> dict[str, np.ndarray]:
     """``count`` random instances of the public code's experiments, batched.
 
-    Instance ``b`` is the public code's ``data_generator(seed + b)``
-    (``TFasSVM/local_converge.ipynb``): a ``torch.Generator`` seeded with
-    ``seed + b`` draws, in this order, the head ``v (d)`` (normalised), the labels
-    ``Y (n)`` (sign of a Gaussian), the tokens ``X (n, T, d)`` and the queries
-    ``Z (n, d)`` (each row normalised), in float32; the public code then casts them
-    to float64, as here.
+    Instance ``b`` is the public code's ``data_generator(seed + b)`` (``TFasSVM/local_converge.ipynb``): a
+    ``torch.Generator`` seeded with ``seed + b`` draws, in this order and in float32, the head ``v`` (normalised),
+    the labels ``Y`` (sign of a Gaussian), the tokens ``X`` and the queries ``Z`` (each row normalised).
 
     Returns
     -------
     ``X (count, n, T, d)``, ``Z (count, n, d)``, ``v (count, d)``, ``Y (count, n)`` (float64).
     """
-    count, n, T, d = (
-        validate.count(val, name, minimum=lo)
-        for name, val, lo in (("count", count, 1), ("n", n, 1), ("T", T, 2), ("d", d, 1))
-    )
+    count, n = validate.count(count, "count", minimum=1), validate.count(n, "n", minimum=1)
+    T, d = validate.count(T, "T", minimum=2), validate.count(d, "d", minimum=1)
     seed = validate.count(seed, "seed")
     rows = {"X": [], "Z": [], "v": [], "Y": []}
     for b in range(count):
