@@ -82,3 +82,39 @@ def test_help_mmtoken_names_every_topic():
     assert mmtoken.attention.__name__ == "mmtoken.attention"  # a topic without importing it first
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         mmtoken.nothing  # noqa: B018
+
+
+def private_uses(path: Path) -> list[str]:
+    """``_name``s of other mmtoken modules that ``path`` uses: imported (``from mmtoken.x import _y``) or read
+    as an attribute of an imported mmtoken module (``x._y``); dunders are not private."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    modules, found = set(), []
+    private = lambda name: name.startswith("_") and not name.startswith("__")  # noqa: E731
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("mmtoken"):
+            found += [f"{node.module}.{a.name}" for a in node.names if private(a.name)]
+            modules |= {a.asname or a.name for a in node.names if module_exists(f"{node.module}.{a.name}")}
+        elif isinstance(node, ast.Import):
+            modules |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("mmtoken")}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and private(node.attr) and isinstance(node.value, ast.Name):
+            if node.value.id in modules:
+                found.append(f"{node.value.id}.{node.attr}")
+    return found
+
+
+def module_exists(full: str) -> bool:
+    path = PACKAGE.parent / Path(*full.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def test_no_private_name_crosses_modules(tmp_path):
+    """Public seams only: a module (hand-written or generated) uses no other mmtoken module's ``_name``; the check
+    finds both ways of reaching one (the nearest wrong layouts)."""
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(
+        "from mmtoken.book.ledger import _x, Result\nfrom mmtoken.book import ledger\nledger._y(ledger.__name__)\n"
+    )
+    assert private_uses(wrong) == ["mmtoken.book.ledger._x", "ledger._y"]
+    crossing = {module_name(p): uses for p in PACKAGE.rglob("*.py") if (uses := private_uses(p))}
+    assert not crossing, f"private names used across modules (make them public or keep them home): {crossing}"
