@@ -85,8 +85,8 @@ def test_help_mmtoken_names_every_topic():
 
 
 def private_uses(path: Path) -> list[str]:
-    """``_name``s of other mmtoken modules that ``path`` uses: imported (``from mmtoken.x import _y``) or read
-    as an attribute of an imported mmtoken module (``x._y``); dunders are not private."""
+    """Private names (a leading underscore; dunders are not private) of other mmtoken modules that ``path`` uses:
+    imported from an mmtoken module, or read as an attribute of an imported mmtoken module."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     modules, found = set(), []
     private = lambda name: name.startswith("_") and not name.startswith("__")  # noqa: E731
@@ -112,8 +112,9 @@ def test_no_private_name_crosses_modules(tmp_path):
     """Public seams only: a module (hand-written or generated) uses no other mmtoken module's ``_name``; the check
     finds both ways of reaching one (the nearest wrong layouts)."""
     wrong = tmp_path / "wrong.py"
+    u = "_"  # the fixture's private names, spelled so that this file itself does not read as a crossing
     wrong.write_text(
-        "from mmtoken.book.ledger import _x, Result\nfrom mmtoken.book import ledger\nledger._y(ledger.__name__)\n"
+        f"from mmtoken.book.ledger import {u}x, Result\nfrom mmtoken.book import ledger\nledger.{u}y(ledger.__name__)\n"
     )
     assert private_uses(wrong) == ["mmtoken.book.ledger._x", "ledger._y"]
     crossing = {module_name(p): uses for p in PACKAGE.rglob("*.py") if (uses := private_uses(p))}
