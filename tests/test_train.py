@@ -228,8 +228,10 @@ def test_chunked_kernel_is_bit_identical_to_one_call(chunk):
     mask[0, 1, 3] = False
     p0 = g.normal(size=(3, 3))
     record = np.array([0, 1, 10, 63, 64, 65, 200, 299])
-    one = fastpath.run(K, gamma, mask, p0, 299, 0.3, True, "logistic", record, chunk=299)
-    assert np.array_equal(fastpath.run(K, gamma, mask, p0, 299, 0.3, True, "logistic", record, chunk=chunk), one)
+    one = fastpath.run(K, gamma, mask, p0, 299, 0.3, "normalized", "logistic", record, chunk=299)
+    assert np.array_equal(
+        fastpath.run(K, gamma, mask, p0, 299, 0.3, "normalized", "logistic", record, chunk=chunk), one
+    )
     X = g.normal(size=(3, 4, 2))
     Y = np.array([1.0, -1.0, 1.0])
     a = fastpath.run_joint(X, Y, X, p0[:, :2], p0[:, 1:], 299, 0.1, 0.05, "logistic", record, chunk=299)
@@ -258,7 +260,7 @@ def test_compiled_run_honours_ctrl_c_and_reports_progress():
         np.zeros((1, 2)),
         100,
         0.1,
-        True,
+        "normalized",
         "logistic",
         np.array([0, 100]),
         chunk=30,

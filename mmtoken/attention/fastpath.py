@@ -12,7 +12,7 @@ that of one call, while a progress bar advances and Ctrl-C is honoured between c
 
 from __future__ import annotations
 
-__all__ = ["LOSS_IDS", "available", "runs_loss", "CHUNK_WORK", "run_joint", "run"]
+__all__ = ["LOSS_IDS", "MODES", "available", "runs_loss", "CHUNK_WORK", "run_joint", "run"]
 
 import importlib.util
 import os
@@ -112,15 +112,31 @@ def run_joint(
     return out_p, out_v
 
 
+MODES = {"gd": 0, "normalized": 1, "polyak": 2}
+
+
 def run(
-    K, gamma, mask, p0, steps: int, lr: float, normalized, loss: str, record, *, chunk: int | None = None, callback=None
+    K,
+    gamma,
+    mask,
+    p0,
+    steps: int,
+    lr: float,
+    method: str,
+    loss: str,
+    record,
+    *,
+    mirror_q: float = 2.0,
+    chunk: int | None = None,
+    callback=None,
 ) -> np.ndarray:
     """Run the kernel on flat batches.
 
     Parameters
     ----------
     K : ``(B, n, T, m)``; gamma : ``(B, n, T)``; mask : bool ``(B, n, T)``; p0 : ``(B, m)``.
-    normalized : normalized GD (``True``) or plain GD.
+    method : ``"gd"``, ``"normalized"`` or ``"polyak"`` (:func:`mmtoken.attention.train.train_p`).
+    mirror_q : the potential ``(1/q)||p||_q^q`` of mirror descent; 2 (the default) is gradient descent.
     record : strictly increasing step indices in ``0..steps`` to record.
     chunk : steps per kernel call (default from :data:`CHUNK_WORK`); the result does not depend on it, bit for bit.
     callback : called as ``callback(done)`` after each chunk (progress bars); a ``KeyboardInterrupt`` raised
@@ -133,6 +149,11 @@ def run(
     from mmtoken.attention import fastpath_kernels as kernels  # numba: imported on first use
 
     steps, lr, chunk = _check_common(steps, lr, loss, chunk)
+    if method not in MODES:
+        raise ValueError(f"method must be one of {sorted(MODES)}, got {method!r}")
+    mirror_q = validate.positive(mirror_q, "mirror_q")
+    if not mirror_q > 1:
+        raise ValueError(f"mirror_q must be > 1 (the potential (1/q)||p||_q^q), got {mirror_q!r}")
     K, gamma, p0 = _float_array(K, "K", 4), _float_array(gamma, "gamma", 3), _float_array(p0, "p0", 2)
     mask = np.ascontiguousarray(np.asarray(mask, dtype=np.bool_))
     B, n, T, m = K.shape
@@ -145,10 +166,12 @@ def run(
         raise ValueError("mask leaves an input with no real token")
     record = _check_record(record, steps)
     out = np.empty((len(record), B, m))
-    q = p0.copy()
-    for k0, k1 in _chunks(steps, B * n * T * m, chunk, callback):
+    euclid = mirror_q == 2.0
+    q = p0.copy() if euclid else np.sign(p0) * np.abs(p0) ** (mirror_q - 1)  # the dual variable theta
+    work = B * n * T * m * (2 if method == "polyak" else 1)
+    for k0, k1 in _chunks(steps, work, chunk, callback):
         r0 = int(np.searchsorted(record, k0))
-        kernels.run(K, gamma, mask, q, k0, k1, lr, bool(normalized), LOSS_IDS[loss], record, r0, out)
+        kernels.run(K, gamma, mask, q, k0, k1, lr, MODES[method], float(mirror_q), LOSS_IDS[loss], record, r0, out)
     if record[-1] == steps:
-        out[-1] = q
+        out[-1] = q if euclid else np.sign(q) * np.abs(q) ** (1 / (mirror_q - 1))
     return out

@@ -5,7 +5,17 @@ import numba (about a second). The functions take the arrays that module checks;
 directly.
 """
 
-__all__ = ["log_neg_deriv", "gradient", "run", "head_direction", "run_joint", "run_kq"]
+__all__ = [
+    "log_neg_deriv",
+    "gradient",
+    "log_expm1",
+    "log_excess",
+    "primal",
+    "run",
+    "head_direction",
+    "run_joint",
+    "run_kq",
+]
 
 import math
 
@@ -133,11 +143,78 @@ def gradient(K, gamma, mask, q, loss_id, logw, sgn, top, G):
 
 
 @njit(cache=True)
-def run(K, gamma, mask, q, k0, k1, lr, normalized, loss_id, record, r0, out):
+def log_expm1(la):
+    """``log(e^a - 1)`` from ``la = log a`` (``a >= 0``), without underflow for tiny ``a`` or overflow for large."""
+    if la == -np.inf:
+        return -np.inf
+    if la < -30.0:
+        return la + 0.5 * math.exp(la)  # e^a - 1 = a (1 + a/2 + ...)
+    a = math.exp(la)
+    if a > 30.0:
+        return a + math.log1p(-math.exp(-a))
+    return math.log(math.expm1(a))
+
+
+@njit(cache=True)
+def log_excess(K, gamma, mask, q, loss_id):
+    """``log(L(q) - L*)`` with ``L* = mean_i l(max_t gamma_it)`` (same formulas as
+    :func:`mmtoken.attention.grad.log_excess`): the gap ``a_i = gamma*_i - u_i = sum_t s_it (gamma*_i - gamma_it)``
+    is a sum of non-negative terms, summed in log space from the log-probabilities."""
+    n, T, m = K.shape
+    terms = np.full(n, -np.inf)
+    z = np.empty(T)
+    for i in range(n):
+        zmax, gstar = -np.inf, -np.inf
+        for t in range(T):
+            if mask[i, t]:
+                z[t] = 0.0
+                for j in range(m):
+                    z[t] += K[i, t, j] * q[j]
+                zmax = max(zmax, z[t])
+                gstar = max(gstar, gamma[i, t])
+        total = 0.0
+        for t in range(T):
+            if mask[i, t]:
+                total += math.exp(z[t] - zmax)
+        lse = math.log(total)
+        la = -np.inf
+        for t in range(T):  # log a_i, a running logsumexp of log s_it + log(gamma*_i - gamma_it)
+            if mask[i, t] and gamma[i, t] < gstar:
+                x = z[t] - zmax - lse + math.log(gstar - gamma[i, t])
+                la = x if la == -np.inf else max(la, x) + math.log1p(math.exp(-abs(la - x)))
+        if loss_id == 2:  # l(u) = -u: the excess is a itself
+            terms[i] = la
+            continue
+        lx = log_expm1(la)
+        if loss_id == 1:  # e^{-(g - a)} - e^{-g} = e^{-g} (e^a - 1)
+            terms[i] = -gstar + lx
+            continue
+        ly = -(max(gstar, 0.0) + math.log1p(math.exp(-abs(gstar)))) + lx  # log sigmoid(-g) + log(e^a - 1)
+        terms[i] = ly if ly < -30.0 else math.log(math.log1p(math.exp(ly)))  # log log1p(y)
+    M = terms.max()
+    if M == -np.inf:
+        return -np.inf
+    s = 0.0
+    for i in range(n):
+        s += math.exp(terms[i] - M)
+    return M + math.log(s) - math.log(n)
+
+
+@njit(cache=True)
+def primal(theta, mirror):
+    """``p = sign(theta) |theta|^(1/(q-1))``, the inverse of the mirror map ``theta = grad psi(p)``."""
+    return math.copysign(abs(theta) ** (1.0 / (mirror - 1.0)), theta)
+
+
+@njit(cache=True)
+def run(K, gamma, mask, q, k0, k1, lr, mode, mirror, loss_id, record, r0, out):
     """Advance every batch element's ``q[b]`` (in place) from step ``k0`` to ``k1``.
 
-    ``out[r, b]`` receives ``q`` at step ``record[r]`` for the recorded steps in ``[k0, k1)`` (``record[r0]`` is
-    the first of them); the caller records step ``k1`` of the last chunk. Chunks perform the very same
+    ``mode``: 0 plain GD, 1 normalized GD, 2 the Polyak step ``(L - L*) / ||grad L||^2``. With ``mirror = q != 2``
+    the state ``q[b]`` is the dual variable ``theta = sign(p)|p|^(q-1)`` of mirror descent (the gradient is taken at
+    its primal point, and ``out`` receives primal points); with ``mirror == 2`` it is ``p`` itself.
+    ``out[r, b]`` receives the iterate at step ``record[r]`` for the recorded steps in ``[k0, k1)`` (``record[r0]``
+    is the first of them); the caller records step ``k1`` of the last chunk. Chunks perform the very same
     floating-point operations as one call.
     """
     B, n, T, m = K.shape
@@ -145,17 +222,29 @@ def run(K, gamma, mask, q, k0, k1, lr, normalized, loss_id, record, r0, out):
     sgn = np.empty((n, T))
     top = np.empty(n, dtype=np.int64)
     G = np.empty(m)
+    p = np.empty(m)
+    euclid = mirror == 2.0
     for b in range(B):
         r = r0
         for k in range(k0, k1):
+            if euclid:
+                p[:] = q[b]
+            else:
+                for j in range(m):
+                    p[j] = primal(q[b, j], mirror)
             if r < record.shape[0] and record[r] == k:
                 for j in range(m):
-                    out[r, b, j] = q[b, j]
+                    out[r, b, j] = p[j]
                 r += 1
-            log_norm = gradient(K[b], gamma[b], mask[b], q[b], loss_id, logw, sgn, top, G)
+            log_norm = gradient(K[b], gamma[b], mask[b], p, loss_id, logw, sgn, top, G)
             if log_norm == -np.inf:
                 continue
-            scale = lr if normalized else lr * math.exp(log_norm)
+            if mode == 1:
+                scale = lr
+            elif mode == 0:
+                scale = lr * math.exp(log_norm)
+            else:  # Polyak: (L - L*) / ||g||^2 times g = (L - L*) / ||g|| times the unit direction
+                scale = lr * math.exp(log_excess(K[b], gamma[b], mask[b], p, loss_id) - log_norm)
             for j in range(m):
                 q[b, j] -= scale * G[j]
 

@@ -22,6 +22,8 @@ __all__ = [
     "grad_p",
     "loss_value",
     "loss_parts",
+    "log_excess",
+    "log_expm1",
     "autograd_grad",
     "unit_and_log_norm",
     "safe_norm",
@@ -211,6 +213,44 @@ def loss_parts(
     sat = sat or saturation(problem, p)
     base = loss.value(sat.gamma_top).mean(-1)
     return base, loss.excess(sat.gamma_top, sat.u_minus_top).mean(-1)
+
+
+def log_expm1(la: torch.Tensor) -> torch.Tensor:
+    """``log(e^a - 1)`` from ``la = log a`` (``a >= 0``): no underflow for tiny ``a``, no overflow for large."""
+    a = la.exp()
+    mid = torch.log(torch.expm1(a.clamp(max=30.0)))
+    return torch.where(la < -30.0, la + 0.5 * a, torch.where(a > 30.0, a + torch.log1p(-torch.exp(-a)), mid))
+
+
+def log_excess(
+    problem: AttentionProblem, p: torch.Tensor, loss: str | Loss = "logistic", sat: Saturation | None = None
+) -> torch.Tensor:
+    """``log(L(p) - L*)``, ``(...)``, with ``L* = mean_i l(max_t gamma_it)``: the infimum of ``L`` when the optimal
+    tokens are separable, the ``L*`` of the Polyak step (:func:`mmtoken.attention.train.train_p`).
+
+    The gap ``a_i = gamma*_i - u_i = sum_t s_it (gamma*_i - gamma_it)`` is a sum of non-negative terms, summed in log
+    space; ``l(gamma* - a) - l(gamma*)`` is then formed in log space for the built-in losses, so the result stays
+    finite long after ``L - L*`` itself underflows. Only the losses of :data:`mmtoken.attention.losses.LOSSES`.
+    """
+    loss = get_loss(loss)
+    if loss.name not in ("logistic", "exponential", "correlation"):
+        raise ValueError(f"log_excess knows the built-in losses only, got {loss!r}")
+    sat = sat or saturation(problem, p)
+    gamma = problem.gamma.expand(sat.log_s.shape)
+    if problem.mask is not None:
+        gamma = gamma.masked_fill(~problem.mask, float("-inf"))
+    g_star = gamma.max(-1).values
+    below = gamma < g_star[..., None]
+    terms = torch.where(below, sat.log_s + torch.log((g_star[..., None] - gamma).where(below, 1.0)), -math.inf)
+    la = torch.logsumexp(terms, -1)  # log a_i
+    if loss.name == "correlation":  # l(u) = -u: the excess is a itself
+        per_input = la
+    elif loss.name == "exponential":  # e^{-(g - a)} - e^{-g} = e^{-g} (e^a - 1)
+        per_input = -g_star + log_expm1(la)
+    else:  # log log1p(sigmoid(-g) (e^a - 1))
+        ly = -torch.nn.functional.softplus(g_star) + log_expm1(la)
+        per_input = torch.where(ly < -30.0, ly, torch.log(torch.log1p(ly.clamp(max=700.0).exp())))
+    return torch.logsumexp(per_input, -1) - math.log(problem.n)
 
 
 # --------------------------------------------------------------------------- the naive computations of the trap chapter

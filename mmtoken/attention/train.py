@@ -1,4 +1,4 @@
-"""Training loops: gradient descent, normalized GD, regularization paths.
+"""Training loops: gradient descent, normalized GD, the Polyak step, mirror descent, regularization paths.
 
 All loops run every start / instance of a batch in one tensor operation and record a :class:`History` (a thinned
 copy of the iterates, norms, losses and softmax probabilities), as joint training does
@@ -16,12 +16,20 @@ import torch
 
 from mmtoken import validate
 from mmtoken.attention import fastpath
-from mmtoken.attention.grad import grad_p, loss_parts, loss_value, safe_norm, saturation, unit_and_log_norm
+from mmtoken.attention.grad import (
+    grad_p,
+    log_excess,
+    loss_parts,
+    loss_value,
+    safe_norm,
+    saturation,
+    unit_and_log_norm,
+)
 from mmtoken.attention.losses import Loss, get_loss
 from mmtoken.attention.model import AttentionProblem, as_tensor
 from mmtoken.config import progress_bar, progress_enabled
 
-METHODS = ("normalized", "gd")
+METHODS = ("normalized", "gd", "polyak")
 MAX_RECORDS = 10_000
 """With ``record_every=None`` (the default) a run records every step up to this many steps,
 and beyond that every ``ceil(steps / MAX_RECORDS)``-th step: the history stays bounded."""
@@ -100,6 +108,7 @@ def train_p(
     record_every: int | None = None,
     record_probs: bool = True,
     progress: bool | None = None,
+    mirror_q: float = 2.0,
 ) -> History:
     """Train the tunable token ``p`` with the head fixed.
 
@@ -109,17 +118,23 @@ def train_p(
     p0 : starts, shape broadcastable to ``(..., m)`` against the problem's batch
         (e.g. ``(starts, m)`` for one instance, or ``(starts, 1, m)`` against ``I`` instances).
     steps, lr : number of steps and step size.
-    method : ``"normalized"`` (``p -= lr g/||g||``, the published runs) or ``"gd"`` (``p -= lr g``).
+    method : ``"normalized"`` (``p -= lr g/||g||``, the published runs), ``"gd"`` (``p -= lr g``) or ``"polyak"``
+        (``p -= lr (L - L*) g / ||g||^2``, the Polyak step with ``L* = mean_i l(max_t gamma_it)``, the infimum of
+        ``L`` when the optimal tokens are separable; :func:`mmtoken.attention.grad.log_excess`; ``lr = 1`` is
+        Polyak's step).
     loss : a name (logistic, the default; exponential; correlation) or any :class:`~mmtoken.attention.losses.Loss`;
         only the built-in ones run in the compiled kernel (:func:`~mmtoken.attention.fastpath.runs_loss`).
     record_every : thinning of the recorded history; ``None`` (default): every step up to :data:`MAX_RECORDS`
         steps, a bounded thinned history beyond.
     record_probs : also keep the softmax probabilities.
     progress : show a progress bar (default: long runs only, :func:`mmtoken.config.progress_enabled`).
+    mirror_q : mirror descent with the potential ``psi(p) = (1/q)||p||_q^q`` (``q > 1``): the step above is taken
+        in the dual variable ``theta = grad psi(p) = sign(p)|p|^(q-1)`` and ``p = sign(theta)|theta|^(1/(q-1))``;
+        the default 2 is gradient descent itself. Not with ``"polyak"``.
 
     Returns
     -------
-    History
+    History (of the primal iterates ``p``)
 
     Raises
     ------
@@ -132,6 +147,15 @@ def train_p(
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     loss = get_loss(loss)
     lr = validate.positive(lr, "lr")
+    mirror_q = validate.positive(mirror_q, "mirror_q")
+    if not mirror_q > 1 or not math.isfinite(mirror_q):
+        raise ValueError(f"mirror_q must be a finite number > 1 (the potential (1/q)||p||_q^q), got {mirror_q!r}")
+    if method == "polyak" and mirror_q != 2:
+        raise ValueError(
+            f"method 'polyak' runs in the Euclidean geometry only (mirror_q = 2), got mirror_q = {mirror_q}"
+        )
+    if method == "polyak" and loss.name not in fastpath.LOSS_IDS:
+        raise ValueError(f"method 'polyak' needs L* and knows it for the built-in losses only, got {loss!r}")
     record_probs = validate.flag(record_probs, "record_probs")
     progress = progress_flag(progress)
     p = as_tensor(p0, "p0", device=problem.K.device).clone()
@@ -155,9 +179,12 @@ def train_p(
     p = p.expand(*batch, problem.m).clone()
     bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
     if problem.K.device.type == "cpu" and fastpath.available() and fastpath.runs_loss(loss):
-        return _train_p_compiled(problem, p, steps, lr, method, loss, sorted(record), record_probs, bar)
+        return _train_p_compiled(problem, p, steps, lr, method, loss, sorted(record), record_probs, bar, mirror_q)
     rows: dict[str, list] = {"step": [], "p": [], "loss": [], "probs": []}
+    theta = p if mirror_q == 2 else p.sign() * p.abs() ** (mirror_q - 1)  # the dual variable of mirror descent
     for k in progress_bar(range(steps + 1), enabled=bar, desc=f"{method} GD"):
+        if mirror_q != 2:
+            p = theta.sign() * theta.abs() ** (1 / (mirror_q - 1))
         sat = saturation(problem, p)
         if k in record:
             rows["step"].append(k)
@@ -168,13 +195,22 @@ def train_p(
         if k == steps:
             break
         g = grad_p(problem, p, loss, sat)
-        step = g.direction if method == "normalized" else g.value()
-        p = p - lr * step
+        if method == "normalized":
+            step = g.direction
+        elif method == "gd":
+            step = g.value()
+        else:  # (L - L*) g / ||g||^2 = (L - L*) / ||g|| times the unit direction, in log space
+            log_scale = log_excess(problem, p, loss, sat) - g.log_norm
+            step = g.direction * torch.where(torch.isfinite(g.log_norm), log_scale.exp(), 0.0).unsqueeze(-1)
+        theta = theta - lr * step
+        p = theta if mirror_q == 2 else p
     P, probs = stack_rows(rows["p"]), stack_rows(rows["probs"]) if record_probs else None
     return History(np.array(rows["step"]), P, safe_norm(P), stack_rows(rows["loss"]), probs)
 
 
-def _train_p_compiled(problem: AttentionProblem, p, steps, lr, method, loss, record, record_probs, bar) -> History:
+def _train_p_compiled(
+    problem: AttentionProblem, p, steps, lr, method, loss, record, record_probs, bar, mirror_q
+) -> History:
     """:func:`train_p` through the compiled CPU kernel (in chunks); the history is evaluated afterwards."""
     K, gamma, mask = problem.K, problem.gamma, problem.mask
     n, T, m = problem.n, problem.T, problem.m
@@ -184,7 +220,7 @@ def _train_p_compiled(problem: AttentionProblem, p, steps, lr, method, loss, rec
     arrays = flat(K, (n, T, m)), flat(gamma, (n, T)), flat(full_mask, (n, T)), flat(p, (m,))
     with progress_bar(total=steps, enabled=bar, desc=f"{method} GD") as pbar:
         update = lambda done: pbar.update(done - pbar.n)
-        out = fastpath.run(*arrays, steps, lr, method == "normalized", loss.name, np.array(record), callback=update)
+        out = fastpath.run(*arrays, steps, lr, method, loss.name, np.array(record), mirror_q=mirror_q, callback=update)
     P = torch.from_numpy(out).reshape(len(record), *batch, m)
     sat = saturation(problem, P)
     return History(np.array(record), P, safe_norm(P), loss.value(sat.u).mean(-1), sat.probs if record_probs else None)
