@@ -179,7 +179,8 @@ def train_p(
     p = p.expand(*batch, problem.m).clone()
     bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
     if problem.K.device.type == "cpu" and fastpath.available() and fastpath.runs_loss(loss):
-        return _train_p_compiled(problem, p, steps, lr, method, loss, sorted(record), record_probs, bar, mirror_q)
+        h = _train_p_compiled(problem, p, steps, lr, method, loss, sorted(record), record_probs, bar, mirror_q)
+        return warn_non_finite(h, method)
     rows: dict[str, list] = {"step": [], "p": [], "loss": [], "probs": []}
     theta = p if mirror_q == 2 else p.sign() * p.abs() ** (mirror_q - 1)  # the dual variable of mirror descent
     for k in progress_bar(range(steps + 1), enabled=bar, desc=f"{method} GD"):
@@ -205,7 +206,25 @@ def train_p(
         theta = theta - lr * step
         p = theta if mirror_q == 2 else p
     P, probs = stack_rows(rows["p"]), stack_rows(rows["probs"]) if record_probs else None
-    return History(np.array(rows["step"]), P, safe_norm(P), stack_rows(rows["loss"]), probs)
+    return warn_non_finite(History(np.array(rows["step"]), P, safe_norm(P), stack_rows(rows["loss"]), probs), method)
+
+
+def warn_non_finite(h: History, method: str) -> History:
+    """``h``, with a ``RuntimeWarning`` when some run's final iterate is not finite (it is kept as it is)."""
+    bad = ~torch.isfinite(h.p[-1]).all(-1)
+    if bool(bad.any()):
+        why = (
+            ": the Polyak step's L* = mean l(max_t gamma_it) is not approached by a run going to another selection, "
+            "and its step (L - L*)/||g|| grows without bound"
+            if method == "polyak"
+            else ""
+        )
+        warnings.warn(
+            f"{int(bad.sum())} of {bad.numel()} runs left the floating-point range (inf or nan){why}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return h
 
 
 def _train_p_compiled(

@@ -10,6 +10,7 @@ __all__ = ['CHAPTER', 'METHODS', 'LABELS', 'PREDICTED_DIR_SLOPE', 'FIGURES', 'NG
 
 # %% book/part4/16_rates.ipynb #bbc5b253
 import functools
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,7 +131,9 @@ def train_method(problem: AttentionProblem, p0, method: str, s: Settings):
             return r.steps, r.p
         steps, lr = (s.ngd_steps, s.ngd_lr) if method == "ngd" else (s.ps_steps, s.ps_lr)
         kind = "normalized" if method == "ngd" else "polyak"
-        h = train.train_p(problem, p0, steps=steps, lr=lr, method=kind, record_every=s.every, record_probs=False)
+        with warnings.catch_warnings():  # a PS run that goes local leaves the floats: measured, as `finite`, below
+            warnings.filterwarnings("ignore", "[0-9]+ of [0-9]+ runs left the floating-point range", RuntimeWarning)
+            h = train.train_p(problem, p0, steps=steps, lr=lr, method=kind, record_every=s.every, record_probs=False)
         return h.steps, h.p.numpy()
 
 
