@@ -382,6 +382,7 @@ __all__ = [
     "History",
     "record_steps",
     "progress_flag",
+    "warn_non_finite",
     "stack_rows",
     "train_p",
     "regularization_path",
