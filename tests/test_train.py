@@ -1,5 +1,7 @@
 """Training loops: norm growth, history, agreement between batched and single runs, reg. path, joint."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -369,3 +371,15 @@ def test_a_custom_loss_is_honoured_by_train_joint():
     custom, exponential, logistic = run(named_logistic), run("exponential"), run("logistic")
     assert torch.allclose(custom, exponential, atol=1e-10)
     assert not torch.allclose(custom, logistic, atol=1e-3)
+
+
+def test_polyak_warns_when_a_run_leaves_the_floats():
+    """Fig. 1 (local) from (0, -1.5) goes to the locally optimal token: L - L* (of the global tokens) stays
+    bounded away from 0 while the gradient vanishes, so the Polyak step explodes; the run says so."""
+    inst = instances.fig1("local")
+    with pytest.warns(RuntimeWarning, match="1 of 2 runs left the floating-point range.*Polyak"):
+        h = train.train_p(inst.problem(), [[0.0, 1.0], [0.0, -1.5]], steps=3000, lr=1.0, method="polyak")
+    assert torch.isfinite(h.p[-1, 0]).all() and not torch.isfinite(h.p[-1, 1]).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        train.train_p(inst.problem(), [[0.0, 1.0]], steps=3000, lr=1.0, method="polyak")
