@@ -1,9 +1,9 @@
 """Paper A (Tarzanagh, Li, Zhang, Oymak 2023): token selection by one softmax attention layer.
 
 The model f(X) = v^T X^T softmax(X W z), its losses and saturation-safe gradients, the trainers (GD,
-normalized GD, the Polyak step, mirror descent, joint (p, v), regularization paths) with their compiled CPU kernels, the hard-margin
-problems (Att-SVM and its relatives) and the geometry that compares them, the published instances,
-and the shared long-run helpers of Part I.
+normalized GD, the Polyak step, mirror descent, joint (p, v), regularization paths) with their
+compiled CPU kernels, the hard-margin problems (Att-SVM, its l_q form and other relatives) and the
+geometry that compares them, the published instances, and the shared long-run helpers of Part I.
 
 Modules:
 
@@ -20,7 +20,7 @@ Modules:
 - :mod:`random_batch`: Where normalized GD from ``p0 = 0`` goes on a batch of instances, and what the selection it reaches is.
 - :mod:`smoothness`: Smoothness of the attention loss ``L(p)``: the constant behind the step condition ``eta <= 1/L``.
 - :mod:`svm`: Hard-margin SVM problems of paper A, solved with cvxpy (Clarabel) and checked independently.
-- :mod:`svm_lq`: The l_q Att-SVM of mirror descent (Julistiono, Tarzanagh and Azizan):
+- :mod:`svm_lq`: The l_q Att-SVM of mirror descent, solved with cvxpy and checked by its KKT conditions and a second solver.
 - :mod:`svm_solvers`: The solvers behind the hard-margin SVMs of :mod:`mmtoken.attention.svm`: ``min ||x|| s.t. D x >= b``.
 - :mod:`train`: Training loops: gradient descent, normalized GD, the Polyak step, mirror descent, regularization paths.
 """

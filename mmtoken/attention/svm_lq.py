@@ -1,5 +1,7 @@
-"""The l_q Att-SVM of mirror descent (Julistiono, Tarzanagh and Azizan):
-``min ||p||_q s.t. (k_{i alpha_i} - k_it)^T p >= 1`` for all ``t != alpha_i``, all ``i``, for ``q >= 1``.
+"""The l_q Att-SVM of mirror descent, solved with cvxpy and checked by its KKT conditions and a second solver.
+
+``min ||p||_q s.t. (k_{i alpha_i} - k_it)^T p >= 1`` for all ``t != alpha_i``, all ``i``, for ``q >= 1``
+(Julistiono, Tarzanagh and Azizan).
 
 Mirror descent with the potential ``psi(p) = (1/q)||p||_q^q`` converges in direction to it, as gradient descent
 (``q = 2``) converges to :func:`mmtoken.attention.svm.att_svm`. It is solved with cvxpy (Clarabel: ``pnorm`` is
@@ -83,7 +85,8 @@ def _polish(D: np.ndarray, x: np.ndarray, q: float, active: np.ndarray) -> np.nd
     """Newton's method on the KKT system of the active rows, in their multipliers ``lambda``:
     ``D_A phi(D_A^T lambda) = 1`` with ``phi(theta) = sign(theta)|theta|^(1/(q-1))`` (the inverse mirror map).
     The interior-point solver stops near ``1e-6`` relative stationarity on ``pnorm``; this brings it to rounding.
-    Returns the polished point, or ``x`` unchanged where Newton does not improve the residual."""
+    Returns the Newton point (stationary by construction) where it is finite, feasible and has ``lambda >= 0``,
+    else ``x`` unchanged (the checks of :func:`lq_att_svm` then judge the solver's own point)."""
     A = D[active]
     lam, _ = nnls(A.T, np.sign(x) * np.abs(x) ** (q - 1))
     phi = lambda th: np.sign(th) * np.abs(th) ** (1 / (q - 1))
@@ -136,7 +139,7 @@ def lq_att_svm(K, alpha, q: float, mask=None) -> LqSolution:
     Returns
     -------
     LqSolution, checked: feasible (margins ``>= 1 - LQ_TOL``), an active margin at 1, KKT stationarity (``q > 1``:
-    ``||sign(x)|x|^(q-1) - D_A^T lambda|| <= LQ_TOL ||x||_{q}^{q-1}`` with ``lambda >= 0`` on the active rows;
+    ``||sign(x)|x|^(q-1) - D_A^T lambda|| <= LQ_TOL ||sign(x)|x|^(q-1)||`` with ``lambda >= 0`` on the active rows;
     ``q = 1``: ``D_A^T lambda`` in the subdifferential of ``||.||_1``), and the second solver's value within
     ``LQ_TOL`` (relative).
 

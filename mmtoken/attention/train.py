@@ -184,8 +184,7 @@ def train_p(
     rows: dict[str, list] = {"step": [], "p": [], "loss": [], "probs": []}
     theta = p if mirror_q == 2 else p.sign() * p.abs() ** (mirror_q - 1)  # the dual variable of mirror descent
     for k in progress_bar(range(steps + 1), enabled=bar, desc=f"{method} GD"):
-        if mirror_q != 2:
-            p = theta.sign() * theta.abs() ** (1 / (mirror_q - 1))
+        p = theta if mirror_q == 2 else theta.sign() * theta.abs() ** (1 / (mirror_q - 1))  # the primal point
         sat = saturation(problem, p)
         if k in record:
             rows["step"].append(k)
@@ -204,7 +203,6 @@ def train_p(
             log_scale = log_excess(problem, p, loss, sat) - g.log_norm
             step = g.direction * torch.where(torch.isfinite(g.log_norm), log_scale.exp(), 0.0).unsqueeze(-1)
         theta = theta - lr * step
-        p = theta if mirror_q == 2 else p
     P, probs = stack_rows(rows["p"]), stack_rows(rows["probs"]) if record_probs else None
     return warn_non_finite(History(np.array(rows["step"]), P, safe_norm(P), stack_rows(rows["loss"]), probs), method)
 
