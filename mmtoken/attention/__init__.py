@@ -16,6 +16,7 @@ Modules:
 - :mod:`long_paths`: Long runs of paper A's theorem algorithms, shared by the chapters of Part I.
 - :mod:`losses`: Losses of Assumption A (paper A): strictly decreasing, bounded derivative on bounded sets.
 - :mod:`model`: The attention model of paper A, batched over leading dimensions.
+- :mod:`mirror`: The mirror map of mirror descent with the potential ``psi(p) = (1/q)||p||_q^q``, and its inverse.
 - :mod:`public_code`: A replica of paper A's public code: float32 autograd through the softmax, the way the figures were made.
 - :mod:`random_batch`: Where normalized GD from ``p0 = 0`` goes on a batch of instances, and what the selection it reaches is.
 - :mod:`smoothness`: Smoothness of the attention loss ``L(p)``: the constant behind the step condition ``eta <= 1/L``.

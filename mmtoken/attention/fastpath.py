@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 from mmtoken import validate
-from mmtoken.attention.svm_lq import signed_power
+from mmtoken.attention.mirror import inverse_mirror_map, mirror_map
 
 LOSS_IDS = {"logistic": 0, "exponential": 1, "correlation": 2}
 
@@ -168,11 +168,11 @@ def run(
     record = _check_record(record, steps)
     out = np.empty((len(record), B, m))
     euclid = mirror_q == 2.0
-    q = p0.copy() if euclid else signed_power(p0, mirror_q - 1)  # the dual variable theta
+    q = p0.copy() if euclid else mirror_map(p0, mirror_q)  # the dual variable theta
     work = B * n * T * m * (2 if method == "polyak" else 1)
     for k0, k1 in _chunks(steps, work, chunk, callback):
         r0 = int(np.searchsorted(record, k0))
         kernels.run(K, gamma, mask, q, k0, k1, lr, MODES[method], float(mirror_q), LOSS_IDS[loss], record, r0, out)
     if record[-1] == steps:
-        out[-1] = q if euclid else signed_power(q, 1 / (mirror_q - 1))
+        out[-1] = q if euclid else inverse_mirror_map(q, mirror_q)
     return out

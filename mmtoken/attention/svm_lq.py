@@ -13,7 +13,7 @@ linear program for ``q = 1``), whose optimal value must agree.
 
 from __future__ import annotations
 
-__all__ = ["LQ_TOL", "LqSolution", "lq_att_svm", "lq_norm", "signed_power"]
+__all__ = ["LQ_TOL", "LqSolution", "lq_att_svm", "lq_norm"]
 
 import warnings
 from dataclasses import dataclass, field
@@ -22,6 +22,7 @@ import numpy as np
 from scipy.optimize import linprog, minimize, nnls
 
 from mmtoken import validate
+from mmtoken.attention.mirror import inverse_mirror_map, mirror_map
 from mmtoken.attention.svm import att_svm
 from mmtoken.attention.svm_solvers import SOLVER, InfeasibleSVM, SolverFailed
 
@@ -36,17 +37,6 @@ def lq_norm(x, q: float) -> np.ndarray:
     a = x.max(-1, keepdims=True)
     a = np.where(a > 0, a, 1.0)
     return a[..., 0] * ((x / a) ** q).sum(-1) ** (1 / q)
-
-
-def signed_power(x, e: float):
-    """``sign(x)|x|^e`` elementwise, for a NumPy array or a torch tensor (same type and shape back).
-
-    With ``e = q - 1`` it is the mirror map ``theta = grad psi(x)`` of ``psi(x) = (1/q)||x||_q^q``, with
-    ``e = 1/(q - 1)`` its inverse (the one place both are written, but for the compiled kernel's own copy in
-    :mod:`mmtoken.attention.fastpath_kernels`).
-    """
-    sign = x.sign() if hasattr(x, "sign") else np.sign(x)  # torch tensors have .sign(), NumPy arrays do not
-    return sign * abs(x) ** e
 
 
 @dataclass
@@ -99,18 +89,18 @@ def _polish(D: np.ndarray, x: np.ndarray, q: float, active: np.ndarray) -> np.nd
     Returns the Newton point (stationary by construction) where it is finite, feasible and has ``lambda >= 0``,
     else ``x`` unchanged (the checks of :func:`lq_att_svm` then judge the solver's own point)."""
     A = D[active]
-    lam, _ = nnls(A.T, signed_power(x, q - 1))
+    lam, _ = nnls(A.T, mirror_map(x, q))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for _ in range(30):
             th = A.T @ lam
-            F = A @ signed_power(th, 1 / (q - 1)) - 1
+            F = A @ inverse_mirror_map(th, q) - 1
             if np.abs(F).max() < 1e-14:
                 break
             J = A @ ((np.abs(th) ** ((2 - q) / (q - 1)) / (q - 1))[:, None] * A.T)
             if not np.isfinite(J).all():
                 return x
             lam = lam - np.linalg.lstsq(J, F, rcond=None)[0]
-        p = signed_power(A.T @ lam, 1 / (q - 1))  # stationary by construction; feasible and dual feasible, or refused
+        p = inverse_mirror_map(A.T @ lam, q)  # stationary by construction; feasible and dual feasible, or refused
     ok = np.isfinite(p).all() and (lam >= 0).all() and (D @ p >= 1 - 1e-12).all() and np.abs(A @ p - 1).max() < 1e-12
     return p if ok else x
 
@@ -126,7 +116,7 @@ def _second_value(D: np.ndarray, q: float, start: np.ndarray) -> float:
     res = minimize(
         lambda p: (np.abs(p) ** q).sum() / q,
         start,
-        jac=lambda p: signed_power(p, q - 1),
+        jac=lambda p: mirror_map(p, q),
         constraints=[{"type": "ineq", "fun": lambda p: D @ p - 1, "jac": lambda p: D}],
         method="SLSQP",
         options={"ftol": 1e-14, "maxiter": 2000},
@@ -171,7 +161,7 @@ def lq_att_svm(K, alpha, q: float, mask=None) -> LqSolution:
     slack = D @ x - 1
     dual = np.zeros(len(rows))
     if q > 1:
-        g = signed_power(x, q - 1)
+        g = mirror_map(x, q)
         dual[active], resid = nnls(D[active].T, g)
         stationarity = resid / np.linalg.norm(g)
     else:  # the LP's multipliers: D_A^T lambda = sign(x) where x != 0, |.| <= 1 where x == 0

@@ -26,8 +26,8 @@ from mmtoken.attention.grad import (
     unit_and_log_norm,
 )
 from mmtoken.attention.losses import Loss, get_loss
+from mmtoken.attention.mirror import inverse_mirror_map, mirror_map
 from mmtoken.attention.model import AttentionProblem, as_tensor
-from mmtoken.attention.svm_lq import signed_power
 from mmtoken.config import progress_bar, progress_enabled
 
 METHODS = ("normalized", "gd", "polyak")
@@ -183,9 +183,9 @@ def train_p(
         h = _train_p_compiled(problem, p, steps, lr, method, loss, sorted(record), record_probs, bar, mirror_q)
         return warn_non_finite(h, method)
     rows: dict[str, list] = {"step": [], "p": [], "loss": [], "probs": []}
-    theta = p if mirror_q == 2 else signed_power(p, mirror_q - 1)  # the dual variable of mirror descent
+    theta = p if mirror_q == 2 else mirror_map(p, mirror_q)  # the dual variable of mirror descent
     for k in progress_bar(range(steps + 1), enabled=bar, desc=f"{method} GD"):
-        p = theta if mirror_q == 2 else signed_power(theta, 1 / (mirror_q - 1))  # the primal point
+        p = theta if mirror_q == 2 else inverse_mirror_map(theta, mirror_q)  # the primal point
         sat = saturation(problem, p)
         if k in record:
             rows["step"].append(k)
