@@ -55,6 +55,23 @@ def test_phase_two_descends_and_selects_on_the_data_model():
         review_phase_two.phase_two(torch.eye(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64), None, steps=0)
 
 
+def test_phase_two_records_its_stopping_step_in_every_history():
+    """A run that stops on the loss-change rule between two recorded steps ends every history at that step, with
+    the values of the returned ``p`` (before, only ``steps`` gained the entry)."""
+    g = torch.Generator().manual_seed(5)
+    E = torch.randn(9, 12, generator=g, dtype=torch.float64)
+    v = torch.randn(12, generator=g, dtype=torch.float64)
+    tokens = torch.randint(1, 9, (30, 6), generator=g)
+    y = torch.where(torch.arange(30) % 2 == 0, 1.0, -1.0).double()
+    data = review_model.Chunks.build(tokens.numpy(), y.numpy(), size=7, dtype=torch.float64)
+    ph = review_phase_two.phase_two(E, v, data, steps=500, tol=1e-2, window=3, record_every=7)
+    assert ph.stop == "converged" and ph.steps[-1] % 7 != 0  # stopped between two records: the case at stake
+    n = len(ph.steps)
+    assert all(len(h) == n for h in (ph.loss, ph.p_norm, ph.step_size, ph.grad_log_norm, ph.unsaturated))
+    assert np.isclose(ph.p_norm[-1], float(ph.p.norm()), rtol=1e-12)
+    assert np.isclose(ph.loss[-1], review_phase_two.logit_gradient(E @ ph.p, E @ v, data)[2], rtol=1e-12)
+
+
 def test_selection_conflicts_find_cycles():
     # review 0 chooses 1 over 2, review 1 chooses 2 over 1: a two-cycle; review 2 chooses 3 over 4: fine
     tokens = np.array([[1, 2, 0], [2, 1, 1], [3, 4, 0]])

@@ -140,8 +140,8 @@ def phase_two(
         past.append(loss)
         if (len(past) > window and past[-window - 1] - loss <= tol * abs(loss)) or not math.isfinite(log_norm):
             stop = "converged"
-            for key, val in zip(rec, (k, loss, float(p.norm()), eta, log_norm, unsat)):
-                if rec["steps"][-1] != k:
+            if rec["steps"][-1] != k:  # the stopping step, recorded in every history (not only in ``steps``)
+                for key, val in zip(rec, (k, loss, float(p.norm()), eta, log_norm, unsat)):
                     rec[key].append(val)
             break
     return PhaseTwo(p, **rec, accepted=accepted, stop=stop)
