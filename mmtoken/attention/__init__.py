@@ -15,8 +15,8 @@ Modules:
 - :mod:`joint`: Joint training of the head ``v`` and the token ``p`` (chapter 5, the published Fig. 3 runs): each moves along its own normalized gradient (:func:`mmtoken.attention.grad.grad_p`, :func:`grad_v`), every start at once, through the compiled CPU kernel where it runs the loss (:func:`mmtoken.attention.fastpath.runs_loss`), in torch otherwise.
 - :mod:`long_paths`: Long runs of paper A's theorem algorithms, shared by the chapters of Part I.
 - :mod:`losses`: Losses of Assumption A (paper A): strictly decreasing, bounded derivative on bounded sets.
-- :mod:`model`: The attention model of paper A, batched over leading dimensions.
 - :mod:`mirror`: The mirror map of mirror descent with the potential ``psi(p) = (1/q)||p||_q^q``, and its inverse.
+- :mod:`model`: The attention model of paper A, batched over leading dimensions.
 - :mod:`public_code`: A replica of paper A's public code: float32 autograd through the softmax, the way the figures were made.
 - :mod:`random_batch`: Where normalized GD from ``p0 = 0`` goes on a batch of instances, and what the selection it reaches is.
 - :mod:`smoothness`: Smoothness of the attention loss ``L(p)``: the constant behind the step condition ``eta <= 1/L``.
