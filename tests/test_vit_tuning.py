@@ -53,3 +53,22 @@ def test_tune_refuses_held_out_seeds_and_unknown_labels():
         vs.tune(["lr 1e-3"], seeds=[10])  # the 9-epoch recipe's held-out seeds stay out of tuning too
     with pytest.raises(ValueError, match="TUNING_GRID"):
         vs.tune(["lr 42"])
+
+
+def test_run_cost_counts_what_a_run_does(tiny_data):
+    """run_cost's counts are those of a real run of the same experiment (its log points, its epoch-end
+    evaluations, its last step), and its prediction is the counts times the timed pieces."""
+    from toy_vit import TINY
+
+    from mmtoken.vision import vit_runs
+
+    cost = vs.run_cost(TINY, steps=2, repeats=1)
+    r = vit_runs.run_experiment(TINY)
+    assert cost["logs"] == len(r.log["step"]) and cost["evals"] == len(r.val_acc)
+    assert cost["steps"] == r.log["step"][-1]
+    parts = cost["steps"] * cost["step_ms"] / 1e3 + cost["logs"] * cost["log_s"] + cost["evals"] * cost["eval_s"]
+    assert cost["cpu_seconds"] == pytest.approx(parts) and cost["cpu_seconds"] > 0
+    with pytest.raises(ValueError, match="steps"):
+        vs.run_cost(TINY, steps=1000, repeats=1)
+    with pytest.raises(ValueError, match="repeats"):
+        vs.run_cost(TINY, steps=1, repeats=0)

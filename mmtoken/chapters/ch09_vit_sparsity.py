@@ -2,18 +2,19 @@
 
 # %% auto #0
 __all__ = ['CHAPTER', 'ACCURACY', 'COLLAPSE_VAL', 'QK_GROWTH', 'QK_OVER_OV', 'HELD_OUT_SEEDS', 'EARLIER_SEEDS', 'DEV_SEEDS',
-           'IMAGE_SHAPES', 'TUNING_SEEDS', 'CPU_BUDGET', 'TUNING_BASE', 'TUNING_GRID', 'TUNING_RECORD', 'GRID',
-           'NORM_LABELS', 'FIGURES', 'MISS_NORM', 'MISS_AVERAGED', 'SEEDS', 'DEFAULTS', 'N_PATCHES', 'N_TEST',
-           'Settings', 'settings', 'experiment', 'tuning_candidates', 'config_digest', 'tune', 'tuning_table', 'choose',
-           'Study', 'controls', 'run', 'train_one', 'shown', 'shown_table', 'plot_training', 'train_accuracy',
-           'example_indices', 'plot_attention_maps', 'growth', 'seed_summary', 'validation_summary', 'seed_table',
-           'rate_ratio', 'plot_norms', 'plot_sparsity', 'cls_logits', 'logit_spread_bound', 'spread_check',
-           'norm_verdict', 'sparsity_verdict', 'averaged_verdict', 'plot_where', 'learns_check', 'norm_check',
-           'sparse_check']
+           'IMAGE_SHAPES', 'TUNING_SEEDS', 'CPU_BUDGET', 'TUNING_BASE', 'TUNING_GRID', 'TUNING_RECORD',
+           'RUN_COST_RECORD', 'GRID', 'NORM_LABELS', 'FIGURES', 'MISS_NORM', 'MISS_AVERAGED', 'SEEDS', 'DEFAULTS',
+           'N_PATCHES', 'N_TEST', 'Settings', 'settings', 'experiment', 'tuning_candidates', 'config_digest', 'tune',
+           'tuning_table', 'choose', 'run_cost', 'Study', 'controls', 'run', 'train_one', 'shown', 'shown_table',
+           'plot_training', 'train_accuracy', 'example_indices', 'plot_attention_maps', 'growth', 'seed_summary',
+           'validation_summary', 'seed_table', 'rate_ratio', 'plot_norms', 'plot_sparsity', 'cls_logits',
+           'logit_spread_bound', 'spread_check', 'norm_verdict', 'sparsity_verdict', 'averaged_verdict', 'plot_where',
+           'learns_check', 'norm_check', 'sparse_check']
 
 # %% book/part1/09_vit_sparsity.ipynb #b9914373
 import functools
 import math
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -22,7 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mmtoken import config
+from mmtoken import config, validate
 from mmtoken.book import report
 from mmtoken.book.ledger import Measured, claim
 from mmtoken.book.plotting import COLUMN_WIDTH, colors, panel_titles, style, subplots
@@ -326,6 +327,67 @@ def choose(record: Iterable[dict] = TUNING_RECORD, budget: float = CPU_BUDGET) -
     if fits.empty:
         raise ValueError(f"no candidate fits the CPU budget of {budget} s")
     return str(fits["worst"].idxmax())
+
+# %% book/part1/09_vit_sparsity.ipynb #9f96cb51
+def run_cost(
+    s: Settings | vit_cache.Experiment = Settings(), steps: int = 30, repeats: int = 3
+) -> dict[str, float]:
+    """The CPU seconds one run of ``s`` (settings, or an experiment) takes on this machine, predicted from timed
+    pieces of it.
+
+    Times ``steps`` steps of :func:`vit_train.train` on the first ``steps`` batches of the training split, one
+    log point (the probe statistics and weight norms :func:`vit_runs.train_into` records) and one evaluation of
+    the ``n_probe`` probe images, each the median of ``repeats``, with the run's threads. It then multiplies
+    them by the counts of a run of ``s``: its steps, its log points, and one pass over the validation split at
+    each epoch end. The counts depend on ``s`` only, not on the seed.
+
+    Returns
+    -------
+    ``step_ms`` (one step), ``log_s`` (one log point), ``eval_s`` (one pass over the validation split),
+    ``steps``, ``logs``, ``evals`` (a run's counts) and ``cpu_seconds`` (the prediction).
+    """
+    steps, repeats = validate.count(steps, "steps", minimum=1), validate.count(repeats, "repeats", minimum=1)
+    exp = experiment(s, test=False) if isinstance(s, Settings) else s
+    m, t = exp.model, exp.train
+    raw = vit_runs.load_raw(exp.dataset)
+    tr, va = vit_runs.split_indices(len(raw.x_train), exp.n_validation, exp.split_seed)
+    n, probe = steps * t.batch_size, va[: exp.n_probe]
+    if n > len(tr):
+        raise ValueError(f"steps={steps} batches of {t.batch_size} exceed the {len(tr)} training images")
+    x_tr, y_tr = torch.as_tensor(raw.x_train[tr[:n]]), torch.as_tensor(raw.y_train[tr[:n]])
+    x_pr, y_pr = torch.as_tensor(raw.x_train[probe]), torch.as_tensor(raw.y_train[probe])
+    fg = torch.as_tensor(vit.foreground_mask(raw.x_train[probe], m.patch, exp.foreground), dtype=torch.float64)
+
+    def cpu(work) -> float:  # median CPU seconds of `repeats` calls (the first also pays for warm-up)
+        times = []
+        for _ in range(repeats):
+            c0 = time.process_time()
+            work()
+            times.append(time.process_time() - c0)
+        return float(np.median(times))
+
+    with config.deterministic(t.threads):
+        config.seed_everything(t.seed)
+        model = vit.ViT(m)
+        normalize = vit_train.Normalizer.fit(x_tr)
+        short = replace(t, epochs=1)  # `steps` steps: the same work per step as the run's
+        step_s = cpu(lambda: vit_train.train(model, x_tr, y_tr, short, normalize)) / steps
+        probe_x = normalize(x_pr)
+        log_s = cpu(lambda: [vit.probe_statistics(model, probe_x, fg)] + [vit.weight_norms(model, k) for k in range(m.depth)])
+        eval_s = cpu(lambda: vit_train.evaluate(model, x_pr, y_pr, normalize)) * exp.n_validation / len(probe)
+    spe = (len(raw.x_train) - exp.n_validation) // t.batch_size
+    counts = {
+        "steps": spe * t.epochs,
+        "logs": len(vit_runs.log_points(spe, t.epochs, exp.logs_per_epoch, exp.logs_first_epoch)),
+        "evals": t.epochs + 1,
+    }
+    total = counts["steps"] * step_s + counts["logs"] * log_s + counts["evals"] * eval_s
+    return {"step_ms": 1e3 * step_s, "log_s": log_s, "eval_s": eval_s, **counts, "cpu_seconds": total}
+
+# %% book/part1/09_vit_sparsity.ipynb #572aa838
+# run_cost(Settings()) called six times on 2026-12-03 within twenty minutes, on the 2-core virtual machine that
+# wrote this chapter, nothing else running: one step took 46-55 ms (the record's host: about 46 ms a step)
+RUN_COST_RECORD = (285.3, 244.9, 246.2, 275.8, 239.4, 239.8)  # predicted CPU seconds of one run of the recipe
 
 # %% book/part1/09_vit_sparsity.ipynb #cc52e7f9
 @dataclass
