@@ -43,3 +43,26 @@ def _compare_with_tolerance() -> None:
 
     compare_outputs.with_tolerance = True
     IPyNbCell.compare_outputs = compare_outputs
+
+
+# --------------------------------------------------------------------------- where the time goes
+# Seconds per file (a chapter notebook under nbval, a test module otherwise), summed over its items' setup, call
+# and teardown, printed at the end of every run: CI's log then says where a cold `make test` spends its time
+# (CONTRIBUTING, "Where the time of a cold make test goes"). Under xdist the workers' reports reach this hook in
+# the controlling process, so the sums are per file whatever the number of workers.
+_SECONDS_PER_FILE: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _SECONDS_PER_FILE[path] = _SECONDS_PER_FILE.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if len(_SECONDS_PER_FILE) < 2:
+        return
+    rows = sorted(_SECONDS_PER_FILE.items(), key=lambda kv: -kv[1])
+    terminalreporter.section("seconds per file (the 25 slowest)")
+    for path, seconds in rows[:25]:
+        terminalreporter.write_line(f"{seconds:9.1f}  {path}")
+    terminalreporter.write_line(f"{sum(_SECONDS_PER_FILE.values()):9.1f}  all {len(rows)} files (summed over workers)")

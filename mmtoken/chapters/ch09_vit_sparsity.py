@@ -385,9 +385,10 @@ def run_cost(
     return {"step_ms": 1e3 * step_s, "log_s": log_s, "eval_s": eval_s, **counts, "cpu_seconds": total}
 
 # %% book/part1/09_vit_sparsity.ipynb #572aa838
-# run_cost(Settings()) called six times on 2026-12-03 within twenty minutes, on the 2-core virtual machine that
-# wrote this chapter, nothing else running: one step took 46-55 ms (the record's host: about 46 ms a step)
-RUN_COST_RECORD = (285.3, 244.9, 246.2, 275.8, 239.4, 239.8)  # predicted CPU seconds of one run of the recipe
+# run_cost(Settings()) on 2026-12-03, on the 2-core virtual machine that wrote this chapter, within half an hour:
+# six calls with nothing else running, then one before and one after each held-out seed trained alone (seeds 13,
+# 14, 15 took 204.1, 201.5 and 196.4 CPU s); predicted CPU seconds of one run of the recipe
+RUN_COST_RECORD = (285.3, 244.9, 246.2, 275.8, 239.4, 239.8, 206.5, 194.3, 201.2, 201.2, 198.9, 186.7)
 
 # %% book/part1/09_vit_sparsity.ipynb #cc52e7f9
 @dataclass
