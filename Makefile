@@ -77,14 +77,14 @@ nbval: setup
 # 3. the unit tests and the claims appendix, which read the recorded claim results.
 test: setup lint  ## everything, ending with the pytest summary
 	@echo "make test 1/3: nbval executes every chapter once ($(JOBS) at a time)"
-	$(PY) -m pytest -p no:cacheprovider $(XDIST) $(CHAPTER_NBS) $(NBVAL)
+	$(PY) -m pytest -p no:cacheprovider $(XDIST) $(CHAPTER_NBS) $(NBVAL) --durations=20
 	@echo "make test 2/3: strict build of the outputs nbval checked (no execution)"
 	$(PY) scripts/stored_outputs.py seed
 	mkdir -p _build
 	set -o pipefail; $(JB) build . --builder html -W -n --keep-going 2>&1 | tee _build/strict.log
 	$(PY) scripts/stored_outputs.py count _build/strict.log
 	@echo "make test 3/3: unit tests and the claims appendix (recorded claim results)"
-	$(PY) -m pytest $(XDIST) tests
+	$(PY) -m pytest $(XDIST) tests --durations=30
 	$(PY) -m pytest -p no:cacheprovider $(LEDGER_NB) $(NBVAL)
 
 sync: setup  ## update each chapter's .ipynb from its .md (the source), then re-execute the references
