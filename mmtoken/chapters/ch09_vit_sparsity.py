@@ -339,7 +339,7 @@ def run_cost(
     log point (the probe statistics and weight norms :func:`vit_runs.train_into` records) and one evaluation of
     the ``n_probe`` probe images, each the median of ``repeats``, with the run's threads. It then multiplies
     them by the counts of a run of ``s``: its steps, its log points, and one pass over the validation split at
-    each epoch end. The counts depend on ``s`` only, not on the seed.
+    the start and at each epoch end. The counts depend on ``s`` only, not on the seed.
 
     Returns
     -------
