@@ -375,7 +375,7 @@ def run_cost(
         probe_x = normalize(x_pr)
         log_s = cpu(lambda: [vit.probe_statistics(model, probe_x, fg)] + [vit.weight_norms(model, k) for k in range(m.depth)])
         eval_s = cpu(lambda: vit_train.evaluate(model, x_pr, y_pr, normalize)) * exp.n_validation / len(probe)
-    spe = (len(raw.x_train) - exp.n_validation) // t.batch_size
+    spe = len(tr) // t.batch_size  # steps per epoch, as vit_runs.train_into counts them
     counts = {
         "steps": spe * t.epochs,
         "logs": len(vit_runs.log_points(spe, t.epochs, exp.logs_per_epoch, exp.logs_first_epoch)),
