@@ -2,6 +2,7 @@
 
 Modules:
 
+- :mod:`competitors`: The competitor of each claim: its check applied to the nearest wrong answer, evaluated and recorded beside it.
 - :mod:`fingerprint`: Code fingerprints that cover a computation, not the modules around it.
 - :mod:`html_tables`: The book's tables as HTML: the claims ledger and the benchmark tables (nothing here computes a result).
 - :mod:`ledger`: The claims ledger: every numerical statement of the book as a check in code.

@@ -51,6 +51,8 @@ __all__ = [
     "code_roots",
     "compute_command",
     "pending_result",
+    "jsonable",
+    "recordable",
 ]
 
 import time
@@ -179,11 +181,12 @@ def known_misses() -> dict[str, str]:
     return {c.id: c.known_miss for c in REGISTRY.values() if c.known_miss}
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON can hold it (NumPy scalars as Python ones), floats to six significant digits."""
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
         value = value.item()
     if isinstance(value, float):
@@ -225,7 +228,7 @@ def evaluate(c: Claim) -> Result:
     start = time.perf_counter()
     try:
         m = c.func()
-        measured, passed, details, error = _jsonable(m.value), bool(m.passed), m.details, None
+        measured, passed, details, error = jsonable(m.value), bool(m.passed), m.details, None
     except Exception as exc:  # a crashing claim is a failing claim, with the reason
         if why := data_missing(exc):  # no data here (offline, not downloaded): neither passed nor failed
             return _missing_result(c, why)
@@ -245,16 +248,16 @@ def run_one(c: Claim) -> Result:
 # --------------------------------------------------------------------------- recorded results
 
 
-def _recordable(c: Claim) -> bool:
-    """Whether ``c`` is the book's own code: a package module's claim, or a chapter notebook's whose exported
+def recordable(func: Callable) -> bool:
+    """Whether ``func`` is the book's own code: a package module's, or a chapter notebook's whose exported
     cells are unchanged (:func:`mmtoken.chapters.notebook_home`); not a test's, nor a reader's edit."""
     from mmtoken.chapters import home_of
     from mmtoken.book.fingerprint import index
 
-    home = home_of(c.func)
+    home = home_of(func)
     if home is not None:
         return home.module is not None and home.changed is None
-    return index().file(c.func.__module__) is not None
+    return index().file(func.__module__) is not None
 
 
 def code_roots(c: Claim) -> list[tuple[str, str]]:
@@ -292,7 +295,7 @@ def records_dir(scale: str) -> Path:
 def record(c: Claim, r: Result) -> None:
     """Store ``r``, the result of claim ``c`` at the current scale, in the results cache; not if its data are
     missing (that depends on the disk, not on the code), nor for claims defined outside the package (tests)."""
-    if r.missing or r.pending or not _recordable(c):
+    if r.missing or r.pending or not recordable(c.func):
         return
     from mmtoken.book import resultcache
     from mmtoken.datasets.download import DataFolderError

@@ -134,7 +134,7 @@ def on_grid(x: float, step: float) -> str:
 # "Stored outputs that hold on any machine"): a magnitude below MACHINE_PRECISION is rounding error of
 # float64 sums (an identity's residual; 0.0 here is 3e-16 elsewhere) and prints as that bound; a small
 # value above it (a solver's tolerance, a first-order remainder) keeps SMALL_DIGITS significant digits,
-# the ones a change of BLAS or CPU kernel leaves; anything larger keeps DIGITS (ledger._jsonable's 6).
+# the ones a change of BLAS or CPU kernel leaves; anything larger keeps DIGITS (ledger.jsonable's 6).
 MACHINE_PRECISION = 1e-10
 SMALL = 1e-3
 SMALL_DIGITS = 2
@@ -252,10 +252,14 @@ def claims_block(results: Iterable[Result | dict], width: int = OUTPUT_WIDTH) ->
 def chapter_claims(only: list[str], width: int = OUTPUT_WIDTH) -> str:
     """Evaluate the claims whose ids start with a prefix of ``only`` and return :func:`claims_block` of
     them: the closing "The claims" section of a chapter. Each result is recorded
-    (:func:`mmtoken.book.ledger.run_one`) for the claims appendix, the tests and the command line."""
+    (:func:`mmtoken.book.ledger.run_one`) for the claims appendix, the tests and the command line; so is
+    each claim's check of its competitor (:func:`mmtoken.book.competitors.run_all`), which reuses the runs
+    the claims just made, for the competitor tests."""
+    from mmtoken.book import competitors
     from mmtoken.book.ledger import run_claims
 
     results = run_claims(only)
     if not results:
         raise ValueError(f"no registered claim starts with {only!r} (import the chapter's module first)")
+    competitors.run_all(only)
     return claims_block(results, width)
