@@ -200,17 +200,21 @@ def benchmark_tables(results_dir: Path, root: Path = ROOT) -> dict[str, tuple[st
         steps = f"; {meta['steps']} steps" if meta.get("steps") else ""
         out["figures"] = (_meta_line(meta) + steps, pd.DataFrame(rows))
     if (data := load("whole_process")) is not None:
-        pub = data["rows"].get("public-style script", {}).get("cpu_s_median")
+        meta = data.get("meta", {})
+        base = data["rows"].get(meta.get("baseline", ""), {}).get("cpu_s_median")
+        floor = next((r["cpu_s_median"] for k, r in data["rows"].items() if k.startswith("floor")), None)
         rows = [
             {
                 "process": name,
                 "CPU (s), median": r["cpu_s_median"],
                 "CPU (s), min": r["cpu_s_min"],
-                "public-style / this": f"{pub / r['cpu_s_median']:.1f}x" if pub and name.startswith("mmtoken") else "",
+                f"{meta.get('baseline', 'baseline')} / this": f"{base / r['cpu_s_median']:.1f}x"
+                if base and name.startswith("mmtoken")
+                else "",
+                "this / floor": f"{r['cpu_s_median'] / floor:.1f}x" if floor and name.startswith("mmtoken") else "",
             }
             for name, r in data["rows"].items()
         ]
-        meta = data.get("meta", {})
         runs = f"; {meta['repeat']} runs each" if meta.get("repeat") else ""
         out["whole_process"] = (_meta_line(meta) + runs, pd.DataFrame(rows))
     if (data := load("random")) is not None:
