@@ -5,7 +5,7 @@ __all__ = ['CHAPTER', 'GRID', 'E2', 'GD_MIN_CORR', 'REG_MIN_CORR', 'PLAIN_MIN_CO
            'TOKEN_RIGHT', 'TOKEN_LEFT', 'FIGURES', 'Settings', 'settings', 'plain_run', 'NormalizedRun',
            'published_run', 'plot_paths_published', 'long_run', 'RegPath', 'reg_path', 'Result', 'run',
            'plot_convergence', 'plot_norm', 'CounterSettings', 'derivative', 'sign_changes', 'StationaryCounterexample',
-           'stationary_counterexample', 'plot_stationary']
+           'stationary_counterexample', 'plot_stationary', 'paths_figure']
 
 # %% book/part1/02_global.ipynb #6d6fe723
 import dataclasses
@@ -496,10 +496,17 @@ def _sign_change_check(scores) -> Measured:
     return Measured({"sign_changes_of_L_prime": len(flips), "max_L_prime": float(dL.max())}, len(flips) == 1)
 
 
+def paths_figure(s: Settings):
+    """The published paths figure from only what it draws: the published run, the GMM and the keys (not
+    :func:`run`'s continuation and regularization path, which the figure never shows)."""
+    inst = instances.fig1(s.instance)
+    return plot_paths_published(published_run(s), inst.gmm().x, inst.K)
+
+
 FIGURES = {
-    "fig-global-plain": lambda: long_paths.plot_plain(plain_run(settings()), run().gmm),
+    "fig-global-plain": lambda: long_paths.plot_plain(plain_run(settings()), instances.fig1(settings().instance).gmm().x),
     "fig-global-stationary": lambda: plot_stationary(stationary_counterexample(SC)),
-    "fig-global-paths": lambda: plot_paths_published(run().published, run().gmm, run().inst.K),
+    "fig-global-paths": lambda: paths_figure(settings()),
     "fig-global-convergence": lambda: plot_convergence(run()),
     "fig-global-norm": lambda: plot_norm(run()),
 }
