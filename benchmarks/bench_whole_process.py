@@ -13,7 +13,7 @@ Also ``python -c "import torch"`` and ``import mmtoken``. CPU time (user + sys o
 ``resource.getrusage``), median of ``--repeat`` runs, is the measure: the machine may be shared, and wall time
 then measures the neighbours. The figure command is timed twice: with its results cached (``cached``: what a
 reader gets after editing plotting code) and with an empty data folder (``cold``: it trains and draws). Issue
-30's targets are printed against the ratios: cold at least 3x faster than the official script, and within 2x
+30's targets are printed against the ratios: cold at least 3x faster than the baseline (official or replica), within 2x
 of the floor. Writes ``benchmarks/results/whole_process.json``; not a test.
 
 Run: ``python benchmarks/bench_whole_process.py [--repeat 3] [--official PATH]``.

@@ -4,8 +4,8 @@ made by a plain process that imports only NumPy and matplotlib and computes just
 
 The gradient is the closed form ``dL/dp = -y sigma(-y f) P K^T (diag(s) - s s^T) X w`` in float64 (no
 autograd, no torch); the instance, starts, steps and plot are those of ``public_style_fig_global_paths.py``.
-In float64, as mmtoken draws them. That script's float32 paths nearly stop (``||p||`` about 14.6 at step 200,
-15.6 at step 1000, against 18 and 21.5 here): the saturation appendix's numerical trap. So its drawn paths
+In float64, as mmtoken draws them. That script's float32 paths nearly stop (``||p||`` about 14.7 at step 200,
+15.7 at step 1000, against 18.2 and 21.5 here): the saturation appendix's numerical trap. So its drawn paths
 are shorter than these; the work per step is the same.
 Self-contained on purpose (no mmtoken). Usage: ``python floor_fig_global_paths.py OUT_STEM`` (prints ``p``
 after the drawn steps).
