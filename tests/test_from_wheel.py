@@ -50,12 +50,13 @@ from mmtoken.book import html_tables, pages, tolerance  # noqa: E402
 
 META = pm.load(ROOT)
 BUILT = ROOT / "_build" / "html" / rn.OUT
-# the reader notebooks executed from the wheel (issue 27, item 9): fast theory chapters of each part
+# the reader notebooks executed from the wheel (issue 27, item 9): fast theory chapters of each part (Part III's is
+# chapter 15, about 30 s from an empty data folder; chapter 13 took 174 s of the unit step's 793 s on 2026-12-03)
 CHAPTERS = [
     "book/tour",
     "book/part1/02_global",
     "book/part2/10_one_step",
-    "book/part3/13_w_vs_kq",
+    "book/part3/15_multi_token",
     "book/appendix/your_instance",
 ]
 OFFLINE_CHAPTER = "book/part2/12_real_reviews"  # its data cell needs IMDB: offline it must say so

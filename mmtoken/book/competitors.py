@@ -87,31 +87,20 @@ def record_key(c: Claim, scale: str | None = None) -> tuple[str, str, str]:
 def record(c: Claim, v: Verdict) -> None:
     """Store ``v``, the verdict of claim ``c`` at the current scale; not when its data are missing (that depends
     on the disk, not on the code), nor for a check defined outside the package (a test's, a reader's edit)."""
-    if v.missing or not recordable(c.against):
-        return
-    from mmtoken.book import resultcache
-    from mmtoken.datasets.download import DataFolderError
+    if not v.missing and recordable(c.against):
+        from mmtoken.book.resultcache import save_record
 
-    path, name, fp = record_key(c)
-    try:
-        resultcache.save(path, name, fp, {}, {"verdict": asdict(v)})
-    except (OSError, DataFolderError) as exc:  # a read-only data folder: the verdict stands, unrecorded
-        import warnings
-
-        warnings.warn(f"claim {c.id}: competitor verdict not recorded ({exc})", RuntimeWarning, stacklevel=2)
+        save_record(*record_key(c), {"verdict": asdict(v)}, f"claim {c.id}: competitor verdict")
 
 
 def read_record(c: Claim, scale: str | None = None) -> Verdict | None:
     """The recorded verdict of claim ``c`` at ``scale``, or ``None`` if none is valid for today's code."""
     from mmtoken.book import resultcache
 
-    path, name, fp = record_key(c, scale)
-    if not Path(path).is_file():
-        return None
+    meta = resultcache.read_record(*record_key(c, scale), "verdict")
     try:
-        _, meta = resultcache.load(path, name, fp)
-        return Verdict(**meta["verdict"])
-    except (resultcache.CacheError, KeyError, TypeError):
+        return Verdict(**meta) if meta is not None else None
+    except TypeError:  # a record of another layout
         return None
 
 
@@ -123,17 +112,14 @@ def recorded(c: Claim, compute_missing: bool = True) -> Verdict | None:
         return v
     if not recordable(c.against):  # a test's or a reader's check: evaluated, no record nor lock file
         return evaluate(c)
-    from mmtoken.book.resultcache import locked
+    from mmtoken.book.resultcache import record_once
 
-    try:
-        with locked(record_key(c)[0]):
-            v = read_record(c)
-            if v is None:
-                v = evaluate(c)
-                record(c, v)
-    except OSError:  # no lock possible (read-only data folder): evaluate here
+    def compute() -> Verdict:
         v = evaluate(c)
-    return v
+        record(c, v)
+        return v
+
+    return record_once(record_key(c)[0], lambda: read_record(c), compute)
 
 
 def run_all(only: list[str]) -> list[Verdict]:

@@ -104,15 +104,15 @@ class Index:
         if path is None:
             raise ValueError(f"{name!r} is not a module of the {PACKAGE} package")
         text = path.read_text(encoding="utf-8")
-        tree = ast.parse(text, str(path))
+        tree = _without_docstrings(ast.parse(text, str(path)))  # in place: each statement's code_text, uncopied
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         mod = Module()
         for stmt in tree.body:
             _bind_imports(self, stmt, package, mod.binds)
         for stmt in tree.body:
-            if isinstance(stmt, (ast.Import, ast.ImportFrom)) or _is_docstring(stmt) or _is_main_guard(stmt):
+            if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Pass)) or _is_main_guard(stmt):  # Pass: a docstring
                 continue
-            source = code_text(stmt)
+            source = ast.unparse(stmt)  # = code_text(stmt): the docstrings are gone already
             local = dict(mod.binds)
             for sub in ast.walk(stmt):  # imports inside functions bind names there
                 _bind_imports(self, sub, package, local)
@@ -186,12 +186,17 @@ def code_text(node: ast.AST | str) -> str:
     Every bare string statement is dropped (docstrings, attribute docstrings); :func:`ast.unparse` of what
     is left is the same for any two sources that differ only in comments, line breaks or quotes.
     """
-    tree = ast.parse(node) if isinstance(node, str) else copy.deepcopy(node)
+    return ast.unparse(_without_docstrings(ast.parse(node) if isinstance(node, str) else copy.deepcopy(node)))
+
+
+def _without_docstrings(tree: ast.AST) -> ast.AST:
+    """``tree`` with every bare string statement removed from every body (in place; an emptied body gets a
+    ``pass``), returned."""
     for sub in ast.walk(tree):
         body = getattr(sub, "body", None)
         if isinstance(body, list) and body and all(isinstance(s, ast.stmt) for s in body):
             sub.body = [s for s in body if not _is_docstring(s)] or [ast.Pass()]
-    return ast.unparse(tree)
+    return tree
 
 
 def _is_docstring(stmt: ast.stmt) -> bool:

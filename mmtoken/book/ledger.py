@@ -59,6 +59,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -295,18 +296,10 @@ def records_dir(scale: str) -> Path:
 def record(c: Claim, r: Result) -> None:
     """Store ``r``, the result of claim ``c`` at the current scale, in the results cache; not if its data are
     missing (that depends on the disk, not on the code), nor for claims defined outside the package (tests)."""
-    if r.missing or r.pending or not recordable(c.func):
-        return
-    from mmtoken.book import resultcache
-    from mmtoken.datasets.download import DataFolderError
+    if not (r.missing or r.pending) and recordable(c.func):
+        from mmtoken.book.resultcache import save_record
 
-    path, name, fp = record_key(c)
-    try:
-        resultcache.save(path, name, fp, {}, {"result": r.to_dict()})  # atomic: readers see the old or the new
-    except (OSError, DataFolderError) as exc:  # a read-only data folder: the result stands, unrecorded
-        import warnings
-
-        warnings.warn(f"claim {c.id}: result not recorded ({exc})", RuntimeWarning, stacklevel=2)
+        save_record(*record_key(c), {"result": r.to_dict()}, f"claim {c.id}: result")
 
 
 def read_record(c: Claim, scale: str | None = None) -> Result | None:
@@ -317,15 +310,12 @@ def read_record(c: Claim, scale: str | None = None) -> Result | None:
     """
     from mmtoken.book import resultcache
 
-    path, name, fp = record_key(c, scale)
-    if not Path(path).is_file():
-        return None
+    meta = resultcache.read_record(*record_key(c, scale), "result")
     try:
-        _, meta = resultcache.load(path, name, fp)
-        r = Result(**meta["result"])
-    except (resultcache.CacheError, KeyError, TypeError):
+        r = Result(**meta) if meta is not None else None
+    except TypeError:  # a record of another layout
         return None
-    return None if r.missing or r.pending or (not r.passed and "DatasetMissing" in (r.error or "")) else r
+    return None if r is None or r.missing or r.pending or (not r.passed and "DatasetMissing" in (r.error or "")) else r
 
 
 def compute_command(c: Claim) -> str:
@@ -353,13 +343,9 @@ def recorded(only: list[str] | None = None, compute_missing: bool = True, pendin
             continue
         r = read_record(c)
         if r is None and compute_missing:
-            from mmtoken.book.resultcache import locked
+            from mmtoken.book.resultcache import record_once
 
-            try:
-                with locked(record_key(c)[0]):  # another process evaluating it: wait for its record
-                    r = read_record(c) or run_one(c)
-            except OSError:  # no lock possible (read-only data folder): evaluate here
-                r = run_one(c)
+            r = record_once(record_key(c)[0], partial(read_record, c), partial(run_one, c))
         if r is None and pending:
             r = pending_result(c)
         if r is not None:

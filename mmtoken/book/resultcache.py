@@ -41,6 +41,9 @@ __all__ = [
     "sweep",
     "locked",
     "load_or_compute",
+    "save_record",
+    "read_record",
+    "record_once",
     "settings_name",
     "experiment_result",
 ]
@@ -292,6 +295,41 @@ def load_or_compute(
         arrays, meta = compute()
         save(path, name, fp, arrays, meta)
         return load(path, name, fp, expect)
+
+
+def save_record(path: str | os.PathLike, name: str, fp: str, meta: dict, what: str) -> None:
+    """:func:`save` of a record (``meta``, no arrays); where the data folder cannot be written a ``RuntimeWarning``
+    says that ``what`` was not recorded, and the result stands (the claims' and the competitors' records)."""
+    try:
+        save(path, name, fp, {}, meta)  # atomic: readers see the old record or the new one
+    except (OSError, DataFolderError) as exc:
+        warnings.warn(f"{what} not recorded ({exc})", RuntimeWarning, stacklevel=3)
+
+
+def read_record(path: str | os.PathLike, name: str, fp: str, key: str) -> dict | None:
+    """Entry ``key`` of the record at ``path``, or ``None`` where there is none for ``name`` at ``fp`` (absent,
+    damaged, or of other code: each means the result is not yet known)."""
+    if not Path(path).is_file():
+        return None
+    try:
+        value = load(path, name, fp)[1][key]
+    except (CacheError, KeyError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def record_once(path: str | os.PathLike, read: Callable[[], object], compute: Callable[[], object]):
+    """``read()``'s record, else ``compute()`` (which records it) while holding the lock of ``path``, after one more
+    ``read()``: another process computing the same record is waited for. Where no lock can be taken (a
+    read-only data folder) ``compute()`` runs unlocked."""
+    value = read()
+    if value is not None:
+        return value
+    try:
+        with locked(path):
+            return read() or compute()
+    except OSError:
+        return compute()
 
 
 def settings_name(name: str, settings) -> str:
