@@ -2,8 +2,10 @@
 global case) against the same figure made by
 
 - **the official code** run as a script, when it is placed by hand: ``--official PATH`` (a ``.py``, or a
-  notebook whose code cells are run as one script); the public repository belongs in the git-ignored
-  ``benchmarks/official/`` and is never committed;
+  notebook whose code cells are run as one script, each ``plt.show()`` saving the figure as PNG and PDF as
+  the other two do), in its own folder and, with ``--official-python PY``, its own environment (paper A's
+  notebooks import ``cvxopt`` and ``scikit-learn``, which mmtoken does not install); the public repository
+  belongs in the git-ignored ``benchmarks/official/`` and is never committed;
 - else **the public-style replica** (``benchmarks/public_style_fig_global_paths.py``: nn.Module, autograd,
   SGD, float32, same steps, same plot);
 - **the floor** (``benchmarks/floor_fig_global_paths.py``): a plain Python process with NumPy and
@@ -16,7 +18,10 @@ reader gets after editing plotting code) and with an empty data folder (``cold``
 30's targets are printed against the ratios: cold at least 3x faster than the baseline (official or replica), within 2x
 of the floor. Writes ``benchmarks/results/whole_process.json``; not a test.
 
-Run: ``python benchmarks/bench_whole_process.py [--repeat 3] [--official PATH]``.
+Run: ``python benchmarks/bench_whole_process.py [--repeat 3] [--official PATH [--official-python PY]]``; the run
+of 2026-12-07 used ``--official benchmarks/official/MaxMarginTokenSelection/single_input_converge.ipynb
+--official-python benchmarks/official/.venv/bin/python`` (that venv: torch 2.13.0 and the lock's NumPy, SciPy and
+matplotlib, with cvxopt and scikit-learn).
 """
 
 from __future__ import annotations
@@ -41,7 +46,10 @@ def cpu_of(cmd: list[str], env: dict | None = None, cwd: Path | None = None) -> 
     """(CPU seconds, wall seconds) of one run of ``cmd`` as a child process (in ``cwd``)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env={**os.environ, **(env or {})}, cwd=cwd)
+    env = {**os.environ, **(env or {})}
+    if cwd is not None:  # a script run in its own folder imports its neighbours (the official ``base.py``)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(cwd), env.get("PYTHONPATH")]))
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env, cwd=cwd)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, wall
@@ -49,17 +57,26 @@ def cpu_of(cmd: list[str], env: dict | None = None, cwd: Path | None = None) -> 
 
 def as_script(path: Path, folder: str) -> Path:
     """``path`` itself for a ``.py``; for a notebook, its code cells (IPython magics and shell lines left out)
-    written to one script in ``folder``."""
+    written to one script in ``folder``, each ``plt.show()`` replaced by saving the figure as PNG and PDF in
+    ``folder`` (as ``mmtoken figures`` and the floor do: under Agg a ``show`` would draw nothing)."""
     if path.suffix == ".py":
         return path
     if path.suffix != ".ipynb":
         raise SystemExit(f"--official must be a .py or an .ipynb, got {path}")
     cells = json.loads(path.read_text())["cells"]
     lines = ["import matplotlib", "matplotlib.use('Agg')"]
+    shown = 0
     for c in cells:
         if c["cell_type"] == "code":
-            src = "".join(c["source"])
-            lines += [ln for ln in src.splitlines() if not ln.lstrip().startswith(("%", "!"))]
+            for ln in "".join(c["source"]).splitlines():
+                if ln.lstrip().startswith(("%", "!")):
+                    continue
+                if ln.strip() == "plt.show()":
+                    indent = ln[: len(ln) - len(ln.lstrip())]
+                    stem = f"{folder}/official{shown}"
+                    ln = f"{indent}[plt.gcf().savefig('{stem}.' + ext) for ext in ('png', 'pdf')]"
+                    shown += 1
+                lines.append(ln)
     out = Path(folder) / (path.stem + "_as_script.py")
     out.write_text("\n".join(lines) + "\n")
     return out
@@ -72,6 +89,12 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--official", type=Path, default=None, help="the official script or notebook, placed by hand")
+    ap.add_argument(
+        "--official-python",
+        type=Path,
+        default=None,
+        help="the interpreter of the official code (its own venv: it needs cvxopt and scikit-learn); default: this one",
+    )
     args, _ = ap.parse_known_args(argv)  # run_all.py passes its own arguments
     if args.repeat < 1:
         raise SystemExit(f"--repeat must be at least 1, got {args.repeat}")
@@ -81,7 +104,13 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         figs = ["-m", "mmtoken", "figures", "--only", "fig-global-paths", "--out", tmp]
         if args.official is not None:
-            baseline = ("official script", [py, str(as_script(args.official, tmp))], args.official.parent)
+            # run in its own folder, which also goes on the path (the notebooks import their ``base.py``)
+            official_py = str(args.official_python.absolute() if args.official_python else py)
+            baseline = (
+                "official script",
+                [official_py, str(as_script(args.official, tmp))],
+                args.official.parent.resolve(),
+            )
         else:
             baseline = (
                 "public-style replica",

@@ -130,3 +130,42 @@ def test_stop_labels_gradient_norm_and_order_bound():
     with pytest.raises(ValueError, match="positive"):
         rr.order_bound(0.0)
     assert rr.saturated_at(m) == 10 and rr.saturated_at(m, below=1e-9) is None
+
+
+def test_jobs_in_processes_compute_what_this_process_computes(tmp_path, monkeypatch):
+    """``in_processes`` fills the results cache with what ``review_regime.cached`` computes in this process, bit for
+    bit (a run has one thread and its own generators), ``review_regime.stored`` then says so; a job of another kind
+    is refused before anything starts."""
+    import os
+
+    import numpy as np
+
+    from mmtoken import config
+    from mmtoken.embeddings import review_regime
+
+    with pytest.raises(ValueError, match="kind"):
+        rr.in_processes([("regime", {}), ("train", {})])
+    monkeypatch.delenv("MMTOKEN_DATA")
+    texts = config.data_dir() / "text"
+    if not (texts / "rt.npz").is_file():
+        pytest.skip("rt is not fetched (python -m mmtoken.datasets fetch rt)")
+
+    def data_folder(name):  # an empty results cache beside the fetched reviews
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "text").symlink_to(texts, target_is_directory=True)
+        monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / name))
+
+    data_folder("workers")
+    runs = [{"seed": seed, "which": "control", "steps": 3, "small": False} for seed in (10, 11)]
+    assert not any(review_regime.stored(**r) for r in runs)
+    rr.in_processes([("regime", r) for r in runs], workers=2)
+    parallel = (os.cpu_count() or 1) >= 2  # on one core nothing runs in processes: the caller computes
+    assert all(review_regime.stored(**r) for r in runs) == parallel
+    if not parallel:
+        return
+    read = review_regime.cached(**runs[0])
+    data_folder("here")
+    computed = review_regime.cached(**runs[0])
+    assert read[0].keys() == computed[0].keys()
+    assert all(np.array_equal(read[0][k], computed[0][k]) for k in computed[0])
+    assert read[1]["two_phase"] == computed[1]["two_phase"]

@@ -4,7 +4,7 @@
 __all__ = ['CHAPTER', 'DATASETS', 'SEEDS', 'RUN_LABELS', 'MODELS', 'SETUP_KEYS', 'SHORT_LABELS', 'STOP_LABELS', 'SMALL_SEEDS',
            'FIGURES', 'THRESHOLDS', 'U_PARTIAL', 'U_ARM', 'ALIGN_JOINT', 'ONE_STEP', 'NAMES', 'SEED_TEXT',
            'SMALL_ATTENDS', 'MISS_SMALL_CONTROL', 'Settings', 'settings', 'DatasetResult', 'run_dataset', 'Result',
-           'run', 'compute_in_parallel', 'span', 'by_dataset', 'transposed', 'profile_rows', 'search', 'search_summary',
+           'run', 'in_processes', 'span', 'by_dataset', 'transposed', 'profile_rows', 'search', 'search_summary',
            'trial_tables', 'setup_table', 'one_step_rows', 'plot_alignment', 'stop_label', 'stop_summary',
            'final_gradient_norm', 'order_bound', 'two_phase_rows', 'plot_scan', 'Regime', 'regime', 'regime_table',
            'plot_regime', 'data_model_rows', 'random_part_table', 'saturated_at', 'joint_rows', 'ushape_table',
@@ -19,6 +19,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,7 +136,8 @@ def run_dataset(s: review_runs.Setup, seeds: tuple = SEEDS) -> DatasetResult:
     data = review_runs.prepare(s, ds)
     top = review_model.top_decile(data.stats.count, data.stats.delta, review_runs.TOP_COUNT)
     r = DatasetResult(s, data.corpus.vocab, data.stats, top, review_seeds.cached_profile(s, ds, data))
-    compute_in_parallel(s, [seed for seed in seeds if not review_seeds.seed_cached(s, ds, seed)])
+    missing = [k for k in seeds if not review_seeds.seed_cached(s, ds, k)]
+    in_processes([("seed", {"setup": dataclasses.asdict(s), "seed": k}) for k in missing])
     for seed in seeds:
         r.arrays[seed], r.metrics[seed] = review_seeds.cached_seed(s, ds, seed, data)
     return r
@@ -166,37 +168,50 @@ def run(s: Settings = Settings()) -> Result:
 _WORKER = """
 import json, sys
 from mmtoken.datasets import text
-from mmtoken.embeddings import review_runs, review_seeds
-fields = json.loads(sys.argv[1])
-s = review_runs.Setup(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
-review_seeds.cached_seed(s, text.load(s.dataset, download=False), int(sys.argv[2]))
+from mmtoken.embeddings import review_regime, review_runs, review_search, review_seeds
+kind, args = sys.argv[1], json.loads(sys.argv[2])
+if kind == "seed":
+    s = review_runs.Setup(**{k: tuple(v) if isinstance(v, list) else v for k, v in args["setup"].items()})
+    review_seeds.cached_seed(s, text.load(s.dataset, download=False), args["seed"])
+elif kind == "search":
+    review_search.cached_search(**args)
+else:
+    review_regime.cached(**args)
 """
 
 
-def compute_in_parallel(s: review_runs.Setup, seeds: list[int], workers: int | None = None) -> None:
-    """Compute the seeds ``seeds`` of ``s`` into the results cache, ``workers`` at a time in fresh interpreters.
+def in_processes(jobs: list[tuple[str, dict]], workers: int | None = None) -> None:
+    """Compute ``jobs`` into the results cache in fresh interpreters, ``workers`` at a time (default: one more
+    than the cores).
 
-    Nothing runs in parallel on a GPU or for a single missing seed.
+    A job is ``("seed", {"setup": asdict(setup), "seed": seed})`` (``review_seeds.cached_seed``), ``("search",
+    {"dataset": name})`` (``review_search.cached_search``) or ``("regime", kwargs)``
+    (``review_regime.cached(**kwargs)``). Nothing runs on a GPU, on one core or for a single job: the caller
+    computes those itself, as it does any job whose worker failed.
     """
-    workers = workers or min(2, os.cpu_count() or 1)
-    if workers < 2 or len(seeds) < 2 or config.device().type != "cpu" or not text.available(s.dataset):
+    for kind, _ in jobs:
+        if kind not in ("seed", "search", "regime"):
+            raise ValueError(f"jobs: a job's kind is 'seed', 'search' or 'regime', got {kind!r}")
+    cores = os.cpu_count() or 1
+    workers = workers or cores + 1
+    if workers < 2 or cores < 2 or len(jobs) < 2 or config.device().type != "cpu":
         return
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(Path(review_runs.__file__).resolve().parent.parent)] + sys.path)
     )
-    args = json.dumps(dataclasses.asdict(s))
-    pending, running = list(seeds), []
+    pending, running = list(jobs), []
     while pending or running:
         while pending and len(running) < workers:
+            kind, args = pending.pop(0)
             running.append(
                 subprocess.Popen(
-                    [sys.executable, "-c", _WORKER, args, str(pending.pop(0))],
+                    [sys.executable, "-c", _WORKER, kind, json.dumps(args)],
                     env=env,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 )
             )
-        running[0].wait()
+        time.sleep(0.1)  # poll: the next job starts as soon as any worker ends
         running = [p for p in running if p.poll() is None]
 
 # %% book/part2/12_real_reviews.ipynb #6b6323b7
@@ -265,6 +280,8 @@ def search(dataset: str) -> tuple[review_runs.Setup, pd.DataFrame]:
 
 def search_summary(res: Result) -> pd.DataFrame:
     """The chosen setup of each data set next to the one the runs use (they must agree)."""
+    names = [name for name in res.datasets if name in review_search.START]
+    in_processes([("search", {"dataset": name}) for name in names if not review_search.stored(name)])
     rows = []
     for name, r in res.datasets.items():
         if name not in review_search.START:
@@ -468,9 +485,12 @@ def regime(which: str = "reviews", steps: int | None = None, small: bool = False
     ``steps``: another budget for phase two; ``small``: the small initialisation
     :data:`mmtoken.embeddings.review_regime.SMALL` instead, on the seeds :data:`SMALL_SEEDS`.
     """
+    seeds = SMALL_SEEDS if small else SEEDS
+    kwargs = {"which": which, "steps": steps, "small": small}
+    in_processes([("regime", {"seed": k, **kwargs}) for k in seeds if not review_regime.stored(k, **kwargs)])
     arrays, metrics = {}, {}
-    for seed in SMALL_SEEDS if small else SEEDS:
-        arrays[seed], metrics[seed] = review_regime.cached(seed, which, steps, small=small)
+    for seed in seeds:
+        arrays[seed], metrics[seed] = review_regime.cached(seed, **kwargs)
     base = review_regime.SMALL if small else review_regime.REGIME
     s = base if steps is None else dataclasses.replace(base, p2_steps=steps)
     return Regime(s, arrays, metrics)

@@ -10,7 +10,7 @@ and not on the reviews, the data, not the dimension, is what the reviews lack.
 
 from __future__ import annotations
 
-__all__ = ["REGIME", "LONG", "CONTROL", "run", "control_data", "cached", "ROW_NORM", "SIGMA0_SMALL", "SMALL"]
+__all__ = ["REGIME", "LONG", "CONTROL", "run", "control_data", "cached", "stored", "ROW_NORM", "SIGMA0_SMALL", "SMALL"]
 
 import dataclasses
 import math
@@ -91,21 +91,39 @@ def control_data(rt: Data, seed: int = 0) -> Data:
     return Data(corpus, "test", fit, evaluation, 0, 0, stats)
 
 
-def cached(seed: int, which: str = "reviews", steps: int | None = None, small: bool = False) -> tuple[dict, dict]:
-    """:func:`run` on Rotten Tomatoes (``"reviews"``) or the control (``"control"``), cached: at :data:`REGIME`, or
-    :data:`SMALL` if ``small``; ``steps`` replaces phase two's budget."""
+def _key(seed: int, which: str, steps: int | None, small: bool):
+    """What :func:`cached` reads and writes: ``(setup, data set, path, name, fingerprint)``."""
     if which not in ("reviews", "control"):
         raise ValueError(f"which must be 'reviews' or 'control', got {which!r}")
-    from mmtoken.book import resultcache
-
     base = SMALL if small else REGIME
     s = base if steps is None else dataclasses.replace(base, p2_steps=steps)
     ds = text.load("rt")
     fp = review_seeds.cache_fingerprint(cached, s, ds.fingerprint, {"seed": seed, "run": which, "control": CONTROL})
     kind = f"{which}-{'small' if small else 'regime'}{seed}" + ("" if steps is None else f"-{steps}")
+    return s, ds, review_seeds.result_path("rt", kind, fp), f"real_reviews/rt/{kind}", fp
+
+
+def cached(seed: int, which: str = "reviews", steps: int | None = None, small: bool = False) -> tuple[dict, dict]:
+    """:func:`run` on Rotten Tomatoes (``"reviews"``) or the control (``"control"``), cached: at :data:`REGIME`, or
+    :data:`SMALL` if ``small``; ``steps`` replaces phase two's budget."""
+    from mmtoken.book import resultcache
+
+    s, ds, path, name, fp = _key(seed, which, steps, small)
 
     def compute():
         data = review_runs.prepare(s, ds)
         return run(data if which == "reviews" else control_data(data, seed), seed, s)
 
-    return resultcache.load_or_compute(review_seeds.result_path("rt", kind, fp), f"real_reviews/rt/{kind}", fp, compute)
+    return resultcache.load_or_compute(path, name, fp, compute)
+
+
+def stored(seed: int, which: str = "reviews", steps: int | None = None, small: bool = False) -> bool:
+    """Whether :func:`cached` with these arguments would read a valid stored result (nothing is computed)."""
+    from mmtoken.book import resultcache
+
+    _, _, path, name, fp = _key(seed, which, steps, small)
+    try:
+        resultcache.load(path, name, fp)
+    except resultcache.CacheError:
+        return False
+    return True

@@ -7,7 +7,7 @@ and the bag-of-words L2 weight. Seed :data:`.review_runs.DEV_SEED`; only accurac
 
 from __future__ import annotations
 
-__all__ = ["START", "GRID", "MAX_EPOCHS", "search", "cached_search"]
+__all__ = ["START", "GRID", "MAX_EPOCHS", "search", "cached_search", "stored"]
 
 import dataclasses
 from dataclasses import asdict
@@ -94,8 +94,10 @@ def _search(s0: Setup, ds: text.TextDataset) -> tuple[Setup, list[dict]]:
     return s, records
 
 
-def cached_search(dataset: str) -> tuple[Setup, list[dict]]:
-    """:func:`search` from :data:`START`, through the results cache."""
+def _key(dataset: str):
+    """What :func:`cached_search` reads and writes: ``(start, data set, path, name, fingerprint)``."""
+    if dataset not in START:
+        raise ValueError(f"dataset must be one of {tuple(START)}, got {dataset!r}")
     s0 = START[dataset]
     ds = text.load(dataset)
     fp = cache_fingerprint(
@@ -104,13 +106,27 @@ def cached_search(dataset: str) -> tuple[Setup, list[dict]]:
         ds.fingerprint,
         {"grid": GRID, "max_epochs": MAX_EPOCHS, "validation": VALIDATION, "seed": DEV_SEED},
     )
+    return s0, ds, result_path(dataset, "search", fp), f"real_reviews/{dataset}/search", fp
+
+
+def cached_search(dataset: str) -> tuple[Setup, list[dict]]:
+    """:func:`search` from :data:`START`, through the results cache."""
+    s0, ds, path, name, fp = _key(dataset)
 
     def compute():
         chosen, records = search(s0, ds)
         return {}, {"chosen": asdict(chosen), "records": records}
 
-    _, meta = resultcache.load_or_compute(
-        result_path(dataset, "search", fp), f"real_reviews/{dataset}/search", fp, compute
-    )
+    _, meta = resultcache.load_or_compute(path, name, fp, compute)
     chosen = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["chosen"].items()}
     return Setup(**chosen), meta["records"]
+
+
+def stored(dataset: str) -> bool:
+    """Whether :func:`cached_search` of ``dataset`` would read a valid stored result (nothing is computed)."""
+    _, _, path, name, fp = _key(dataset)
+    try:
+        resultcache.load(path, name, fp)
+    except resultcache.CacheError:
+        return False
+    return True
