@@ -325,6 +325,18 @@ def test_cache_roundtrip_and_each_kind_of_damage(tmp_path):
         resultcache.save(path, "n", "f", {"a": np.array([object()], dtype=object)}, {})
 
 
+def test_stored_says_whether_load_would_succeed(tmp_path):
+    path = tmp_path / "rt-small10-x.npz"
+    name = "real_reviews/rt/reviews-small10"
+    assert not resultcache.stored(path, name, "fp1")  # absent
+    resultcache.save(path, name, "fp1", *_entry())
+    assert resultcache.stored(path, name, "fp1")
+    assert not resultcache.stored(path, name, "fp0")  # other code: stale
+    assert not resultcache.stored(path, "real_reviews/rt/control-small10", "fp1")  # another result
+    path.write_bytes(path.read_bytes()[:40])  # truncated
+    assert not resultcache.stored(path, name, "fp1")
+
+
 def test_cache_sweeps_leftover_temporary_files(tmp_path):
     old, fresh = tmp_path / "x.npz.abc.tmp", tmp_path / "y.npz.part"
     young = tmp_path / "z.npz.def.tmp"

@@ -41,6 +41,7 @@ __all__ = [
     "sweep",
     "locked",
     "load_or_compute",
+    "stored",
     "save_record",
     "read_record",
     "record_once",
@@ -295,6 +296,15 @@ def load_or_compute(
         arrays, meta = compute()
         save(path, name, fp, arrays, meta)
         return load(path, name, fp, expect)
+
+
+def stored(path: str | os.PathLike, name: str, fp: str) -> bool:
+    """Whether :func:`load` of ``name`` at ``fp`` from ``path`` would succeed (absent, damaged, other code: no)."""
+    try:
+        load(path, name, fp)
+    except CacheError:
+        return False
+    return True
 
 
 def save_record(path: str | os.PathLike, name: str, fp: str, meta: dict, what: str) -> None:

@@ -121,9 +121,4 @@ def stored(seed: int, which: str = "reviews", steps: int | None = None, small: b
     """Whether :func:`cached` with these arguments would read a valid stored result (nothing is computed)."""
     from mmtoken.book import resultcache
 
-    _, _, path, name, fp = _key(seed, which, steps, small)
-    try:
-        resultcache.load(path, name, fp)
-    except resultcache.CacheError:
-        return False
-    return True
+    return resultcache.stored(*_key(seed, which, steps, small)[2:])

@@ -124,9 +124,4 @@ def cached_search(dataset: str) -> tuple[Setup, list[dict]]:
 
 def stored(dataset: str) -> bool:
     """Whether :func:`cached_search` of ``dataset`` would read a valid stored result (nothing is computed)."""
-    _, _, path, name, fp = _key(dataset)
-    try:
-        resultcache.load(path, name, fp)
-    except resultcache.CacheError:
-        return False
-    return True
+    return resultcache.stored(*_key(dataset)[2:])

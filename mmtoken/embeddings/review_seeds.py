@@ -238,8 +238,4 @@ def cached_profile(s: Setup, ds: text.TextDataset, data: Data | None = None) -> 
 def seed_cached(s: Setup, ds: text.TextDataset, seed: int) -> bool:
     """Whether :func:`cached_seed` would read a valid stored result (no computation)."""
     fp = cache_fingerprint(cached_seed, s, ds.fingerprint, {"seed": seed})
-    try:
-        resultcache.load(result_path(s.dataset, f"seed{seed}", fp), f"real_reviews/{s.dataset}/seed{seed}", fp)
-        return True
-    except resultcache.CacheError:
-        return False
+    return resultcache.stored(result_path(s.dataset, f"seed{seed}", fp), f"real_reviews/{s.dataset}/seed{seed}", fp)
