@@ -208,9 +208,14 @@ def result_path(dataset: str, kind: str, fp: str):
     return cache_dir("results/real_reviews") / f"{dataset}-{kind}-{fp[:16]}.npz"
 
 
+def _seed_key(s: Setup, ds: text.TextDataset, seed: int) -> tuple:
+    """What :func:`cached_seed` reads and writes: ``(path, name, fingerprint)``."""
+    fp = cache_fingerprint(cached_seed, s, ds.fingerprint, {"seed": seed})
+    return result_path(s.dataset, f"seed{seed}", fp), f"real_reviews/{s.dataset}/seed{seed}", fp
+
+
 def cached_seed(s: Setup, ds: text.TextDataset, seed: int, data: Data | None = None) -> tuple[dict, dict]:
     """:func:`run_seed` for the test split, through the results cache."""
-    fp = cache_fingerprint(cached_seed, s, ds.fingerprint, {"seed": seed})
 
     def compute():
         return run_seed(s, data if data is not None else prepare(s, ds), seed)
@@ -218,9 +223,7 @@ def cached_seed(s: Setup, ds: text.TextDataset, seed: int, data: Data | None = N
     V = len(tokenize.tokenize_dataset(ds, s.tokenizer).vocab) if data is None else data.V
     expect = {f"{k}/{run}": (V,) for run in RUNS for k in ("logits", "values")}
     expect.update({"values/one_step": (V,), "logits/two_phase": (V,), "closed_form": (V,)})
-    return resultcache.load_or_compute(
-        result_path(s.dataset, f"seed{seed}", fp), f"real_reviews/{s.dataset}/seed{seed}", fp, compute, expect
-    )
+    return resultcache.load_or_compute(*_seed_key(s, ds, seed), compute, expect)
 
 
 def cached_profile(s: Setup, ds: text.TextDataset, data: Data | None = None) -> dict:
@@ -237,5 +240,4 @@ def cached_profile(s: Setup, ds: text.TextDataset, data: Data | None = None) -> 
 
 def seed_cached(s: Setup, ds: text.TextDataset, seed: int) -> bool:
     """Whether :func:`cached_seed` would read a valid stored result (no computation)."""
-    fp = cache_fingerprint(cached_seed, s, ds.fingerprint, {"seed": seed})
-    return resultcache.stored(result_path(s.dataset, f"seed{seed}", fp), f"real_reviews/{s.dataset}/seed{seed}", fp)
+    return resultcache.stored(*_seed_key(s, ds, seed))
