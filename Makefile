@@ -6,15 +6,18 @@ JB := $(VENV)/bin/jupyter-book
 NOTEBOOKS := $(shell find book -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' | sort)
 LEDGER_NB := book/appendix/claims.ipynb
 CHAPTER_NBS := $(filter-out $(LEDGER_NB),$(NOTEBOOKS))
-JOBS ?= 2
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 NBVAL := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=3600
 XDIST := -n $(JOBS) --dist loadfile
 # The paper scale builds into its own folder (own execution cache): quick outputs are never shown as paper ones.
 OUT := $(if $(filter paper,$(MMTOKEN_SCALE)),_build/paper,.)
 export MMTOKEN_PROGRESS ?= off
+# The book's own runs (nbval, the builds, the references' execution) record their claims in the ledger; nothing
+# else does (a reader's session, the unit tests): mmtoken.config.recording.
+RECORD := MMTOKEN_RECORD=1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup book build pdf test unit slow lint nbval strict sync claims figures bench clean reader meta
+.PHONY: setup book build pdf test unit slow lint nbval strict sync claims figures bench clean reader meta trained reproduce
 
 setup:
 	bash scripts/setup.sh
@@ -27,7 +30,7 @@ build: setup  ## the HTML book from the stored outputs (EXECUTE=all: execute eve
 	@case "$(EXECUTE)" in stored|all) ;; *) echo "EXECUTE must be stored or all, got '$(EXECUTE)'" >&2; exit 2;; esac
 	@if [ "$(EXECUTE)" = all ]; then rm -rf $(OUT)/_build/.jupyter_cache; \
 	elif [ "$(OUT)" = . ]; then $(PY) scripts/stored_outputs.py seed --stale execute; fi
-	$(JB) build . --builder html $(if $(filter paper,$(MMTOKEN_SCALE)),--path-output $(OUT))
+	$(RECORD) $(JB) build . --builder html $(if $(filter paper,$(MMTOKEN_SCALE)),--path-output $(OUT))
 	$(MAKE) --no-print-directory reader
 
 book: build  ## build the book, then open it in a browser when one is available
@@ -47,12 +50,12 @@ pdf: setup  ## the book as one PDF (_build/mmtoken.pdf), from the stored outputs
 	    echo "make pdf needs xelatex and latexmk: sudo apt-get install $(TEX_PACKAGES)" >&2; exit 2; }
 	$(PY) scripts/stored_outputs.py seed --stale execute
 	rm -rf _build/latex
-	$(JB) build . --builder pdflatex
+	$(RECORD) $(JB) build . --builder pdflatex
 	cp _build/latex/mmtoken.pdf _build/mmtoken.pdf
 	@echo "pdf: $(abspath _build/mmtoken.pdf)"
 
 strict: setup  ## -W build: a failing cell, a warning or a broken reference fails
-	$(JB) build . --builder html -W -n --keep-going
+	$(RECORD) $(JB) build . --builder html -W -n --keep-going
 
 unit: setup  ## the fast unit tests (end-to-end tests marked `slow` are left out; `make slow` runs them)
 	$(PY) -m pytest $(XDIST) tests -m "not slow"
@@ -66,8 +69,8 @@ lint: setup  ## ruff: the lint rules and the format of pyproject.toml (`ruff for
 	$(PY) scripts/check_sync.py
 
 nbval: setup
-	$(PY) -m pytest $(XDIST) $(CHAPTER_NBS) $(NBVAL)
-	$(PY) -m pytest $(LEDGER_NB) $(NBVAL)
+	$(RECORD) $(PY) -m pytest $(XDIST) $(CHAPTER_NBS) $(NBVAL)
+	$(RECORD) $(PY) -m pytest $(LEDGER_NB) $(NBVAL)
 
 # Every notebook is executed exactly once (see CONTRIBUTING.md, "What make test runs"):
 # 1. nbval executes each chapter's .ipynb, $(JOBS) at a time, and checks its stored outputs; each
@@ -77,19 +80,19 @@ nbval: setup
 # 3. the unit tests and the claims appendix, which read the recorded claim results.
 test: setup lint  ## everything, ending with the pytest summary
 	@echo "make test 1/3: nbval executes every chapter once ($(JOBS) at a time)"
-	$(PY) -m pytest -p no:cacheprovider $(XDIST) $(CHAPTER_NBS) $(NBVAL) --durations=20
+	$(RECORD) $(PY) -m pytest -p no:cacheprovider $(XDIST) $(CHAPTER_NBS) $(NBVAL) --durations=20
 	@echo "make test 2/3: strict build of the outputs nbval checked (no execution)"
 	$(PY) scripts/stored_outputs.py seed
 	mkdir -p _build
-	set -o pipefail; $(JB) build . --builder html -W -n --keep-going 2>&1 | tee _build/strict.log
+	set -o pipefail; $(RECORD) $(JB) build . --builder html -W -n --keep-going 2>&1 | tee _build/strict.log
 	$(PY) scripts/stored_outputs.py count _build/strict.log
 	@echo "make test 3/3: unit tests and the claims appendix (recorded claim results)"
 	$(PY) -m pytest $(XDIST) tests --durations=30
-	$(PY) -m pytest -p no:cacheprovider $(LEDGER_NB) $(NBVAL)
+	$(RECORD) $(PY) -m pytest -p no:cacheprovider $(LEDGER_NB) $(NBVAL)
 
 sync: setup  ## update each chapter's .ipynb from its .md (the source), then re-execute the references
 	$(VENV)/bin/jupytext --to ipynb --update $(shell find book -name '*.md' | xargs grep -l '^jupytext:' | sort)
-	for nb in $(NOTEBOOKS); do $(VENV)/bin/jupyter execute --inplace "$$nb" || exit 1; done
+	for nb in $(NOTEBOOKS); do $(RECORD) $(VENV)/bin/jupyter execute --inplace "$$nb" || exit 1; done
 
 claims: setup
 	$(PY) -m mmtoken claims
@@ -102,6 +105,16 @@ reader:  ## the notebooks branch (reader notebooks + binder/) in _build/reader, 
 
 meta:  ## check that everything naming the address or version agrees with pyproject.toml
 	$(PY) scripts/project_meta.py check
+
+# Chapters 9 and 12's trained runs travel with the repository (book/trained/, mmtoken.book.trained): a cold
+# `make test` reads them while their code is unchanged. After changing training code, retrain and commit them:
+trained: setup  ## retrain chapters 9 and 12 from an empty results folder and rewrite book/trained (about 30 min)
+	$(PY) scripts/trained.py make
+
+# Everything from an empty data folder, nbval against the stored outputs, the carried runs against the retrained
+# ones; writes book/trained/reproduced.json (shown on the claims appendix). The release workflow runs it.
+reproduce: setup  ## the whole book again from nothing, compared with what the repository stores (about an hour)
+	$(PY) scripts/reproduce.py --jobs $(JOBS)
 
 bench: setup  ## benchmarks (not part of the tests): results in benchmarks/results/
 	$(PY) benchmarks/run_all.py

@@ -19,7 +19,7 @@ def main():
     svm.att_svm([[[0.0, 1.0], [1.0, 0.0]]], [0])  # warm up cvxpy outside the timings
     s = ch.settings(scale)
     rows = [
-        ("01 W = p (2 key maps x 6 starts x 500 GD steps)", lambda: ch01_model.run(ch01_model.Settings.at(scale))),
+        ("01 W = p (2 key maps x 6 starts x 500 GD steps)", lambda: ch01_model.run(ch01_model.settings(scale))),
         ("02 Fig. 1 global, published 1000 steps (6 starts)", lambda: ch.published_run(s)),
         ("02 continuation to 10k/200k steps (6 starts)", lambda: ch.long_run(s)),
         ("02 regularization path (radii x 12 starts)", lambda: ch.reg_path(s.instance, s.reg_radii, s.reg_iters)),

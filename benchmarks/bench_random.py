@@ -7,7 +7,7 @@ Not a test. Prints
   instances, same steps, and their ratio (target >= 20x), for both code paths
   of :func:`mmtoken.attention.train.train_p`: the torch code (``MMTOKEN_FASTPATH=off``,
   the path a GPU runs) and, on a CPU with numba, the compiled kernel;
-* the wall and CPU time of the whole sweep ``ch08_random.run(Settings.at(scale))`` at the
+* the wall and CPU time of the whole sweep ``ch08_random.run(ch08_random.settings(scale))`` at the
   current scale (quick: >= 1000 instances, target < 60 s on 2 CPU cores), for
   each path.
 
@@ -60,7 +60,7 @@ def compare(b, steps: int, lr: float, loop_instances: int) -> dict:
 
 def main(loop_instances: int = 20, steps: int = 300, d: int = 8):
     scale = config.scale()
-    grid = ch.Settings.at(scale)
+    grid = ch.settings(scale)
     b = ch.padded_batch(grid, d)
     print(f"scale: {scale}, device: {config.device()}, torch threads: {torch.get_num_threads()}")
     paths = [("torch code (MMTOKEN_FASTPATH=off)", "off")]
@@ -71,7 +71,7 @@ def main(loop_instances: int = 20, steps: int = 300, d: int = 8):
         os.environ["MMTOKEN_FASTPATH"] = flag
         print(f"{name}; d = {d}, {steps} steps:")
         row = compare(b, steps, grid.lr, loop_instances)
-        ch.run.cache_clear()  # a cold sweep
+        ch._run.cache_clear()  # a cold sweep
         r, wall, cpu = timed(lambda: ch.run(grid))
         print(
             f"  full sweep ({scale}): {len(r.table)} instances, {grid.steps} steps: wall {wall:.1f} s, "

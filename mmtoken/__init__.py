@@ -18,8 +18,10 @@ whose docstring lists its modules (``help(mmtoken.attention)``):
   :mod:`mmtoken.validate` (argument checks); ``python -m mmtoken claims|figures``.
 
 A chapter's experiment is read in the chapter and run from there; outside the book, import its
-generated module: ``from mmtoken.chapters import ch02_global as ch; ch.run(ch.Settings(lr=0.5))``.
-A primitive is imported from its topic: ``from mmtoken.attention import svm, train``.
+generated module: ``from mmtoken.chapters import ch02_global as ch; ch.run()`` (the published settings at
+the current scale) or ``ch.run(ch.Settings(lr=0.5))``. A primitive is imported from its topic, which
+re-exports the names a reader uses (its ``__all__``): ``from mmtoken.attention import att_svm, train_p``, or
+a module, ``from mmtoken.attention import svm, train``. ``import mmtoken`` imports no topic (no torch).
 """
 
 import importlib

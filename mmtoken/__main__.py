@@ -2,7 +2,8 @@
 
 ``claims`` reports the results recorded when the chapters ran (the results cache), evaluating only the
 claims with no record valid for today's code and scale; ``claims --recompute`` evaluates every selected
-claim again.
+claim again. It is one of the book's own runs (:func:`mmtoken.config.recording_run`): a fresh process of the
+package's code, so what it evaluates is recorded in the ledger.
 
 Exit status: 0 success, 1 a claim failed, 2 bad usage or environment (the message names the argument or
 variable: an unknown claim or figure, an unusable ``MMTOKEN_DEVICE``, ``MMTOKEN_DATA`` or ``MMTOKEN_SCALE``,
@@ -53,11 +54,12 @@ def _claims(args) -> int:
     from mmtoken.chapters import load_all
 
     load_all()
-    if not ledger.select(args.only):
-        print(f"no claim matches {args.only}", file=sys.stderr)
-        return 2
+    unknown = [o for o in args.only or () if not ledger.select([o])]
+    if unknown:
+        raise UsageError(f"--only: no claim id is or starts with {', '.join(map(repr, unknown))}")
     # recorded results (evaluated when the chapters ran) unless missing, stale or --recompute
-    results = ledger.run_claims(args.only) if args.recompute else ledger.recorded(args.only)
+    with config.recording_run():
+        results = ledger.run_claims(args.only) if args.recompute else ledger.recorded(args.only)
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2))
     else:
@@ -116,7 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", choices=config.SCALES, help="size of the runs (default: MMTOKEN_SCALE or quick)")
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("claims", help="run the claims ledger")
-    c.add_argument("--only", nargs="+", metavar="PREFIX", help="claim id prefixes, e.g. core A.global")
+    c.add_argument(
+        "--only",
+        nargs="+",
+        action="extend",
+        metavar="PREFIX",
+        help="claim id prefixes, e.g. core A.global (repeatable)",
+    )
     c.add_argument("--json", action="store_true", help="print a JSON list")
     c.add_argument(
         "--recompute",
@@ -125,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     c.set_defaults(func=_claims)
     f = sub.add_parser("figures", help="write every figure of the book as PNG and PDF")
-    f.add_argument("--only", nargs="+", metavar="NAME", help="figure names or chapter modules")
+    f.add_argument("--only", nargs="+", action="extend", metavar="NAME", help="figure names or chapter modules")
     f.add_argument("--out", default="figures", help="output folder (default: figures)")
     f.add_argument("--scale", choices=config.SCALES, dest="sub_scale")
     f.set_defaults(func=_figures)
@@ -134,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     from mmtoken.datasets.download import DataFolderError
 
     try:
+        if args.scale and getattr(args, "sub_scale", None) and args.scale != args.sub_scale:
+            raise UsageError(f"--scale {args.scale} and --scale {args.sub_scale}: give one scale")
         if args.only is not None and any(not o.strip() for o in args.only):
             raise UsageError(f"--only {args.only}: an empty name would match everything; name a prefix")
         if scale:

@@ -21,6 +21,11 @@ __all__ = [
     "single_thread",
     "seed_everything",
     "data_dir",
+    "RECORD_ENV",
+    "recording",
+    "recording_run",
+    "TRAINED_ENV",
+    "trained_dir",
     "PROGRESS_MODES",
     "progress_enabled",
     "on_terminal",
@@ -233,6 +238,49 @@ def data_dir() -> Path:
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{what} is a file, not a folder; point MMTOKEN_DATA at a folder")
     return path
+
+
+RECORD_ENV = "MMTOKEN_RECORD"
+"""The switch the book's own runs set (``make nbval``, the builds under ``make``, ``python -m mmtoken claims``):
+``1`` records claim results and competitor verdicts in the ledger; unset (a reader's session, a test), nothing is."""
+
+
+def recording() -> bool:
+    """Whether this process is one of the book's own runs, which record their claims (:data:`RECORD_ENV` is ``1``)."""
+    value = os.environ.get(RECORD_ENV, "")
+    if value not in ("", "0", "1"):
+        raise ConfigError(f"{RECORD_ENV} must be 1 (a run of the book, which records claims) or unset, got {value!r}")
+    return value == "1"
+
+
+@contextmanager
+def recording_run() -> Iterator[None]:
+    """Run the block as one of the book's own runs (:func:`recording`), its worker processes included (the switch
+    is an environment variable); ``python -m mmtoken claims`` runs in one."""
+    before = os.environ.get(RECORD_ENV)
+    os.environ[RECORD_ENV] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(RECORD_ENV, None)
+        else:
+            os.environ[RECORD_ENV] = before
+
+
+TRAINED_ENV = "MMTOKEN_TRAINED"
+"""Where the carried trained runs are read from (:func:`trained_dir`); ``none`` reads none."""
+
+
+def trained_dir() -> Path | None:
+    """Where the trained runs that travel with the repository are (``book/trained`` of a checkout, or
+    ``MMTOKEN_TRAINED``; ``MMTOKEN_TRAINED=none`` reads none, as ``make reproduce`` does); ``None`` outside a
+    checkout (an installed wheel carries no trained runs: its reader trains them)."""
+    env = os.environ.get(TRAINED_ENV)
+    if env:
+        return None if env == "none" else Path(env).expanduser()
+    repo = Path(__file__).resolve().parent.parent
+    return repo / "book" / "trained" if (repo / "pyproject.toml").exists() else None
 
 
 PROGRESS_MODES = ("on", "off", "auto")

@@ -155,7 +155,7 @@ def _fit_step(params, rows, y, counts, names, batch) -> str:
 
 def random_work(scale: str) -> Work:
     """Chapter 8: normalized GD on every padded batch of the grid (one batch per key dimension ``d``)."""
-    grid = ch08_random.Settings.at(scale)
+    grid = ch08_random.settings(scale)
     total = Work(0.0, 0.0, "float64")
     for d in grid.d:
         b = ch08_random.padded_batch(grid, d)

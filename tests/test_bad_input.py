@@ -549,7 +549,13 @@ def _cli(argv, env=None, file_env=None):
 
 add("cli claims --only (none)", _cli(["claims", "--only"]), Exit(2, "--only"))
 add("cli figures --only (none)", _cli(["figures", "--only"]), Exit(2, "--only"))
-add("cli claims unknown", _cli(["claims", "--only", "no.such"]), Exit(2, "no claim matches"))
+add("cli claims unknown", _cli(["claims", "--only", "no.such"]), Exit(2, "no claim id is or starts with 'no.such'"))
+add(
+    "cli claims one typo among good ids",
+    _cli(["claims", "--only", "core.grad_autograd", "A.globl"]),
+    Exit(2, "no claim id is or starts with 'A.globl'"),
+)
+add("cli claims two scales", _cli(["--scale", "quick", "figures", "--scale", "paper"]), Exit(2, "give one scale"))
 add(
     "cli figures --out file",
     _cli(["figures", "--only", "fig-tour-paths", "--out", "{tmp}/f/x"], file_env=None),
@@ -604,12 +610,15 @@ add("text.available unknown", lambda ctx: text.available("x"), Err("unknown text
 add("text.load yelp offline", lambda ctx: text.load("yelp", download=False), Err("Yelp polarity", DatasetMissing))
 add(
     "corpus.read_cache missing",
-    lambda ctx: corpus.read_cache(ctx.tmp_path / "none.npz"),
+    lambda ctx: corpus.read_cache(ctx.tmp_path / "none.npz", "imdb"),
     Err("does not exist", DatasetMissing),
 )
 add(
     "corpus.read_cache garbage",
-    lambda ctx: (ctx.tmp_path.joinpath("g.npz").write_bytes(b"junk"), corpus.read_cache(ctx.tmp_path / "g.npz"))[1],
+    lambda ctx: (
+        ctx.tmp_path.joinpath("g.npz").write_bytes(b"junk"),
+        corpus.read_cache(ctx.tmp_path / "g.npz", "imdb"),
+    )[1],
     Err("damaged", DatasetError),
 )
 add(

@@ -85,13 +85,13 @@ def test_settings_defaults_are_the_published_values():
 
 
 def test_settings_at_each_scale():
-    assert ch.Settings.at("quick") == ch.Settings()
-    paper = ch.Settings.at("paper")
+    assert ch.settings("quick") == ch.Settings()
+    paper = ch.settings("paper")
     assert (paper.steps, paper.w_steps, paper.plain_steps) == (5000, 100_000, 10**6)
     with config.use_scale("paper"):
-        assert ch.Settings.at() == paper
+        assert ch.settings() == paper
     with pytest.raises(ValueError, match="scale"):
-        ch.Settings.at("papers")
+        ch.settings("papers")
 
 
 def test_settings_take_lists_and_stay_hashable():

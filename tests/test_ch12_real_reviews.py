@@ -132,40 +132,87 @@ def test_stop_labels_gradient_norm_and_order_bound():
     assert rr.saturated_at(m) == 10 and rr.saturated_at(m, below=1e-9) is None
 
 
-def test_jobs_in_processes_compute_what_this_process_computes(tmp_path, monkeypatch):
-    """``in_processes`` fills the results cache with what ``review_regime.cached`` computes in this process, bit for
-    bit (a run has one thread and its own generators), ``review_regime.stored`` then says so; a job of another kind
-    is refused before anything starts."""
-    import os
+def test_run_without_settings_runs_the_books_at_the_current_scale(monkeypatch):
+    """``run()`` is ``run(settings())``; ``Settings(datasets=("rt",), rt=...)`` (the "Change it" section) runs
+    Rotten Tomatoes alone, with that setup."""
+    seen = []
+    monkeypatch.setattr(rr, "run_dataset", lambda setup, seeds: seen.append((setup, seeds)) or setup.dataset)
+    monkeypatch.setattr(rr.text, "available", lambda name: name != "yelp")
+    assert rr.run().datasets == rr.run(rr.settings()).datasets
+    half = len(seen) // 2
+    assert seen[:half] == seen[half:] == [(rr.settings().imdb, rr.SEEDS), (rr.settings().rt, rr.SEEDS)]
+    seen.clear()
+    rt = dataclasses.replace(rr.Settings().rt, d=64)
+    res = rr.run(rr.Settings(datasets=("rt",), rt=rt))
+    assert seen == [(rt, rr.SEEDS)] and list(res.datasets) == ["rt"] and res.missing == {}
 
+
+def test_a_job_of_an_unknown_kind_is_refused_naming_jobs():
+    """Before anything starts, in ``in_processes`` and in the job function itself."""
+    from toy_reviews import QUICK
+
+    from mmtoken.embeddings import review_jobs
+
+    with pytest.raises(ValueError, match="jobs: .*'train'"):
+        rr.in_processes([("seed", {"setup": QUICK, "seed": 10}), ("train", {})])
+    with pytest.raises(ValueError, match="jobs"):
+        rr.in_processes([("seed",)])
+    with pytest.raises(ValueError, match="jobs"):
+        review_jobs.compute_job("train", {})
+    assert review_jobs.check_jobs(iter([("search", {"dataset": "rt"})])) == [("search", {"dataset": "rt"})]
+
+
+def _seed_jobs(path, seeds=(10, 11)):
+    from toy_reviews import QUICK
+
+    return [("seed", {"setup": QUICK, "seed": k, "dataset": str(path)}) for k in seeds]
+
+
+def test_nothing_runs_in_workers_for_a_single_job_or_on_one_core(tmp_path, monkeypatch):
+    """The caller computes those itself: ``in_processes`` leaves the store as it was."""
+    from toy_reviews import QUICK, toy_corpus_file
+
+    from mmtoken.embeddings import review_seeds
+
+    ds, path = toy_corpus_file(tmp_path)
+    rr.in_processes(_seed_jobs(path, (10,)))
+    rr.in_processes(_seed_jobs(path), workers=1)
+    monkeypatch.setattr(rr.os, "cpu_count", lambda: 1)
+    rr.in_processes(_seed_jobs(path))
+    assert not any(review_seeds.seed_result(QUICK, ds, k).stored() for k in (10, 11))
+
+
+@pytest.mark.skipif((__import__("os").cpu_count() or 1) < 2, reason="on one core nothing runs in workers")
+def test_jobs_in_workers_compute_what_this_process_computes(tmp_path, monkeypatch):
+    """``in_processes`` fills the store with what ``review_seeds.cached_seed`` computes in this process, bit for bit
+    (a run has one thread and its own generators): every array, every metric but the CPU seconds."""
     import numpy as np
+    from toy_reviews import QUICK, toy_corpus_file
 
-    from mmtoken import config
-    from mmtoken.embeddings import review_regime
+    from mmtoken.embeddings import review_seeds
 
-    with pytest.raises(ValueError, match="kind"):
-        rr.in_processes([("regime", {}), ("train", {})])
-    monkeypatch.delenv("MMTOKEN_DATA")
-    texts = config.data_dir() / "text"
-    if not (texts / "rt.npz").is_file():
-        pytest.skip("rt is not fetched (python -m mmtoken.datasets fetch rt)")
+    ds, path = toy_corpus_file(tmp_path)
+    monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / "workers"))
+    assert not any(review_seeds.seed_result(QUICK, ds, k).stored() for k in (10, 11))
+    rr.in_processes(_seed_jobs(path), workers=2)
+    assert all(review_seeds.seed_result(QUICK, ds, k).stored() for k in (10, 11))
+    read = {k: review_seeds.cached_seed(QUICK, ds, k) for k in (10, 11)}
+    monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / "here"))
+    for k in (10, 11):
+        arrays, metrics = review_seeds.cached_seed(QUICK, ds, k)
+        assert read[k][0].keys() == arrays.keys()
+        assert all(np.array_equal(read[k][0][a], arrays[a]) and read[k][0][a].dtype == arrays[a].dtype for a in arrays)
+        assert {m for m in metrics if read[k][1][m] != metrics[m]} <= {"cpu_seconds"}
 
-    def data_folder(name):  # an empty results cache beside the fetched reviews
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "text").symlink_to(texts, target_is_directory=True)
-        monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / name))
 
-    data_folder("workers")
-    runs = [{"seed": seed, "which": "control", "steps": 3, "small": False} for seed in (10, 11)]
-    assert not any(review_regime.stored(**r) for r in runs)
-    rr.in_processes([("regime", r) for r in runs], workers=2)
-    parallel = (os.cpu_count() or 1) >= 2  # on one core nothing runs in processes: the caller computes
-    assert all(review_regime.stored(**r) for r in runs) == parallel
-    if not parallel:
-        return
-    read = review_regime.cached(**runs[0])
-    data_folder("here")
-    computed = review_regime.cached(**runs[0])
-    assert read[0].keys() == computed[0].keys()
-    assert all(np.array_equal(read[0][k], computed[0][k]) for k in computed[0])
-    assert read[1]["two_phase"] == computed[1]["two_phase"]
+@pytest.mark.skipif((__import__("os").cpu_count() or 1) < 2, reason="on one core nothing runs in workers")
+def test_a_failing_job_raises_with_the_workers_traceback(tmp_path):
+    """A job that fails in its worker is an error of the call, with the worker's own traceback (nothing is
+    recomputed behind the caller's back)."""
+    from mmtoken.workers import WorkerError
+
+    with pytest.raises(WorkerError) as info:
+        rr.in_processes(_seed_jobs(tmp_path / "nowhere.npz"), workers=2)
+    text = str(info.value)
+    assert "DatasetMissing" in text and "nowhere.npz" in text
+    assert "in the worker:" in text and "review_jobs.py" in text and "Traceback" in text

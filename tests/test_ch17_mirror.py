@@ -59,18 +59,22 @@ def fake_random(q, lq_final, l2_final, kept=12):
     )
 
 
+def fake_result(runs: dict) -> "md.Result":
+    return md.Result(md.Settings(qs=tuple(runs)), runs)
+
+
 def test_direction_check_rejects_the_euclidean_svm():
-    res = {1.5: fake_random(1.5, 0.99999, 0.98), 3.0: fake_random(3.0, 0.999, 0.98)}
+    res = fake_result({1.5: fake_random(1.5, 0.99999, 0.98), 3.0: fake_random(3.0, 0.999, 0.98)})
     assert md.direction_check("lq", res).passed
     assert not md.direction_check("l2", res).passed
-    few = {1.5: fake_random(1.5, 0.99999, 0.98, kept=md.MIN_KEPT - 1), 3.0: res[3.0]}
+    few = fake_result({1.5: fake_random(1.5, 0.99999, 0.98, kept=md.MIN_KEPT - 1), 3.0: res.runs[3.0]})
     assert not md.direction_check("lq", few).passed
-    close = {1.5: fake_random(1.5, 0.99999, 0.9999), 3.0: res[3.0]}
+    close = fake_result({1.5: fake_random(1.5, 0.99999, 0.9999), 3.0: res.runs[3.0]})
     assert not md.direction_check("lq", close).passed  # no lead over the Euclidean SVM
 
 
 def test_rate_check_rejects_a_flat_curve():
-    res = {q: fake_random(q, 0.9999, 0.98) for q in (1.5, 3.0)}
+    res = fake_result({q: fake_random(q, 0.9999, 0.98) for q in (1.5, 3.0)})
     assert md.rate_check("normalized", res).passed  # 0.1 -> 1e-4 over 1000 -> 16000: slope < -2
     assert not md.rate_check("plain", res).passed  # 0.1 -> 0.05: slope -0.25
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from mmtoken import config
-from mmtoken.book import competitors, ledger, report, resultcache
+from mmtoken.book import competitors, ledger, records, report, resultcache
 from mmtoken.chapters import load_all
 
 CID = "A.inputs.published_draw"  # a cheap Part I claim with a competitor check
@@ -15,6 +15,7 @@ CID = "A.inputs.published_draw"  # a cheap Part I claim with a competitor check
 @pytest.fixture
 def data(tmp_path, monkeypatch):
     monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("MMTOKEN_RECORD", "1")  # as the book's own runs do (tests/test_records.py: only they record)
     return tmp_path / "data"
 
 
@@ -29,7 +30,7 @@ def test_a_verdict_is_recorded_and_read_back_for_its_scale(data):
         assert competitors.read_record(c) == v
     with config.use_scale("paper"):  # another scale: another record
         assert competitors.read_record(c) is None
-    path, name, fp = competitors.record_key(c, "quick")
+    path, name, fp = records.record_key(c, competitors.VERDICT, "quick")
     assert Path(path).is_file() and name == f"competitors/quick/{CID}"
     resultcache.save(path, name, "0" * 64, {}, {"verdict": v.__dict__})  # other code: not read
     with config.use_scale("quick"):
@@ -41,7 +42,7 @@ def test_chapter_claims_records_the_claims_and_their_competitors(data):
     with config.use_scale("quick"):
         report.chapter_claims(["A.inputs"])
         for c in ledger.select(["A.inputs"]):
-            assert ledger.read_record(c) is not None, c.id
+            assert ledger.recorded_result(c) is not None, c.id
             if c.against is not None:
                 assert competitors.read_record(c).rejected, c.id
 
@@ -73,4 +74,4 @@ def test_a_claim_without_a_competitor_check_is_named():
     with pytest.raises(ValueError, match="test.none"):
         competitors.evaluate(c)
     with pytest.raises(ValueError, match="test.none"):
-        competitors.record_key(c)
+        records.record_key(c, competitors.VERDICT)

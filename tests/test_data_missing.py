@@ -4,7 +4,7 @@ appendix reads records, computing nothing (issue 27.1, issue 30.2)."""
 import pytest
 
 from mmtoken import config
-from mmtoken.book import html_tables, ledger, report, resultcache
+from mmtoken.book import html_tables, ledger, records, report, resultcache
 from mmtoken.datasets import DatasetMissing
 
 HERE = "mmtoken.chapters.ch00_tour"  # a package module: claims "defined" there are recorded
@@ -12,7 +12,11 @@ HERE = "mmtoken.chapters.ch00_tour"  # a package module: claims "defined" there 
 
 @pytest.fixture
 def data(tmp_path, monkeypatch):
+    """An empty data folder, in which the test's claims are recorded as the book's own runs record the book's
+    (what is recorded, not who may record, is tested here: tests/test_records.py tests that)."""
     monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv(config.RECORD_ENV, "1")
+    monkeypatch.setattr(records, "recordable", lambda func: True)
     return tmp_path / "data"
 
 
@@ -45,7 +49,7 @@ def test_a_loader_raising_dataset_missing_makes_the_claim_data_missing(data, reg
         r = ledger.run_one(c)
         assert r.status == "data missing" and "offline" in r.missing and ledger.acceptable(r)
         assert r.known_miss is None and r.error is None  # no evidence attached to a run that did not happen
-        assert ledger.read_record(c) is None and not (data / "results").exists()  # nothing recorded
+        assert ledger.recorded_result(c) is None and not (data / "results").exists()  # nothing recorded
 
 
 def test_dataset_missing_as_the_cause_of_another_error_is_data_missing(data, register):
@@ -65,7 +69,7 @@ def test_dataset_missing_as_the_cause_of_another_error_is_data_missing(data, reg
         c = register(cid, f)
         with config.use_scale("quick"):
             assert ledger.run_one(c).status == "data missing"
-            assert ledger.read_record(c) is None
+            assert ledger.recorded_result(c) is None
 
 
 def test_a_crash_for_another_reason_is_still_a_failure(data, register):
@@ -76,7 +80,7 @@ def test_a_crash_for_another_reason_is_still_a_failure(data, register):
     with config.use_scale("quick"):
         r = ledger.run_one(c)
         assert r.status == "FAIL" and "FileNotFoundError" in r.error and not ledger.acceptable(r)
-        assert ledger.read_record(c) == r  # a real failure is recorded
+        assert ledger.recorded_result(c) == r  # a real failure is recorded
 
 
 def test_a_recorded_data_failure_is_never_final(data, register):
@@ -94,9 +98,9 @@ def test_a_recorded_data_failure_is_never_final(data, register):
         stale.passed, stale.measured = False, None
         stale.error = "mmtoken.datasets.download.DatasetMissing: IMDB: not cached (offline)"
         resultcache.save(path, name, fp, {}, {"result": stale.to_dict()})
-        assert ledger.read_record(c) is None
+        assert ledger.recorded_result(c) is None
         (r,) = ledger.recorded(["test.back"])
-        assert r.status == "pass" and len(calls) == 2 and ledger.read_record(c) == r
+        assert r.status == "pass" and len(calls) == 2 and ledger.recorded_result(c) == r
 
 
 def test_the_appendix_reads_records_and_computes_nothing(data, register):
@@ -108,9 +112,9 @@ def test_the_appendix_reads_records_and_computes_nothing(data, register):
         (r,) = ledger.recorded(["test.pending"], compute_missing=False, pending=True)
         assert r.status == "not yet computed" and "python -m mmtoken claims --only test.pending" in r.pending
         assert ledger.recorded(["test.pending"], compute_missing=False) == []
-        assert ledger.read_record(c) is None
+        assert ledger.recorded_result(c) is None
         ledger.record(c, r)  # a pending row is never recorded
-        assert ledger.read_record(c) is None
+        assert ledger.recorded_result(c) is None
     assert "1 not yet computed: `python -m mmtoken claims` computes them." in report.summary_line([r])
     assert "0 failed" in report.summary_line([r])
     assert report.measured_items(r) == [r.pending]

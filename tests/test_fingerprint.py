@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mmtoken.book import fingerprint, ledger
+from mmtoken.book import fingerprint, ledger, records
 from mmtoken.chapters import load_all
 
 PACKAGE = Path(fingerprint.__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ def scratch(tmp_path):
 
 def keys(root: Path, claims) -> dict[str, str]:
     index = fingerprint.Index(root)
-    return {c.id: index.digest(ledger.code_roots(c)) for c in claims}
+    return {c.id: index.digest(records.code_roots(c, ledger.RESULT)) for c in claims}
 
 
 def edit_function(path: Path, name: str) -> None:
@@ -49,7 +49,7 @@ def edit_function(path: Path, name: str) -> None:
 
 def test_the_scratch_copy_keys_claims_as_the_package_does(scratch, claims):
     here = keys(scratch, claims)
-    assert here == {c.id: fingerprint.index().digest(ledger.code_roots(c)) for c in claims}
+    assert here == {c.id: fingerprint.index().digest(records.code_roots(c, ledger.RESULT)) for c in claims}
     assert all(len(k) == 64 for k in here.values())
 
 
@@ -71,7 +71,11 @@ def test_editing_a_trainer_makes_exactly_its_claims_stale(scratch, claims):
     after = keys(scratch, claims)
     stale = {i for i in before if before[i] != after[i]}
     index = fingerprint.Index(PACKAGE)
-    users = {c.id for c in claims if ("mmtoken.attention.train", "train_p") in index.closure(ledger.code_roots(c))}
+    users = {
+        c.id
+        for c in claims
+        if ("mmtoken.attention.train", "train_p") in index.closure(records.code_roots(c, ledger.RESULT))
+    }
     assert stale == users
     # independently of the analysis: chapter 2's GD claims train p with train_p; its
     # regularization path (an SVM solve per radius), the review models (their own trainer)
@@ -100,7 +104,7 @@ def test_a_claim_runs_only_code_inside_its_closure(claims):
             assert c.func().passed
         finally:
             sys.setprofile(None)
-        closure = set(index.closure(ledger.code_roots(c)))
+        closure = set(index.closure(records.code_roots(c, ledger.RESULT)))
         whole = {m for m, n in closure if n == fingerprint.WHOLE}
         called = {(m, n) for m, n in called if n not in ("<module>", "<lambda>", "<genexpr>") and m not in whole}
         assert called, cid
@@ -124,7 +128,7 @@ def test_a_module_used_as_a_value_brings_all_of_it(tmp_path):
 
 
 def test_results_cache_keys_by_the_compute_function(tmp_path, monkeypatch):
-    """experiment_result's key is the code its compute function calls (fingerprint.of)."""
+    """A result's key is the code its compute function calls (fingerprint.of), in the chapter it belongs to."""
     import numpy as np
 
     from mmtoken.book import resultcache
@@ -139,29 +143,52 @@ def test_results_cache_keys_by_the_compute_function(tmp_path, monkeypatch):
 
     compute.__module__, compute.__qualname__ = ch.__name__, "long_run.<locals>.compute"  # as if defined there
     assert fingerprint.of(compute) == fingerprint.index().digest([(ch.__name__, "long_run")])
-    resultcache.experiment_result(ch.__name__, "fp-test", {"k": 1}, compute)
-    path = tmp_path / "data" / "results" / "ch02_global" / "fp-test.npz"
+    resultcache.cached(ch.CHAPTER, "fp-test", compute, config={"k": 1})
+    path = resultcache.path_of(ch.CHAPTER, "fp-test", {"k": 1})
     fp = resultcache.fingerprint(fingerprint.of(compute), {"k": 1}, "")
-    resultcache.load(path, "ch02_global/fp-test", fp)  # stored under that key
-    resultcache.experiment_result(ch.__name__, "fp-test", {"k": 1}, compute)
+    resultcache.load(path, f"{ch.CHAPTER}/fp-test", fp)  # stored under that key
+    resultcache.cached(ch.CHAPTER, "fp-test", compute, config={"k": 1})
     assert called == [1]  # read back
 
 
+def test_a_changed_module_constant_changes_the_key(claims, monkeypatch):
+    """Code that reads a module constant someone set from outside (``ch.GD_MIN_CORR = ...``) is not the source's."""
+    from mmtoken.chapters import ch02_global as ch
+
+    claim = ledger.REGISTRY["A.global.gd"].func
+    before = fingerprint.of(claim)
+    assert fingerprint.changes(claim) is None and fingerprint.is_book_code(claim)
+    monkeypatch.setattr(ch, "GD_MIN_CORR", 0.9999999999)
+    assert fingerprint.changes(claim) is not None and not fingerprint.is_book_code(claim)
+    assert fingerprint.of(claim) != before
+    monkeypatch.setattr(ch, "instances", object())  # an import rebound
+    assert not fingerprint.is_book_code(claim)
+
+
+def test_module_state_is_not_a_constant(claims):
+    """A module variable its own functions reassign (``global``: the current scale) is state, not code."""
+    from mmtoken import config
+
+    claim = ledger.REGISTRY["A.global.gd"].func
+    with config.use_scale("paper"):
+        assert fingerprint.changes(claim) is None
+
+
 def review_entries() -> dict:
-    """The cached entry points of chapter 12's runs, whose code their keys cover (review_seeds.cache_fingerprint)."""
-    from mmtoken.embeddings import review_regime, review_search, review_seeds
+    """The code of each kind of chapter 12's results: what their keys cover (the ``code`` of their store entries)."""
+    from mmtoken.embeddings import review_regime, review_runs, review_search, review_seeds
 
     return {
-        "seed": review_seeds.cached_seed,
-        "profile": review_seeds.cached_profile,
-        "search": review_search.cached_search,
-        "regime": review_regime.cached,
+        "seed": (review_seeds.run_seed, review_runs.prepare),
+        "profile": (review_seeds.profile, review_runs.prepare),
+        "search": (review_search.search,),
+        "regime": (review_regime.run, review_runs.prepare),
     }
 
 
 def review_keys(root: Path) -> dict[str, str]:
     index = fingerprint.Index(root)
-    return {k: index.digest(fingerprint.roots_of(f)) for k, f in review_entries().items()}
+    return {k: index.digest([r for f in code for r in fingerprint.roots_of(f)]) for k, code in review_entries().items()}
 
 
 def edit_statement(path: Path, start: str) -> None:
@@ -177,12 +204,10 @@ def edit_statement(path: Path, start: str) -> None:
 def test_review_run_keys_cover_the_training_and_not_the_figures(scratch):
     """A real-review run's key changes with any function its training calls (the tokenizer, the losses, the
     statistics, the model, phase two, the protocol) and with none of the chapter's figures, tables or claims."""
-    from mmtoken.embeddings import review_seeds
-
     before = review_keys(scratch)
-    assert before == {k: fingerprint.of(f) for k, f in review_entries().items()}, "the scratch copy keys as the package"
+    assert before == {k: fingerprint.of(*code) for k, code in review_entries().items()}, "the scratch copy keys alike"
     assert len(set(before.values())) == len(before)
-    closure = set(fingerprint.index().closure(fingerprint.roots_of(review_seeds.cached_seed)))
+    closure = set(fingerprint.index().closure([r for f in review_entries()["seed"] for r in fingerprint.roots_of(f)]))
     assert {
         ("mmtoken.datasets.tokenize", "encode"),
         ("mmtoken.attention.losses", "logistic"),

@@ -211,13 +211,16 @@ def test_settings_take_any_sequence_of_starts_and_reject_bad_ones():
 
 
 def test_a_changed_setting_is_cached_under_a_name_of_its_own():
+    """The store names the file by the settings' values with their types (issue 42, item 2): another step size, or
+    the same number of steps written as a float (equal as a dataclass), is a file of its own."""
     from mmtoken.book import resultcache
 
-    assert resultcache.settings_name("published", ch02_global.Settings()) == "published"
-    other = resultcache.settings_name("published", ch02_global.Settings(lr=0.5))
-    assert other.startswith("published-") and other != resultcache.settings_name(
-        "published", ch02_global.Settings(lr=0.2)
-    )
+    S = ch02_global.Settings
+    name = lambda s: resultcache.path_of(ch02_global.CHAPTER, "published", s).name  # noqa: E731
+    assert name(S()) == name(S(starts=[list(p) for p in S().starts]))  # the same values: the same file
+    assert S(published_steps=1000.0) == S() and name(S(published_steps=1000.0)) != name(S())
+    assert len({name(S()), name(S(lr=0.5)), name(S(lr=0.2))}) == 3
+    assert all(name(s).startswith("published-") for s in (S(), S(lr=0.5)))
 
 
 def test_run_with_other_settings_uses_them(tmp_path, monkeypatch):
@@ -228,4 +231,6 @@ def test_run_with_other_settings_uses_them(tmp_path, monkeypatch):
     assert r.settings == s and r.published.p.shape == (201, 2, 2) and r.long.steps[-1] == 400
     assert np.all(r.long.norm[-1] <= 3 + 0.5 * 400) and np.all(r.long.norm[-1] >= 0.5 * 400 - 10)
     np.testing.assert_allclose(r.gmm, instances.fig1("global").gmm().x)
-    assert list((tmp_path / "data" / "results" / "ch02_global").glob("published-*.npz"))
+    from mmtoken.book import resultcache
+
+    assert resultcache.path_of(ch02_global.CHAPTER, "published", s).is_file()

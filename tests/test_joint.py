@@ -264,8 +264,8 @@ def test_settings_one_size_is_a_grid_of_one_and_bad_values_are_named():
         and s == ch08_random.Settings(d=[20])
         and s.cells == [(2, 3, 20), (2, 5, 20), (4, 3, 20), (4, 5, 20)]
     )
-    assert ch08_random.Settings.at("quick") == ch08_random.Settings()
-    assert ch08_random.Settings.at("paper").total == 48_000
+    assert ch08_random.settings("quick") == ch08_random.Settings()
+    assert ch08_random.settings("paper").total == 48_000
     for bad, name in (
         (dict(T=1), "T must be"),
         (dict(d=(4, 4)), "d must be"),

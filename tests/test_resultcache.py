@@ -1,7 +1,9 @@
-"""The results cache shared by the package: locks, recorded claim results,
-no folders created by importing or by asking for a path, and every kind of damage to a stored result.
+"""The one store (mmtoken.book.resultcache): one file name keyed by the configuration's values with their types,
+one lock, results read from the data folder or the carried trained runs, every kind of damage refused, nothing
+created by importing, and a computation that fails or cannot be stored handled without hiding it.
 """
 
+import dataclasses
 import errno
 import io
 import json
@@ -12,14 +14,13 @@ import subprocess
 import sys
 import time
 import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from mmtoken import config
-from mmtoken.book import ledger, resultcache
-from mmtoken.chapters import load_all
+from mmtoken.book import resultcache
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,28 +28,89 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def data(tmp_path, monkeypatch):
     monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("MMTOKEN_TRAINED", str(tmp_path / "trained"))
     return tmp_path / "data"
 
 
+def _entry():
+    return {"a": np.arange(6.0).reshape(2, 3), "b": np.array([1, 2], dtype=np.int32)}, {"note": "x", "n": 2}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    steps: int = 1000
+    lr: float = 0.1
+
+
+# --------------------------------------------------------------------------- one file name, typed keys
+def test_the_key_covers_each_value_with_its_type():
+    keys = {
+        resultcache.key("published", c)
+        for c in (
+            Settings(),
+            Settings(steps=1000.0),  # equal to Settings() by ==, another setting for the store
+            Settings(steps=True),
+            Settings(lr=0.1000000001),
+            {"steps": 1000, "lr": 0.1},
+            [1000, 0.1],
+            (1000, 0.1),
+            np.arange(3),
+            np.arange(3.0),
+        )
+    }
+    assert len(keys) == 9
+    assert Settings(steps=1000.0) == Settings()  # why a key by == (or by repr) is not enough
+    assert resultcache.key("published", Settings()) == resultcache.key("published", Settings())
+    assert resultcache.key("published", {"a": 1, "b": 2}) == resultcache.key("published", {"b": 2, "a": 1})
+
+
+def test_an_unkeyable_configuration_is_refused_by_type():
+    with pytest.raises(TypeError, match="cannot be keyed on a object"):
+        resultcache.key("x", {"a": object()})
+
+
+def test_two_settings_equal_by_value_keep_two_files(data):
+    calls = []
+
+    def compute(s):
+        calls.append(s)
+        return {"steps": np.array(float(s.steps))}, {"type": type(s.steps).__name__}
+
+    for s in (Settings(), Settings(steps=1000.0), Settings(), Settings(steps=1000.0)):
+        _, meta = resultcache.cached("demo", "published", lambda s=s: compute(s), config=s, code=[compute])
+        assert meta["type"] == type(s.steps).__name__
+    assert len(calls) == 2  # each computed once; neither replaced the other
+    assert len(list((data / "results" / "demo").glob("published-*.npz"))) == 2
+
+
+def test_names_are_words_and_paths_live_under_results(data):
+    p = resultcache.path_of("real_reviews", "imdb/seed10", {"seed": 10})
+    assert p.parent == data / "results" / "real_reviews" / "imdb" and p.name.startswith("seed10-")
+    for bad in ("", "a b", "../x", "x/", "a/../b"):
+        with pytest.raises(ValueError, match="name"):
+            resultcache.path_of("demo", bad, {})
+    with pytest.raises(ValueError, match="owner"):
+        resultcache.path_of("../up", "x", {})
+
+
 # --------------------------------------------------------------------------- one computation per result
+def _slow_compute(data_dir, counter):
+    os.environ["MMTOKEN_DATA"] = str(data_dir)
 
-
-def _slow_compute(path, counter):
     def compute():
         with open(counter, "a") as fh:
             fh.write("computed\n")
         time.sleep(1.0)
         return {"a": np.arange(3.0)}, {"by": os.getpid()}
 
-    arrays, meta = resultcache.load_or_compute(path, "test/slow", "fp", compute)
+    arrays, meta = resultcache.cached("demo", "slow", compute, config={}, code=[_slow_compute])
     return float(arrays["a"].sum())
 
 
 def test_two_processes_asking_for_one_missing_result_compute_it_once(tmp_path):
-    path, counter = tmp_path / "r" / "slow.npz", tmp_path / "count.txt"
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(2) as pool:
-        sums = pool.starmap(_slow_compute, [(path, counter), (path, counter)])
+    counter = tmp_path / "count.txt"
+    with mp.get_context("spawn").Pool(2) as pool:
+        sums = pool.starmap(_slow_compute, [(tmp_path / "d", counter), (tmp_path / "d", counter)])
     assert sums == [3.0, 3.0]
     assert counter.read_text().count("computed") == 1
 
@@ -59,92 +121,119 @@ def test_lock_files_live_apart_from_results(tmp_path):
     assert (tmp_path / ".locks" / "x.npz.lock").exists() and not (tmp_path / "x.npz").exists()
 
 
-# --------------------------------------------------------------------------- recorded claim results
+def test_a_result_records_how_it_was_made(data):
+    resultcache.cached("demo", "made", _entry, config={})
+    (path,) = (data / "results" / "demo").glob("made-*.npz")
+    header, _ = resultcache.read_header(path)
+    made = header["made"]
+    assert made["cpu_seconds"] >= 0 and made["wall_seconds"] >= 0 and made["date"] == time.strftime("%Y-%m-%d")
+    assert "cores" in made["machine"] and made["roots"] == [["test_resultcache", "_entry"]]
 
 
-def test_a_claim_is_recorded_and_read_back(data):
-    load_all()
-    c = ledger.REGISTRY["core.grad_autograd"]
-    with config.use_scale("quick"):
-        assert ledger.read_record(c) is None
-        assert ledger.recorded(["core.grad_autograd"], compute_missing=False) == []
-        r = ledger.run_one(c)
-        back = ledger.read_record(c)
-        assert back == r and back.passed
-        assert ledger.recorded(["core.grad_autograd"], compute_missing=False) == [r]
-    with config.use_scale("paper"):  # another scale: another record
-        assert ledger.read_record(c) is None
-    path, name, fp = ledger.record_key(c, "quick")
-    assert Path(path).is_file() and name == "claims/quick/core.grad_autograd"
+# --------------------------------------------------------------------------- carried trained runs
+def test_a_carried_result_is_read_and_the_data_folder_is_left_alone(data, tmp_path):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return _entry()
+
+    e = resultcache.entry("vit", "run", config={"seed": 1}, code=[compute])
+    assert e.carried is not None and e.carried.is_relative_to(tmp_path / "trained")
+    resultcache.save(e.carried, e.title, e.fp, *_entry())  # as `make trained` leaves it
+    arrays, meta = resultcache.cached("vit", "run", compute, config={"seed": 1})
+    assert calls == [] and meta["note"] == "x" and not e.path.exists()
+    assert resultcache.stored("vit", "run", config={"seed": 1}, code=[compute])
+    resultcache.save(e.carried, e.title, "0" * 64, *_entry())  # trained by other code: not used
+    assert not resultcache.stored("vit", "run", config={"seed": 1}, code=[compute])
+    resultcache.cached("vit", "run", compute, config={"seed": 1})
+    assert calls == [1] and e.path.is_file()  # computed and stored in the data folder
 
 
-def test_a_damaged_or_foreign_record_counts_as_missing(data):
-    load_all()
-    c = ledger.REGISTRY["core.grad_autograd"]
-    with config.use_scale("quick"):
-        r = ledger.run_one(c)
-        path, name, fp = ledger.record_key(c)
-        Path(path).write_bytes(Path(path).read_bytes()[:40])  # truncated
-        assert ledger.read_record(c) is None
-        resultcache.save(path, name, "0" * 64, {}, {"result": r.to_dict()})  # other code
-        assert ledger.read_record(c) is None
-        resultcache.save(path, "claims/quick/core.att_svm_kkt", fp, {}, {"result": r.to_dict()})  # other claim
-        assert ledger.read_record(c) is None
-        again = ledger.recorded(["core.grad_autograd"])[0]  # recomputed and recorded again
-        assert again.passed and ledger.read_record(c) == again
+def test_no_carried_runs_when_switched_off(monkeypatch, data):
+    monkeypatch.setenv("MMTOKEN_TRAINED", "none")
+    assert resultcache.entry("vit", "run", config={}, code=[_entry]).carried is None
 
 
-def test_claims_defined_outside_the_package_are_not_recorded(data):
-    @ledger.claim("test.outside", statement="s", checks="c", threshold="t", chapter="tour")
-    def _outside():
-        return ledger.Measured(1.0, True)
+# --------------------------------------------------------------------------- damage
+def test_cache_roundtrip_and_each_kind_of_damage(data):
+    calls = []
 
-    try:
-        ledger.run_claims(["test.outside"])
-        assert not (data / "results").exists()
-    finally:
-        del ledger.REGISTRY["test.outside"]
+    def compute():
+        calls.append(1)
+        return _entry()
+
+    def get(expect=None):
+        return resultcache.cached("real_reviews", "imdb/seed10", compute, config={"seed": 10}, expect=expect)
+
+    arrays, meta = get({"a": (2, None)})
+    assert len(calls) == 1 and meta == {"note": "x", "n": 2} and np.array_equal(arrays["a"], _entry()[0]["a"])
+    get()
+    assert len(calls) == 1  # read back, not recomputed
+    e = resultcache.entry("real_reviews", "imdb/seed10", config={"seed": 10}, code=[compute])
+
+    def damaged(make):
+        make()
+        with pytest.warns(RuntimeWarning, match="recomputing"):
+            get({"a": (2, 3)})
+        resultcache.load(e.path, e.title, e.fp)  # replaced by a good file
+
+    other = resultcache.path_of("real_reviews", "rt/seed10", {"seed": 10})
+    resultcache.save(other, "real_reviews/rt/seed10", e.fp, *_entry())
+    damaged(lambda: shutil.copyfile(other, e.path))  # another data set's result copied over it
+    # other code, configuration or data: stale, replaced without a warning (the normal state after an edit)
+    resultcache.save(e.path, e.title, "fp0", *_entry())
+    with pytest.raises(resultcache.StaleResult):
+        resultcache.load(e.path, e.title, e.fp)
+    n = len(calls)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        get()
+    assert len(calls) == n + 1
+    damaged(lambda: e.path.write_bytes(e.path.read_bytes()[:200]))  # truncated
+    damaged(lambda: e.path.write_bytes(b"not a zip file at all"))  # garbage
+    damaged(lambda: resultcache.save(e.path, e.title, e.fp, {"a": np.zeros((5, 3))}, {}))  # another shape
+    damaged(lambda: np.savez(e.path, a=np.zeros(3)))  # no header
+
+    def missing_array():  # the header lists an array the file does not hold
+        resultcache.save(e.path, e.title, e.fp, *_entry())
+        with zipfile.ZipFile(e.path) as zin:
+            items = {n: zin.read(n) for n in zin.namelist() if n != "b.npy"}
+        with zipfile.ZipFile(e.path, "w") as zout:
+            for n, blob in items.items():
+                zout.writestr(n, blob)
+
+    damaged(missing_array)
+
+    def pickled():  # an object array cannot be read without unpickling: refused
+        header = {"format": resultcache.FORMAT, "name": e.title, "fingerprint": e.fp, "meta": {}}
+        header |= {"shapes": {"a": [1]}, "dtypes": {"a": "|O"}}
+        buf = io.BytesIO()
+        np.savez(buf, __header__=np.array(json.dumps(header)), a=np.array([object()], dtype=object))
+        e.path.write_bytes(buf.getvalue())
+
+    damaged(pickled)
+    assert len(calls) == 2 + 7
+    with pytest.raises(ValueError, match="object"):
+        resultcache.save(e.path, "n", "f", {"a": np.array([object()], dtype=object)}, {})
 
 
-def test_data_missing_claims_are_never_recorded(data):
-    @ledger.claim(
-        "test.absent",
-        statement="s",
-        checks="c",
-        threshold="t",
-        chapter="tour",
-        kind="observation",
-        requires=lambda: "get it with `make data`",
-    )
-    def _absent():
-        raise AssertionError("must not run without its data")
+def test_the_store_sweeps_leftover_temporary_files(data):
+    from mmtoken.datasets.download import STALE_SECONDS
 
-    try:
-        (r,) = ledger.recorded(["test.absent"])
-        assert r.status == "data missing" and r.missing.startswith("get it") and ledger.acceptable(r)
-        assert "data missing" in ledger.format_table([r])
-    finally:
-        del ledger.REGISTRY["test.absent"]
-
-
-def test_cli_reads_records_and_recomputes_on_request(data, capsys):
-    from mmtoken.__main__ import main
-
-    assert main(["claims", "--only", "core.grad_autograd", "--json"]) == 0
-    first = json.loads(capsys.readouterr().out)[0]
-    load_all()
-    path = ledger.record_key(ledger.REGISTRY["core.grad_autograd"], "quick")[0]
-    stamp = os.stat(path).st_mtime_ns
-    assert main(["claims", "--only", "core.grad_autograd", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)[0] == first and os.stat(path).st_mtime_ns == stamp  # read
-    time.sleep(0.01)
-    assert main(["claims", "--only", "core.grad_autograd", "--recompute"]) == 0
-    assert os.stat(path).st_mtime_ns != stamp  # rewritten
+    folder = data / "results" / "demo"
+    folder.mkdir(parents=True)
+    old, fresh, young = folder / "x.npz.abc.tmp", folder / "y.npz.part", folder / "z.npz.def.tmp"
+    for f in (old, fresh, young):
+        f.write_bytes(b"partial")
+    stale = time.time() - 2 * STALE_SECONDS
+    os.utime(old, (stale, stale))
+    os.utime(fresh, (stale, stale))
+    resultcache.cached("demo", "r", _entry, config={})
+    assert not old.exists() and not fresh.exists() and young.exists()  # a write in progress is left alone
 
 
 # --------------------------------------------------------------------------- no side effects on import
-
-
 def test_importing_every_module_creates_no_folder(tmp_path):
     where = tmp_path / "nothing-here"
     code = (
@@ -152,9 +241,8 @@ def test_importing_every_module_creates_no_folder(tmp_path):
         "for m in pkgutil.walk_packages(mmtoken.__path__, 'mmtoken.'):\n"
         "    if m.name != 'mmtoken.__main__':\n"
         "        importlib.import_module(m.name)\n"
-        "from mmtoken import config\nfrom mmtoken.book import ledger\n"
-        "from mmtoken.datasets.download import cache_dir\n"
-        "config.data_dir(); cache_dir('vit'); ledger.records_dir('quick')\n"
+        "from mmtoken import config\nfrom mmtoken.book import ledger, records, resultcache\n"
+        "config.data_dir(); resultcache.path_of('vit', 'x', {}); records.records_dir(ledger.RESULT, 'quick')\n"
         "from mmtoken.chapters import ch12_real_reviews  # noqa: F401\n"
         "assert 'B.yelp.accuracy' in ledger.REGISTRY\n"
     )
@@ -164,196 +252,20 @@ def test_importing_every_module_creates_no_folder(tmp_path):
     assert not where.exists()
 
 
-def test_a_read_only_data_folder_still_gives_results(tmp_path, monkeypatch):
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    monkeypatch.setenv("MMTOKEN_DATA", str(ro))
-
+# --------------------------------------------------------------------------- guard the cache, not the computation
+def test_a_read_only_data_folder_still_gives_results(data, monkeypatch):
     def refuse(*a, **k):  # root ignores permission bits: refuse as the OS would
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(resultcache, "locked", refuse)
     with pytest.warns(RuntimeWarning, match="results cache not used"):
-        arrays, _ = resultcache.experiment_result(
-            "mmtoken.chapters.ch02_global", "t", {}, lambda: ({"a": np.ones(2)}, {})
-        )
+        arrays, _ = resultcache.cached("demo", "t", lambda: ({"a": np.ones(2)}, {}), config={})
     assert arrays["a"].sum() == 2.0
-    load_all()
-    monkeypatch.setattr(resultcache, "save", refuse)
-    with config.use_scale("quick"), pytest.warns(RuntimeWarning, match="not recorded"):
-        (r,) = ledger.recorded(["core.grad_autograd"])
-    assert r.passed
 
 
-# ----------------------------------------------------------------------------- results that are folders
-
-
-def _folder_result(root, fp, name="demo", version=1):
-    tmp = root / "work.tmp-1"
-    tmp.mkdir(parents=True)
-    (tmp / "a.npz").write_bytes(b"abc" * 100)
-    (tmp / "history.json").write_text('{"x": 1}')
-    manifest = resultcache.write_manifest(tmp, name, version, fp)
-    target = root / manifest["key"]
-    resultcache.commit_folder(tmp, target)
-    return target, manifest
-
-
-def test_folder_result_round_trip_and_its_checks(tmp_path):
-    fp = {"code": "c", "config": "k", "data": "d"}
-    target, manifest = _folder_result(tmp_path, fp)
-    assert manifest["key"] == resultcache.folder_key("demo", 1, fp) == target.name
-    assert set(manifest["files"]) == {"a.npz", "history.json"}
-    assert resultcache.check_folder(target, "demo", 1, fp, need=("a.npz",)) == manifest
-    assert resultcache.check_file(target, "a.npz") == target / "a.npz"
-    for args, reason in [
-        (("other", 1, fp), "names 'demo'"),
-        (("demo", 2, fp), "cache version 1"),
-        (("demo", 1, {**fp, "data": "e"}), "another data"),
-        (("demo", 1, fp, ("b.pt",)), "lacks \\['b.pt'\\]"),
-    ]:
-        with pytest.raises(resultcache.CacheError, match=reason):
-            resultcache.check_folder(target, *args)
-    (target / "a.npz").write_bytes(b"abc" * 99)  # truncated
-    with pytest.raises(resultcache.CacheError, match="a.npz does not match"):
-        resultcache.check_folder(target, "demo", 1, fp)
-    with pytest.raises(resultcache.CacheError, match="a.npz is missing or does not match"):
-        resultcache.check_file(target, "a.npz")
-    moved = target.with_name("0123456789abcdef")
-    target.rename(moved)
-    with pytest.raises(resultcache.CacheError, match="copied or renamed"):
-        resultcache.check_folder(moved, "demo", 1, fp)
-    (moved / resultcache.MANIFEST).write_text("[1, 2]")
-    with pytest.raises(resultcache.CacheError, match="does not hold a JSON object"):
-        resultcache.check_folder(moved, "demo", 1, fp)
-    (moved / resultcache.MANIFEST).unlink()
-    with pytest.raises(resultcache.CacheError, match="manifest.json is missing"):
-        resultcache.check_folder(moved, "demo", 1, fp)
-
-
-def test_commit_folder_replaces_an_old_result(tmp_path):
-    fp = {"code": "c"}
-    target, _ = _folder_result(tmp_path, fp)
-    (target / "stale.txt").write_text("old")
-    again, _ = _folder_result(tmp_path, fp)
-    assert again == target and not (target / "stale.txt").exists()
-    assert not list(tmp_path.glob("*.tmp-*"))
-
-
-# --------------------------------------------------------------------------- a stored result: damage and leftovers
-
-
-def _entry():
-    return {"a": np.arange(6.0).reshape(2, 3), "b": np.array([1, 2], dtype=np.int32)}, {"note": "x", "n": 2}
-
-
-def test_cache_roundtrip_and_each_kind_of_damage(tmp_path):
-    path = tmp_path / "imdb-seed10-x.npz"
-    calls = []
-
-    def compute():
-        calls.append(1)
-        return _entry()
-
-    arrays, meta = resultcache.load_or_compute(path, "real_reviews/imdb/seed10", "fp1", compute, {"a": (2, None)})
-    assert len(calls) == 1 and meta == {"note": "x", "n": 2} and np.array_equal(arrays["a"], _entry()[0]["a"])
-    resultcache.load_or_compute(path, "real_reviews/imdb/seed10", "fp1", compute)
-    assert len(calls) == 1  # read back, not recomputed
-
-    def damaged(make):
-        make()
-        with pytest.warns(RuntimeWarning, match="recomputing"):
-            resultcache.load_or_compute(path, "real_reviews/imdb/seed10", "fp1", compute, {"a": (2, 3)})
-        resultcache.load(path, "real_reviews/imdb/seed10", "fp1")  # replaced by a good file
-
-    other = tmp_path / "rt-seed10-x.npz"
-    resultcache.save(other, "real_reviews/rt/seed10", "fp1", *_entry())
-    damaged(lambda: shutil.copyfile(other, path))  # another data set's result
-    # other code, configuration or data: stale, replaced without a warning (the normal state after an edit)
-    resultcache.save(path, "real_reviews/imdb/seed10", "fp0", *_entry())
-    with pytest.raises(resultcache.StaleResult):
-        resultcache.load(path, "real_reviews/imdb/seed10", "fp1")
-    n = len(calls)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        resultcache.load_or_compute(path, "real_reviews/imdb/seed10", "fp1", compute)
-    assert len(calls) == n + 1
-    resultcache.load(path, "real_reviews/imdb/seed10", "fp1")
-    damaged(lambda: path.write_bytes(path.read_bytes()[:200]))  # truncated
-    damaged(lambda: path.write_bytes(b"not a zip file at all"))  # garbage
-    damaged(lambda: resultcache.save(path, "real_reviews/imdb/seed10", "fp1", {"a": np.zeros((5, 3))}, {}))  # shape
-    damaged(lambda: np.savez(path, a=np.zeros(3)))  # no header
-
-    def missing_array():  # header lists an array the file does not hold
-        resultcache.save(path, "real_reviews/imdb/seed10", "fp1", *_entry())
-        import zipfile
-
-        with zipfile.ZipFile(path) as zin:
-            items = {n: zin.read(n) for n in zin.namelist() if n != "b.npy"}
-        with zipfile.ZipFile(path, "w") as zout:
-            for n, data in items.items():
-                zout.writestr(n, data)
-
-    damaged(missing_array)
-
-    def pickled():  # an object array cannot be read without unpickling: refused
-        import io
-        import json
-
-        buf = io.BytesIO()
-        np.savez(
-            buf,
-            __header__=np.array(
-                json.dumps(
-                    {
-                        "format": 1,
-                        "name": "real_reviews/imdb/seed10",
-                        "fingerprint": "fp1",
-                        "meta": {},
-                        "shapes": {"a": [1]},
-                        "dtypes": {"a": "|O"},
-                    }
-                )
-            ),
-            a=np.array([object()], dtype=object),
-        )
-        path.write_bytes(buf.getvalue())
-
-    damaged(pickled)
-    assert len(calls) == 1 + 8
-    with pytest.raises(ValueError, match="object"):
-        resultcache.save(path, "n", "f", {"a": np.array([object()], dtype=object)}, {})
-
-
-def test_stored_says_whether_load_would_succeed(tmp_path):
-    path = tmp_path / "rt-small10-x.npz"
-    name = "real_reviews/rt/reviews-small10"
-    assert not resultcache.stored(path, name, "fp1")  # absent
-    resultcache.save(path, name, "fp1", *_entry())
-    assert resultcache.stored(path, name, "fp1")
-    assert not resultcache.stored(path, name, "fp0")  # other code: stale
-    assert not resultcache.stored(path, "real_reviews/rt/control-small10", "fp1")  # another result
-    path.write_bytes(path.read_bytes()[:40])  # truncated
-    assert not resultcache.stored(path, name, "fp1")
-
-
-def test_cache_sweeps_leftover_temporary_files(tmp_path):
-    old, fresh = tmp_path / "x.npz.abc.tmp", tmp_path / "y.npz.part"
-    young = tmp_path / "z.npz.def.tmp"
-    for f in (old, fresh, young):
-        f.write_bytes(b"partial")
-    stale = time.time() - 2 * resultcache.STALE_SECONDS
-    os.utime(old, (stale, stale))
-    os.utime(fresh, (stale, stale))
-    resultcache.load_or_compute(tmp_path / "r.npz", "n", "f", _entry)
-    assert not old.exists() and not fresh.exists() and young.exists()  # a write in progress is left alone
-
-
-# ----------------------------------------------------------------------------- issue 28.2: guard the cache, not the computation
-def test_an_error_inside_compute_propagates_unchanged_and_computes_once(tmp_path, monkeypatch):
+def test_an_error_inside_compute_propagates_unchanged_and_computes_once(data):
     from mmtoken.datasets.download import DatasetMissing
 
-    monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / "data"))
     calls = []
 
     def compute():
@@ -363,49 +275,73 @@ def test_an_error_inside_compute_propagates_unchanged_and_computes_once(tmp_path
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no misleading "cache not used" warning either
         with pytest.raises(DatasetMissing, match="not here"):
-            resultcache.experiment_result("mmtoken.chapters.ch02_global", "t", {}, compute)
+            resultcache.cached("demo", "t", compute, config={})
     assert calls == [1]
 
 
+class _Full(io.RawIOBase):
+    def __init__(self, err):
+        self.err = err
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        raise OSError(self.err, os.strerror(self.err))
+
+
 @pytest.mark.parametrize("err", [errno.ENOSPC, errno.EFBIG])
-def test_a_full_disk_keeps_the_finished_result(tmp_path, monkeypatch, err):
+def test_a_full_disk_keeps_the_finished_result(data, monkeypatch, err):
     from mmtoken.datasets import download
 
-    monkeypatch.setenv("MMTOKEN_DATA", str(tmp_path / "data"))
     calls = []
 
     def compute():
         calls.append(1)
         return {"a": np.arange(3.0)}, {"note": 1}
 
-    class Full(io.RawIOBase):
-        def writable(self):
-            return True
-
-        def write(self, b):
-            raise OSError(err, os.strerror(err))
-
     real = os.fdopen
-    monkeypatch.setattr(download.os, "fdopen", lambda fd, mode="r", *a, **k: (os.close(fd), Full())[1])
+    monkeypatch.setattr(download.os, "fdopen", lambda fd, mode="r", *a, **k: (os.close(fd), _Full(err))[1])
     with pytest.warns(RuntimeWarning, match="results cache not used"):
-        arrays, meta = resultcache.experiment_result("mmtoken.chapters.ch02_global", "t", {}, compute)
+        arrays, meta = resultcache.cached("demo", "t", compute, config={})
     monkeypatch.setattr(download.os, "fdopen", real)
     assert calls == [1] and arrays["a"].tolist() == [0.0, 1.0, 2.0] and meta == {"note": 1}
-    assert not list((tmp_path / "data").rglob("*.npz")) and not list((tmp_path / "data").rglob("*.tmp"))
+    assert not list(data.rglob("*.npz")) and not list(data.rglob("*.tmp"))
 
 
 @pytest.mark.parametrize("err", [errno.ENOSPC, errno.EFBIG])
 def test_atomic_write_bytes_raises_the_documented_error(tmp_path, monkeypatch, err):
     from mmtoken.datasets import download
 
-    class Full(io.RawIOBase):
-        def writable(self):
-            return True
-
-        def write(self, b):
-            raise OSError(err, os.strerror(err))
-
-    monkeypatch.setattr(download.os, "fdopen", lambda fd, mode="r", *a, **k: (os.close(fd), Full())[1])
+    monkeypatch.setattr(download.os, "fdopen", lambda fd, mode="r", *a, **k: (os.close(fd), _Full(err))[1])
     with pytest.raises(download.DataFolderError, match=f"cannot write .*x.bin .{os.strerror(err)}"):
         download.atomic_write_bytes(tmp_path / "x.bin", b"data")
     assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- one writer
+WRITERS = {
+    "mmtoken/book/resultcache.py": "the one store: every computed result and record",
+    "mmtoken/datasets/download.py": "the downloaded files themselves and where they came from (source.json)",
+    "mmtoken/datasets/fashion_mnist.py": "the downloaded idx files, through download.atomic_write_bytes",
+    "mmtoken/book/plotting.py": "figures, to the folder `mmtoken figures --out` names (not the data folder)",
+    "mmtoken/book/trained.py": "book/trained (make trained), copies of the store's own files",
+}
+WRITE = r"np\.savez|json\.dump\(|torch\.save|\.write_text\(|\.write_bytes\(|open\([^)]*['\"][wax]b?\+?['\"]"
+WRITE += r"|atomic_write_bytes\(|os\.fdopen|\.tofile\(|pickle\.dump"
+
+
+def test_only_the_store_writes_result_files():
+    """Issue 42: every result reaches disk through mmtoken.book.resultcache; the few other writers write what is not a
+    result (downloads, figures, the carried copies), each listed with why."""
+    import re
+
+    pattern = re.compile(WRITE)
+    found = {}
+    for path in sorted((ROOT / "mmtoken").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        hits = [n for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line.split("#")[0])]
+        if hits:
+            found[rel] = hits
+    assert set(found) <= set(WRITERS), {k: v for k, v in found.items() if k not in WRITERS}
+    assert "mmtoken/book/resultcache.py" in found  # the pattern does see a writer

@@ -47,3 +47,21 @@ def test_small_initialisation_is_chapter_11s_scale_with_a_one_over_margin_budget
 def test_cached_rejects_an_unknown_run():
     with pytest.raises(ValueError, match="which"):
         review_regime.cached(10, "other", small=True)
+
+
+def test_each_run_of_the_protocol_has_its_own_name_and_key():
+    """``regime_result`` names a run by what it runs on, its initialisation, seed and budget; the control's key covers
+    the data model's sizes and the code that draws it, the reviews' does not; ``regime_setup`` is the setup it keys."""
+    ds = toy_dataset()
+    reviews = review_regime.regime_result(10, ds=ds)
+    assert reviews.name == "rt/reviews-regime10" and reviews.data == ds.fingerprint
+    assert reviews.config == {"setup": review_regime.REGIME, "seed": 10}
+    assert reviews.code == (review_regime.run, review_runs.prepare)
+    control = review_regime.regime_result(11, "control", steps=300, small=True, ds=ds)
+    assert control.name == "rt/control-small11-300" and control.code[-1] is review_regime.control_data
+    assert control.config["control"] == review_regime.CONTROL
+    assert control.config["setup"] == review_regime.regime_setup(300, small=True)
+    assert review_regime.regime_setup(300, small=True).p2_steps == 300
+    assert review_regime.regime_setup(small=True) == review_regime.SMALL
+    with pytest.raises(ValueError, match="which"):
+        review_regime.regime_result(10, "other", ds=ds)

@@ -33,3 +33,18 @@ def test_search_chooses_the_best_validation_trial(monkeypatch):
     assert all(len(r["val_accuracy"]) == 3 for r in records if r["run"] != "bow")
     bows = {r["value"]: r["best"] for r in records if r["factor"] == "bow_C"}
     assert chosen.bow_C == max(bows, key=lambda c: (bows[c], -list(bows).index(c)))
+
+
+def test_the_search_is_keyed_by_its_start_grid_and_data(monkeypatch):
+    """``search_result`` names the search ``<data set>/search``, keyed by its start, the grid, the epochs tried, the
+    validation split and seed, and the code of :func:`search`; a changed grid is another result."""
+    ds = toy_dataset()
+    key = review_search.search_result("rt", ds)
+    assert key.name == "rt/search" and key.code == (review_search.search,) and key.data == ds.fingerprint
+    assert key.config["start"] == review_search.START["rt"] and key.config["grid"] == review_search.GRID
+    monkeypatch.setattr(review_search, "GRID", dict(review_search.GRID, bow_C=(1.0,)))
+    assert review_search.search_result("rt", ds).config != key.config
+    with pytest.raises(ValueError, match="dataset"):
+        review_search.search_result("sst2", ds)
+    with pytest.raises(ValueError, match="dataset"):
+        review_search.cached_search("sst2")

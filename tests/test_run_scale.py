@@ -1,12 +1,16 @@
-"""Every chapter's published settings follow the current scale (``config.set_scale`` / ``config.use_scale``).
+"""Every chapter's experiment is run the same way and follows the current scale (``config.set_scale`` /
+``config.use_scale``).
 
-``settings(scale=None)`` must read :func:`mmtoken.config.scale` each time it is
-called: a memoised result would keep the first scale's after ``set_scale`` (the
-bug chapter 9 had). The generic test stops each call at the moment it reads the
-scale, so nothing is computed; ``run`` itself is memoised on the settings, which
-differ between the scales.
+One convention (issue 42, item 5): a module function ``settings(scale=None)`` gives the published settings, and
+``run(s: Settings | None = None)`` runs them, ``None`` meaning ``settings()`` at the current scale, and returns a
+result object (not a dict). ``settings()`` must read :func:`mmtoken.config.scale` each time it is called: a memoised
+result would keep the first scale's after ``set_scale`` (the bug chapter 9 had), and so must a bare ``run()``, so
+its memo is keyed by the resolved settings, never by ``None``. The generic tests stop each call at the moment it
+reads the scale, so nothing is computed.
 """
 
+import collections.abc
+import dataclasses
 import inspect
 
 import numpy as np
@@ -17,32 +21,65 @@ from mmtoken.chapters import load_all
 
 ALL = {name: m for name, m in load_all().items() if callable(getattr(m, "run", None))}
 FORM = {name: m for name, m in ALL.items() if m.__name__.startswith(chapters.PACKAGE + ".")}
-"""Generated chapter modules: ``run(settings)``, the published settings at the current scale from
-``settings(scale=None)`` (or ``Settings.at(scale=None)``)."""
+"""Generated chapter modules: ``run(s=None)`` and the published settings at the current scale from
+``settings(scale=None)``."""
 
 
 class ReadScale(Exception):
     """Raised by the patched ``config.scale``: ``run()`` read the current scale."""
 
 
+def _read_scale():
+    raise ReadScale
+
+
 def test_every_chapter_module_has_a_run():
-    assert {"ch09_vit_sparsity", "ch12_real_reviews"} <= set(FORM) and FORM == ALL  # no experiments module left
+    assert {"ch09_vit_sparsity", "ch12_real_reviews", "ch00_tour", "app_saturation"} <= set(FORM) and FORM == ALL
 
 
 @pytest.mark.parametrize("name", sorted(FORM))
 def test_chapter_settings_read_the_current_scale_on_every_call(name, monkeypatch):
     m = FORM[name]
-    published = getattr(m, "settings", None) or m.Settings.at
-    assert "scale" in inspect.signature(published).parameters, f"{name}: its settings take no scale"
-    assert isinstance(published("quick"), m.Settings) and isinstance(published("paper"), m.Settings)
-
-    def scale():
-        raise ReadScale
-
-    monkeypatch.setattr(config, "scale", scale)
+    assert callable(getattr(m, "settings", None)), f"{name}: no settings(scale=None) function"
+    assert "scale" in inspect.signature(m.settings).parameters, f"{name}: its settings take no scale"
+    assert isinstance(m.settings("quick"), m.Settings) and isinstance(m.settings("paper"), m.Settings)
+    monkeypatch.setattr(config, "scale", _read_scale)
     for _ in range(2):  # every call, not only the first
         with pytest.raises(ReadScale):
-            published()
+            m.settings()
+
+
+@pytest.mark.parametrize("name", sorted(FORM))
+def test_run_takes_optional_settings_and_returns_a_result_object(name):
+    m = FORM[name]
+    sig = inspect.signature(m.run, follow_wrapped=False)  # what the reader calls, not a memo's inner function
+    assert [(p.name, p.default) for p in sig.parameters.values()] == [("s", None)], (
+        f"{name}: run must be run(s: Settings | None = None), got run{sig}"
+    )
+    assert sig.parameters["s"].annotation == (m.Settings | None), f"{name}: run's s is not a Settings | None"
+    result = sig.return_annotation
+    assert inspect.isclass(result) and not issubclass(result, collections.abc.Mapping), (
+        f"{name}: run must return a result object, got {result!r}"
+    )
+    assert dataclasses.is_dataclass(result) or issubclass(result, tuple), f"{name}: {result!r} is no result object"
+
+
+@pytest.mark.parametrize("name", sorted(FORM))
+def test_a_bare_run_reads_the_current_scale_on_every_call(name, monkeypatch):
+    """``run()`` asks :func:`mmtoken.config.scale` before anything is computed or looked up in a memo: a bare
+    ``run()`` after ``set_scale("paper")`` runs the paper settings, never a memo of an earlier scale's."""
+    m = FORM[name]
+    monkeypatch.setattr(config, "scale", _read_scale)
+    for _ in range(2):
+        with pytest.raises(ReadScale):
+            m.run()
+
+
+def test_a_bare_run_is_the_memo_of_the_published_settings():
+    """The memo is keyed by the resolved settings: ``run()`` and ``run(settings())`` are one computation."""
+    tour = FORM["ch00_tour"]
+    with config.use_scale("quick"):
+        assert tour.run() is tour.run(tour.settings()) is tour.run(tour.Settings())
 
 
 def test_vit_sparsity_settings_follow_use_scale():

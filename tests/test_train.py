@@ -383,3 +383,78 @@ def test_polyak_warns_when_a_run_leaves_the_floats():
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         train.train_p(inst.problem(), [[0.0, 1.0]], steps=3000, lr=1.0, method="polyak")
+
+
+# --------------------------------------------------------------------------- the recorder of hand-written loops
+def test_recorder_keeps_the_trainers_steps_and_stops_after_the_last():
+    """The recorded steps are :func:`train.record_steps`' (every ``record_every``-th and the last), ``keep`` is
+    offered every state once and says when the loop ends: ``steps`` updates, none after the last state."""
+    from mmtoken.attention.recorder import Recorder
+
+    for steps, every in ((10, 3), (9, 3), (0, 5), (7, None), (4, 1)):
+        rec, x, updates = Recorder(steps, every), torch.zeros(2), 0
+        while rec.keep(x=x):
+            x = x + 1.0
+            updates += 1
+        assert updates == steps and list(rec.steps) == sorted(train.record_steps(steps, every))
+        assert rec["x"].shape == (len(rec.steps), 2) and torch.equal(
+            rec["x"][:, 0], torch.as_tensor(rec.steps, dtype=x.dtype)
+        )
+        with pytest.raises(RuntimeError, match="after the last"):
+            rec.keep(x=x)
+
+
+def test_recorder_matches_the_trainer_bit_for_bit(monkeypatch):
+    """Normalized GD written with a recorder is the trainer's torch loop: the same iterates at the same steps."""
+    from mmtoken.attention import grad
+    from mmtoken.attention.recorder import Recorder
+
+    monkeypatch.setenv("MMTOKEN_FASTPATH", "off")  # the torch loop (the compiled kernel agrees to rounding only)
+
+    inst = instances.fig1("global")
+    problem, p = inst.problem(), torch.as_tensor(inst.starts)
+    with torch.inference_mode():
+        rec = Recorder(50, 7)
+        while rec.keep(p=p):
+            p = p - 0.1 * grad.grad_p(problem, p).direction
+        h = train.train_p(problem, inst.starts, steps=50, lr=0.1, record_every=7, record_probs=False)
+    assert list(rec.steps) == list(h.steps) and torch.equal(rec["p"], h.p)
+
+
+def test_recorder_copies_what_it_keeps_and_stacks_arrays_too():
+    from mmtoken.attention.recorder import Recorder
+
+    rec, a, t = Recorder(2, 1), np.zeros(3), torch.zeros(3)
+    while rec.keep(a=a, t=t):
+        a += 1.0  # in place: the kept copies must not follow
+        t += 1.0
+    assert isinstance(rec["a"], np.ndarray) and rec["a"][:, 0].tolist() == [0.0, 1.0, 2.0]
+    assert isinstance(rec["t"], torch.Tensor) and rec["t"][:, 0].tolist() == [0.0, 1.0, 2.0]
+    assert rec.names == ("a", "t") and "3 of 3 records" in repr(rec)
+
+
+@pytest.mark.parametrize(
+    "steps, every, match", [(-1, 1, "steps"), (2.5, 1, "steps"), (3, 0, "record_every"), (3, 1.5, "record_every")]
+)
+def test_recorder_names_a_bad_count(steps, every, match):
+    from mmtoken.attention.recorder import Recorder
+
+    with pytest.raises(ValueError, match=match):
+        Recorder(steps, every)
+
+
+def test_recorder_refuses_other_values_midway_and_unknown_names():
+    from mmtoken.attention.recorder import Recorder
+
+    rec = Recorder(3, 1)
+    with pytest.raises(ValueError, match="needs the values"):
+        rec.keep()
+    rec.keep(W=torch.zeros(1))
+    with pytest.raises(ValueError, match=r"given \['V'\] at step 1, the record holds \['W'\]"):
+        rec.keep(V=torch.zeros(1))
+    with pytest.raises(KeyError, match="no value 'V'"):
+        rec["V"]
+    with pytest.raises(ValueError, match="numeric"):
+        Recorder(1, 1).keep(W="text")
+    with pytest.raises(KeyError, match="no value 'W'"):
+        Recorder(2, 1)["W"]  # before the first keep

@@ -1,15 +1,19 @@
 """mmtoken.chapters.ch09_vit_sparsity (chapter 9's generated module): the verdicts, the [CLS] logits and their
-bound, the plots of a tiny study, the held-out seeds and the controls, the settings that name the cached runs."""
+bound, the plots of a tiny study, the held-out seeds and the controls, the settings that name the stored runs,
+``run(s=None)``, and the chapter's results computed from checkpoints, stored so that the carried runs suffice."""
 
 from __future__ import annotations
 
 import math
+import shutil
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 from toy_vit import TINY, small
 
+from mmtoken.book import resultcache
 from mmtoken.chapters import ch09_vit_sparsity as vs
 from mmtoken.vision import vit, vit_cache, vit_train
 from mmtoken.vision import vit_runs as runs
@@ -131,8 +135,8 @@ def test_plots_draw_from_a_tiny_study(tiny_data):
     assert set(vs.FIGURES) == {"fig-vit-training", "fig-vit-maps", "fig-vit-norms", "fig-vit-sparsity", "fig-vit-where"}
 
 
-# The recipe of the chapter's cached runs, written out: their cache keys are digests of these configurations
-# (with the code and the data), so a change of a default would retrain every run (and is caught here).
+# The recipe of the chapter's stored runs, written out: their keys are these configurations (with the code and the
+# data in the fingerprint), so a change of a default would retrain every run (and is caught here).
 QUICK = vit_cache.Experiment(
     dataset="fashion-mnist",
     model=vit.ViTConfig(image_size=28, channels=1, patch=4, width=48, depth=2, heads=1, mlp_ratio=2, init_std=0.02),
@@ -162,18 +166,21 @@ PAPER = vit_cache.Experiment(
 )
 
 
-def test_the_default_settings_are_the_recipe_of_the_cached_runs():
+def _path(exp):
+    return resultcache.path_of(vit_cache.OWNER, vit_cache.run_name(exp), exp)
+
+
+def test_the_default_settings_are_the_recipe_of_the_stored_runs():
     assert vs.experiment(vs.Settings()) == QUICK and vs.settings("quick") == vs.Settings()
     assert vs.experiment(vs.settings("paper")) == PAPER
-    assert runs.fingerprint(vs.experiment(), "") == runs.fingerprint(QUICK, "")
+    assert _path(vs.experiment()) == _path(QUICK) and _path(QUICK).name.startswith("seed13-")
 
 
 def test_a_setting_changes_the_run_and_its_key_not_the_chapters():
     one = vs.experiment(vs.Settings(epochs=1))
-    assert one.train.epochs == 1 and one != QUICK
-    assert runs.fingerprint(one, "")["config"] != runs.fingerprint(QUICK, "")["config"]
+    assert one.train.epochs == 1 and one != QUICK and _path(one) != _path(QUICK)
     few = vs.experiment(vs.Settings(n_validation=40_000))
-    assert few.n_validation == 40_000 and runs.fingerprint(few, "")["config"] != runs.fingerprint(QUICK, "")["config"]
+    assert few.n_validation == 40_000 and _path(few) != _path(QUICK)
     assert vs.experiment(vs.Settings(), seed=11) == QUICK.with_seed(11)
     assert not vs.experiment(vs.Settings(), test=False).test
     with pytest.raises(ValueError, match="Settings.dataset"):
@@ -198,8 +205,10 @@ def test_the_study_is_judged_on_held_out_seeds_and_the_controls_never_see_test_d
     assert paper["collapse"][0].map_epochs is None  # one epoch: the paper's map epochs would not fit
 
 
-def test_the_study_is_memoised_on_its_settings(monkeypatch):
-    """``run(s)`` trains (or loads) each settings' runs once; other settings are another study."""
+def test_the_study_is_memoised_on_its_settings_and_none_is_the_current_scale(monkeypatch):
+    """``run(s)`` trains (or loads) each settings' runs once; other settings are another study; ``run()`` is
+    ``run(settings())`` at the scale of the moment (the settings below are the tests' own, so that no later reader
+    of the memo meets the fake runs)."""
     asked = []
 
     class Fake:
@@ -211,11 +220,58 @@ def test_the_study_is_memoised_on_its_settings(monkeypatch):
         return [Fake(e) for e in asked[-1]]
 
     monkeypatch.setattr(vs.vit_runs, "run_experiments", fake)
-    run = vs.run.__wrapped__  # a memo of its own: the fake runs must not be what later tests read
-    memo = vs.functools.lru_cache(maxsize=None)(run)
-    monkeypatch.setattr(vs, "run", memo)
-    a, b = memo(vs.Settings(epochs=2)), memo(vs.Settings(epochs=2))
-    c = memo(vs.Settings(epochs=3))
+    mine = vs.Settings(epochs=2, smaller_lr=7.0)
+    a, b = vs.run(mine), vs.run(mine)
+    c = vs.run(replace(mine, epochs=3))
     assert a is b and c is not a and len(asked) == 2
     assert list(a.seeds) == list(vs.HELD_OUT_SEEDS) and a.seeds[13].experiment.train.epochs == 2
     assert list(a.collapse) == [vs.Settings().collapse_seed]
+    monkeypatch.setattr(vs, "settings", lambda scale=None: replace(mine, epochs=4))
+    assert vs.run().seeds[13].experiment.train.epochs == 4 and vs.run(None) is vs.run()
+    with pytest.raises(ValueError, match="Settings"):
+        vs.run({"epochs": 2})
+
+
+def test_train_accuracy_and_spread_check_are_stored_so_the_carried_runs_suffice(
+    tiny_data, tmp_path_factory, monkeypatch
+):
+    """Both read checkpoints once, then their stored results: with the carried runs (no checkpoints) and the
+    chapter's carried results the chapter needs no checkpoint; a retrained run (another digest) is computed again."""
+    trained = tmp_path_factory.mktemp("trained")
+    monkeypatch.setenv("MMTOKEN_TRAINED", str(trained))
+    r = runs.run_experiment(TINY)
+    acc, sc = vs.train_accuracy(r, n=64), vs.spread_check(r)
+    assert 0 <= acc <= 1 and sc["holds"].all() and sc["bound"].shape == (2,) and sc["holds"].dtype == bool
+    model = vit_cache.checkpoint(r, 2)  # the same numbers as computed directly
+    x, y = tiny_arrays_train()
+    idx = runs.split_indices(len(x), TINY.n_validation, TINY.split_seed)[0][:64]
+    assert acc == vit_train.evaluate(model, torch.as_tensor(x[idx]), torch.as_tensor(y[idx]), r.normalizer)[1]
+    results = tiny_data / "results"
+    stored = sorted(p.relative_to(results) for p in (results / vs.CHAPTER).rglob("*.npz"))
+    assert [p.parts[1] for p in stored] == ["spread_check", "train_accuracy"]
+    # carry the run and the chapter's results (never the checkpoints), then start from an empty data folder
+    for p in [r.entry.path.relative_to(results), *stored]:
+        (trained / p).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(results / p, trained / p)
+    shutil.rmtree(results)
+    carried = runs.run_experiment(TINY)
+    with pytest.raises(resultcache.CacheError, match="carried runs hold none"):
+        vit_cache.checkpoint(carried, 2)
+    assert vs.train_accuracy(carried, n=64) == acc
+    again = vs.spread_check(carried)
+    assert all(np.array_equal(again[k], sc[k]) for k in sc) and not list(results.rglob("*-checkpoints-*"))
+    with pytest.raises(resultcache.CacheError, match="carried runs hold none"):  # other arguments: computed
+        vs.train_accuracy(carried, n=32)
+    retrained = runs.run_experiment(TINY, retrain=True)  # in the data folder now, with its checkpoints
+    assert retrained.digest != carried.digest and vs.train_accuracy(retrained, n=32) >= 0
+    with pytest.raises(ValueError, match="n"):
+        vs.train_accuracy(retrained, n=0)
+    with pytest.raises(ValueError, match="layer"):
+        vs.spread_check(retrained, layer=1.0)
+
+
+def tiny_arrays_train():
+    from toy_vit import tiny_arrays
+
+    x, y = tiny_arrays()["train"]
+    return x.numpy(), y.numpy().astype(np.int64)

@@ -1,8 +1,11 @@
 """Toy review data shared by the tests of chapter 12's modules (review_phase_two, review_runs, review_search,
-review_regime, chapters.ch12_real_reviews) and of the tokenizer's cache: reviews drawn from paper B's data model,
-and a setup small enough to train every run in seconds."""
+review_regime, review_jobs, chapters.ch12_real_reviews) and of the tokenizer's cache: reviews drawn from paper B's
+data model, and a setup small enough to train every run in seconds (:data:`QUICK`: in about a second)."""
 
 from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
 
 import numpy as np
 
@@ -46,3 +49,11 @@ TINY = review_runs.Setup(
     p2_steps=60,
     scan=(-3.0, 0.0, 3.0),
 )
+QUICK = dataclasses.replace(TINY, epochs=1, epochs_v=1, epochs_uniform=1, p2_steps=5)
+"""TINY with one epoch per run and five evaluations of phase two: a seed in about a second (for the store's tests)."""
+
+
+def toy_corpus_file(folder: Path, name: str = "toy") -> tuple[corpus.TextDataset, Path]:
+    """The toy data set and its compact cache written under ``folder`` (what a worker process reads it from)."""
+    ds = toy_dataset(name=name)
+    return ds, corpus.save_cache(ds, Path(folder) / f"{name}-corpus.npz")

@@ -12,7 +12,6 @@ __all__ = [
     "log_excess",
     "primal",
     "run",
-    "head_direction",
     "run_joint",
     "run_kq",
 ]
@@ -250,7 +249,7 @@ def run(K, gamma, mask, q, k0, k1, lr, mode, mirror, loss_id, record, r0, out):
 
 
 @njit(cache=True)
-def head_direction(X, Y, K, gamma, q, loss_id, Gv):
+def _head_direction(X, Y, K, gamma, q, loss_id, Gv):
     """Unit direction of ``grad_v L`` into ``Gv`` (same formulas as :func:`mmtoken.attention.joint.grad_v`)."""
     n, T, d = X.shape
     m = K.shape[2]
@@ -315,7 +314,7 @@ def run_joint(X, Y, K, q, v, k0, k1, lr, lr_v, loss_id, record, r0, out_p, out_v
                         g += X[i, t, j] * v[b, j]
                     gamma[i, t] = Y[i] * g
             log_norm = gradient(K, gamma, mask, q[b], loss_id, logw, sgn, top, Gp)
-            head_direction(X, Y, K, gamma, q[b], loss_id, Gv)
+            _head_direction(X, Y, K, gamma, q[b], loss_id, Gv)
             if log_norm > -np.inf:
                 for j in range(m):
                     q[b, j] -= lr * Gp[j]

@@ -8,12 +8,12 @@ scalar copy, as compiled code cannot call these. Imports NumPy only.
 
 from __future__ import annotations
 
-__all__ = ["mirror_map", "inverse_mirror_map", "signed_power"]
+__all__ = ["mirror_map", "inverse_mirror_map"]
 
 import numpy as np
 
 
-def signed_power(x, e: float):
+def _signed_power(x, e: float):
     """``sign(x)|x|^e`` elementwise, for a NumPy array ``(...)`` or a torch tensor ``(...)``: the same type back."""
     sign = x.sign() if hasattr(x, "sign") else np.sign(x)  # torch tensors have .sign(), NumPy arrays do not
     return sign * abs(x) ** e
@@ -21,9 +21,9 @@ def signed_power(x, e: float):
 
 def mirror_map(p, q: float):
     """``theta = grad psi(p) = sign(p)|p|^(q-1)``, ``(...)``: mirror descent's dual variable."""
-    return signed_power(p, q - 1)
+    return _signed_power(p, q - 1)
 
 
 def inverse_mirror_map(theta, q: float):
     """``p = sign(theta)|theta|^(1/(q-1))``, ``(...)``: the primal point of the dual variable ``theta``."""
-    return signed_power(theta, 1 / (q - 1))
+    return _signed_power(theta, 1 / (q - 1))

@@ -181,7 +181,7 @@ def train_p(
     bar = progress if progress is not None else progress_enabled(steps * max(p.numel(), 1))
     if problem.K.device.type == "cpu" and fastpath.available() and fastpath.runs_loss(loss):
         h = _train_p_compiled(problem, p, steps, lr, method, loss, sorted(record), record_probs, bar, mirror_q)
-        return warn_non_finite(h, method)
+        return _warn_non_finite(h, method)
     rows: dict[str, list] = {"step": [], "p": [], "loss": [], "probs": []}
     theta = p if mirror_q == 2 else mirror_map(p, mirror_q)  # the dual variable of mirror descent
     for k in progress_bar(range(steps + 1), enabled=bar, desc=f"{method} GD"):
@@ -205,10 +205,10 @@ def train_p(
             step = g.direction * torch.where(torch.isfinite(g.log_norm), log_scale.exp(), 0.0).unsqueeze(-1)
         theta = theta - lr * step
     P, probs = stack_rows(rows["p"]), stack_rows(rows["probs"]) if record_probs else None
-    return warn_non_finite(History(np.array(rows["step"]), P, safe_norm(P), stack_rows(rows["loss"]), probs), method)
+    return _warn_non_finite(History(np.array(rows["step"]), P, safe_norm(P), stack_rows(rows["loss"]), probs), method)
 
 
-def warn_non_finite(h: History, method: str) -> History:
+def _warn_non_finite(h: History, method: str) -> History:
     """``h``, with a ``RuntimeWarning`` when some run's final iterate is not finite (it is kept as it is)."""
     bad = ~torch.isfinite(h.p[-1]).all(-1)
     if bool(bad.any()):
@@ -381,7 +381,6 @@ __all__ = [
     "History",
     "record_steps",
     "progress_flag",
-    "warn_non_finite",
     "stack_rows",
     "train_p",
     "regularization_path",

@@ -3,23 +3,25 @@
 Every claim names the nearest wrong answer its threshold must reject (``competitor=``) and a function applying
 the claim's own check to it (``against=``, :func:`mmtoken.book.ledger.claim`). A chapter evaluates the
 competitors when it evaluates its claims (:func:`mmtoken.book.report.chapter_claims`): they reuse the runs the
-claims just made (memoised in the kernel), so they cost almost nothing there. Each :class:`Verdict` is recorded
-in the results cache (``data/results/competitors/<scale>/<id>.npz``) under a fingerprint of the code of
-``against`` (:mod:`mmtoken.book.fingerprint`, followed transitively), the claim's texts and the scale, so the
-tests (``tests/test_competitors*.py``) read it instead of computing a chapter's runs again in another process.
+claims just made (memoised in the kernel), so they cost almost nothing there. In the book's own runs each
+:class:`Verdict` is recorded beside the claim's result (:data:`VERDICT`, :mod:`mmtoken.book.records`:
+``data/results/competitors/<scale>/``) under a fingerprint of the code of ``against``
+(:mod:`mmtoken.book.fingerprint`, followed transitively), the claim's texts and the scale, so the tests
+(``tests/test_competitors*.py``) read it instead of computing a chapter's runs again in another process.
 """
 
 from __future__ import annotations
 
-__all__ = ["Verdict", "evaluate", "record_key", "records_dir", "record", "read_record", "recorded", "run_all"]
+__all__ = ["Verdict", "evaluate", "VERDICT", "read_record", "recorded", "run_all"]
 
 import time
 import traceback
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from mmtoken.book.ledger import Claim, data_missing, jsonable, recordable, select
+from mmtoken.book import records
+from mmtoken.book.ledger import Claim, data_missing, jsonable, select
+from mmtoken.book.records import Kind
 
 
 @dataclass
@@ -60,44 +62,19 @@ def evaluate(c: Claim) -> Verdict:
     return Verdict(c.id, c.competitor, jsonable(measured), passed, round(time.perf_counter() - start, 2), error)
 
 
-def records_dir(scale: str) -> Path:
-    """Where the recorded verdicts of ``scale`` live (not created until something is recorded)."""
-    from mmtoken.config import data_dir
-
-    return data_dir() / "results" / "competitors" / scale
-
-
-def record_key(c: Claim, scale: str | None = None) -> tuple[str, str, str]:
-    """(path, name, fingerprint) of the verdict of claim ``c`` at ``scale`` (default: the current one); the
-    fingerprint covers the code of ``c.against`` and of :func:`evaluate`, the claim's texts and the scale."""
-    from mmtoken import config
-    from mmtoken.book import fingerprint, resultcache
-
-    if c.against is None:
-        raise ValueError(f"claim {c.id} has no against= function (no competitor check)")
-    scale = scale or config.scale()
-    if scale not in config.SCALES:
-        raise ValueError(f"scale must be one of {config.SCALES}, got {scale!r}")
-    text = {k: getattr(c, k) for k in ("id", "checks", "kind", "threshold", "chapter", "competitor")}
-    code = fingerprint.index().digest(fingerprint.roots_of(c.against) + [(__name__, "evaluate")])
-    fp = resultcache.fingerprint(code, {"competitor": text, "scale": scale}, "")
-    return str(records_dir(scale) / f"{c.id}.npz"), f"competitors/{scale}/{c.id}", fp
-
-
-def record(c: Claim, v: Verdict) -> None:
-    """Store ``v``, the verdict of claim ``c`` at the current scale; not when its data are missing (that depends
-    on the disk, not on the code), nor for a check defined outside the package (a test's, a reader's edit)."""
-    if not v.missing and recordable(c.against):
-        from mmtoken.book.resultcache import save_record
-
-        save_record(*record_key(c), {"verdict": asdict(v)}, f"claim {c.id}: competitor verdict")
+VERDICT = Kind(
+    "competitors",
+    "verdict",
+    "against",
+    (__name__, "evaluate"),
+    ("id", "checks", "kind", "threshold", "chapter", "competitor"),
+)
+"""The record of a claim's competitor check (:mod:`mmtoken.book.records`)."""
 
 
 def read_record(c: Claim, scale: str | None = None) -> Verdict | None:
     """The recorded verdict of claim ``c`` at ``scale``, or ``None`` if none is valid for today's code."""
-    from mmtoken.book import resultcache
-
-    meta = resultcache.read_record(*record_key(c, scale), "verdict")
+    meta = records.read_record(c, VERDICT, scale)
     try:
         return Verdict(**meta) if meta is not None else None
     except TypeError:  # a record of another layout
@@ -105,21 +82,21 @@ def read_record(c: Claim, scale: str | None = None) -> Verdict | None:
 
 
 def recorded(c: Claim, compute_missing: bool = True) -> Verdict | None:
-    """The verdict of claim ``c``, read from its record; evaluated now and recorded when there is none and
-    ``compute_missing`` (another process evaluating it is waited for), else ``None``."""
+    """The verdict of claim ``c``, read from its record; evaluated now (and recorded, in the book's own runs) when
+    there is none and ``compute_missing`` (another process evaluating it is waited for), else ``None``."""
     v = read_record(c)
     if v is not None or not compute_missing:
         return v
-    if not recordable(c.against):  # a test's or a reader's check: evaluated, no record nor lock file
+    if not records.recordable(c.against):  # a reader's session or a test's check: evaluated, no record nor lock
         return evaluate(c)
     from mmtoken.book.resultcache import record_once
 
     def compute() -> Verdict:
         v = evaluate(c)
-        record(c, v)
+        records.record(c, VERDICT, asdict(v))
         return v
 
-    return record_once(record_key(c)[0], lambda: read_record(c), compute)
+    return record_once(records.record_key(c, VERDICT)[0], lambda: read_record(c), compute)
 
 
 def run_all(only: list[str]) -> list[Verdict]:
@@ -128,6 +105,6 @@ def run_all(only: list[str]) -> list[Verdict]:
     for c in select(only):
         if c.against is not None:
             v = evaluate(c)
-            record(c, v)
+            records.record(c, VERDICT, asdict(v))
             out.append(v)
     return out

@@ -29,7 +29,8 @@ __all__ = [
     "versions",
     "index",
     "roots_of",
-    "outside_key",
+    "changes",
+    "is_book_code",
     "of",
     "code_text",
 ]
@@ -39,9 +40,13 @@ import copy
 import functools
 import hashlib
 import inspect
+import re
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from mmtoken.book import edits
 
 PACKAGE = "mmtoken"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -51,11 +56,14 @@ OUTSIDE = frozenset(
         "mmtoken.book.plotting",  # draws results, computes none
         "mmtoken.book.resultcache",  # stores and validates results (its format has a version of its own)
         "mmtoken.book.fingerprint",  # this module: how results are keyed, not what they are
+        "mmtoken.book.edits",  # how a process's code is compared with the source: keying, not computing
+        "mmtoken.workers",  # which process computes a result, not what it is
         "mmtoken.datasets.download",  # fetches files, verified by their SHA-256 (the data's own key)
     }
 )
 """Modules whose definitions never enter a fingerprint."""
 
+_CHAPTER = re.compile(r'^CHAPTER = "([^"]+)"$', re.MULTILINE)
 WHOLE = "*"
 """The name standing for every definition of a module (a module used as a value, a star import)."""
 
@@ -80,6 +88,8 @@ class Index:
         self._modules: dict[str, Module] = {}
         self._files: dict[str, Path | None] = {}
         self._digests: dict[tuple[Node, ...], str] = {}
+        self._closures: dict[tuple[Node, ...], list[Node]] = {}
+        self._chapters: dict[str, str] | None = None
 
     # ------------------------------------------------------------------ files and modules
     def file(self, name: str) -> Path | None:
@@ -124,6 +134,17 @@ class Index:
             mod.refs[target] = {n for n in refs if n[0] != name or n[1] in mod.defs or n[1] in ("", WHOLE)}
         return mod
 
+    # ------------------------------------------------------------------ the chapters' modules
+    def chapter_module(self, chapter: object) -> str | None:
+        """The generated module (``mmtoken.chapters.ch02_global``) whose ``CHAPTER`` constant is ``chapter``
+        (``"02_global"``), read from the files under ``chapters/`` (nothing is imported); ``None`` if none."""
+        if self._chapters is None:
+            self._chapters = {}
+            for path in sorted((self.root / "chapters").glob("*.py")):
+                if m := _CHAPTER.search(path.read_text(encoding="utf-8")):
+                    self._chapters[m.group(1)] = f"{PACKAGE}.chapters.{path.stem}"
+        return self._chapters.get(chapter) if isinstance(chapter, str) else None
+
     # ------------------------------------------------------------------ the closure
     def resolve(self, node: Node, seen: frozenset[Node] = frozenset()) -> set[Node]:
         """The definitions ``node`` stands for (an import followed to the module defining the name)."""
@@ -144,7 +165,13 @@ class Index:
 
     def closure(self, roots: Iterable[Node]) -> list[Node]:
         """Every definition the ``roots`` reference, transitively, with the import-time statements of
-        each module they live in and of its packages; sorted."""
+        each module they live in and of its packages; sorted (computed once per set of roots)."""
+        key = tuple(sorted(set(roots)))
+        if key not in self._closures:
+            self._closures[key] = self._closure(key)
+        return self._closures[key]
+
+    def _closure(self, roots: tuple[Node, ...]) -> list[Node]:
         todo = [n for r in roots for n in self.resolve(r)]
         seen: set[Node] = set()
         while todo:
@@ -299,39 +326,71 @@ def index() -> Index:
 
 def roots_of(func: Callable) -> list[Node]:
     """The definition ``func`` (unwrapped) lives in: itself at module level, the module-level function whose
-    body defines it (``f.<locals>.g`` -> ``f``), or its whole module for a module-level lambda. A chapter
-    notebook's code lives in its generated module (:func:`mmtoken.chapters.notebook_home`): in all of it if
-    the reader edited it, in none outside the chapters (:func:`outside_key` tells such code apart)."""
-    from mmtoken.chapters import home_of
-
+    body defines it (``f.<locals>.g`` -> ``f``), or its whole module for a module-level lambda. Code run in a
+    chapter's notebook (``__main__``, with the chapter's ``CHAPTER`` constant) lives in the chapter's generated
+    module (:meth:`Index.chapter_module`); other ``__main__`` code in no module (``[]``)."""
     func = inspect.unwrap(func)
     module = func.__module__
-    home = home_of(func)
-    if home is not None:
-        if home.module is None:
+    if module == "__main__":
+        module = index().chapter_module(func.__globals__.get("CHAPTER"))
+        if module is None:
             return []
-        if home.changed is not None:
-            return [(home.module, WHOLE)]
-        module = home.module
     top = func.__qualname__.split(".")[0]
     return [(module, WHOLE if top == "<lambda>" else top)]
 
 
-def outside_key(func: Callable) -> str | None:
-    """For code run in a notebook that is not a generated module's (a cell the reader edited, or a
-    notebook outside the chapters): a digest of what the kernel ran; ``None`` for the package's code."""
-    from mmtoken.chapters import home_of
+def changes(*funcs: Callable, extra: Iterable[Node] = ()) -> str | None:
+    """A digest of what the computation of ``funcs`` ran that is not the package's source, or ``None``.
 
-    home = home_of(func)
-    return None if home is None else home.changed
+    The fingerprint (:meth:`Index.digest`) hashes the source files; this compares each definition of the closure
+    (:meth:`Index.closure`) with what the process holds under its name: a function or class compiled to the same
+    code (code object against code object, :func:`mmtoken.book.edits.code_digest`, never a cell's text), a literal constant with the
+    same ``repr``. For code run in a chapter's notebook (``__main__``) the chapter module's names are read from the
+    notebook. A cell the reader edited and ran, a function redefined or a constant rebound in a cell of their own,
+    a module constant set from outside (``ch.GD_MIN_CORR = 0.9``) each make a digest; the unmodified book gives
+    ``None``. Code of a notebook outside the chapters is a digest of its functions' code."""
+    idx = index()
+    out: set[str] = set()
+    for func in (inspect.unwrap(f) for f in funcs):
+        ns, chapter = func.__globals__, None
+        if func.__module__ == "__main__":
+            chapter = idx.chapter_module(ns.get("CHAPTER"))
+            if chapter is None:  # a notebook of the reader's own: its code is what it is
+                out.add(f"{func.__qualname__}:{edits.code_digest(func.__code__)}")
+                continue
+        nodes = idx.closure(roots_of(func) + list(extra))
+        for mod in sorted({m for m, _ in nodes}):
+            held = ns if mod == chapter else getattr(sys.modules.get(mod), "__dict__", None)
+            if held is not None:
+                out.update(f"{mod}:{alias}:rebound" for alias in edits.rebound(idx.module(mod).binds, held))
+        for mod, name in nodes:
+            held = ns if mod == chapter else getattr(sys.modules.get(mod), "__dict__", None)
+            if (
+                name not in ("", WHOLE)
+                and held is not None
+                and not edits.same_as_source(idx.file(mod), mod, name, held)
+            ):
+                out.add(f"{mod}:{name}:{edits.runtime_digest(held.get(name))}")
+    return hashlib.sha256("\0".join(sorted(out)).encode()).hexdigest()[:16] if out else None
+
+
+def is_book_code(func: Callable) -> bool:
+    """Whether ``func`` is the book's own code: of a package module, or of a chapter's notebook, and everything it
+    reaches as the package's source says (:func:`changes`); not a test's function, nor a reader's edit."""
+    func = inspect.unwrap(func)
+    module = func.__module__
+    if module != "__main__" and index().file(module) is None:
+        return False
+    return bool(roots_of(func)) and changes(func) is None
 
 
 def of(*funcs: Callable, extra: Iterable[Node] = ()) -> str:
-    """Code fingerprint of the computation of ``funcs`` (:func:`roots_of` each) and ``extra`` nodes,
-    and of the notebook code among them that is no module's (:func:`outside_key`)."""
+    """Code fingerprint of the computation of ``funcs`` (:func:`roots_of` each) and ``extra`` nodes; notebook code
+    that is not its chapter's module adds the digest of what it ran (:func:`changes`), so an edited cell gets a
+    result of its own and the unmodified notebook shares the module's."""
     roots = [r for f in funcs for r in roots_of(f)] + list(extra)
     digest = index().digest(roots)
-    outside = sorted({k for k in map(outside_key, funcs) if k is not None})
-    if outside:
-        digest = hashlib.sha256(f"{digest}\0{'/'.join(outside)}".encode()).hexdigest()
+    changed = changes(*funcs, extra=extra)
+    if changed is not None:
+        digest = hashlib.sha256(f"{digest}\0{changed}".encode()).hexdigest()
     return digest

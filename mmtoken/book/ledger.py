@@ -1,8 +1,11 @@
 """The claims ledger: every numerical statement of the book as a check in code.
 
-Experiment modules register claims with :func:`claim`; :func:`run_claims` runs them. Every evaluation is
-**recorded** in the results cache (``data/results/claims/<scale>/<id>.npz``) under a fingerprint of the code
-the claim's computation depends on (:mod:`mmtoken.book.fingerprint`) and of the scale. A chapter evaluates
+Experiment modules register claims with :func:`claim`; :func:`run_claims` runs them. In the book's own runs
+(``make nbval``, the builds under ``make``, ``python -m mmtoken claims``: :func:`mmtoken.config.recording`, a
+switch they set) every evaluation of the book's unmodified code is **recorded** in the one store
+(``data/results/claims/<scale>/``, :func:`record`) under a fingerprint of the code the claim's computation
+depends on (:mod:`mmtoken.book.fingerprint`) and of the scale; anywhere else (a reader's session, a test) claims
+are evaluated and shown, and nothing is recorded. A chapter evaluates
 its own claims (:func:`mmtoken.book.report.chapter_claims`); the claims appendix, the tests and
 ``python -m mmtoken claims`` read them back with :func:`recorded`, which evaluates only what is missing or
 stale. A claim whose input data are not on disk (``requires=``: Yelp, never downloaded for you) reports
@@ -38,21 +41,19 @@ __all__ = [
     "evaluate",
     "run_one",
     "clipped",
-    "record_key",
-    "records_dir",
+    "RESULT",
     "record",
-    "read_record",
+    "record_key",
+    "recorded_result",
     "recorded",
     "select",
     "run_claims",
     "acceptable",
     "format_table",
     "data_missing",
-    "code_roots",
     "compute_command",
     "pending_result",
     "jsonable",
-    "recordable",
 ]
 
 import time
@@ -60,8 +61,10 @@ import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
-from pathlib import Path
 from typing import Any
+
+from mmtoken.book import records
+from mmtoken.book.records import Kind
 
 KINDS = ("theorem", "observation", "consistency")
 
@@ -239,83 +242,45 @@ def evaluate(c: Claim) -> Result:
     return _result(c, measured, passed, round(seconds, 2), details, c.known_miss if not passed else None, error)
 
 
-def run_one(c: Claim) -> Result:
-    """Run claim ``c`` and record its result (:func:`record`)."""
-    r = evaluate(c)
-    record(c, r)
-    return r
-
-
 # --------------------------------------------------------------------------- recorded results
 
 
-def recordable(func: Callable) -> bool:
-    """Whether ``func`` is the book's own code: a package module's, or a chapter notebook's whose exported
-    cells are unchanged (:func:`mmtoken.chapters.notebook_home`); not a test's, nor a reader's edit."""
-    from mmtoken.chapters import home_of
-    from mmtoken.book.fingerprint import index
-
-    home = home_of(func)
-    if home is not None:
-        return home.module is not None and home.changed is None
-    return index().file(func.__module__) is not None
-
-
-def code_roots(c: Claim) -> list[tuple[str, str]]:
-    """Where the code of claim ``c``'s result starts (:mod:`mmtoken.book.fingerprint` follows the rest):
-    its function, and :func:`evaluate`, which turns what it returns into the recorded result."""
-    from mmtoken.book.fingerprint import roots_of
-
-    return roots_of(c.func) + [(__name__, "evaluate")]
-
-
-def record_key(c: Claim, scale: str | None = None) -> tuple[str, str, str]:
-    """(path, name, fingerprint) of the record of claim ``c`` at ``scale`` (default: the current one); the
-    fingerprint covers the code from :func:`code_roots`, the claim's registered text and the scale."""
-    from mmtoken import config
-    from mmtoken.book import fingerprint, resultcache
-
-    scale = scale or config.scale()
-    if scale not in config.SCALES:
-        raise ValueError(f"scale must be one of {config.SCALES}, got {scale!r}")
-    text = {
-        k: getattr(c, k)
-        for k in ("id", "statement", "checks", "kind", "threshold", "chapter", "known_miss", "competitor")
-    }
-    fp = resultcache.fingerprint(fingerprint.index().digest(code_roots(c)), {"claim": text, "scale": scale}, "")
-    return str(records_dir(scale) / f"{c.id}.npz"), f"claims/{scale}/{c.id}", fp
-
-
-def records_dir(scale: str) -> Path:
-    """Where the recorded results of ``scale`` live (not created until something is recorded)."""
-    from mmtoken.config import data_dir
-
-    return data_dir() / "results" / "claims" / scale
+RESULT = Kind(
+    "claims",
+    "result",
+    "func",
+    (__name__, "evaluate"),
+    ("id", "statement", "checks", "kind", "threshold", "chapter", "known_miss", "competitor"),
+)
+"""A claim's result (:func:`evaluate`); :data:`mmtoken.book.competitors.VERDICT` is its competitor's verdict."""
 
 
 def record(c: Claim, r: Result) -> None:
-    """Store ``r``, the result of claim ``c`` at the current scale, in the results cache; not if its data are
-    missing (that depends on the disk, not on the code), nor for claims defined outside the package (tests)."""
-    if not (r.missing or r.pending) and recordable(c.func):
-        from mmtoken.book.resultcache import save_record
-
-        save_record(*record_key(c), {"result": r.to_dict()}, f"claim {c.id}: result")
+    """Record ``r``, claim ``c``'s result (:func:`mmtoken.book.records.record`: in the book's own runs only)."""
+    records.record(c, RESULT, r.to_dict())
 
 
-def read_record(c: Claim, scale: str | None = None) -> Result | None:
-    """The recorded result of claim ``c`` at ``scale``, or ``None`` if there is none valid for today's code.
+def record_key(c: Claim, scale: str | None = None) -> tuple[str, str, str]:
+    """(path, name, fingerprint) of claim ``c``'s result record (:func:`mmtoken.book.records.record_key`)."""
+    return records.record_key(c, RESULT, scale)
 
-    A damaged record, or one of other code or another scale, counts as missing; so does a
-    failure recorded for want of data (older code recorded those): the claim is evaluated again.
-    """
-    from mmtoken.book import resultcache
 
-    meta = resultcache.read_record(*record_key(c, scale), "result")
+def recorded_result(c: Claim, scale: str | None = None) -> Result | None:
+    """The recorded result of claim ``c`` at ``scale``, or ``None`` if there is none valid for today's code; a
+    failure recorded for want of data (older code recorded those) counts as none: the claim is evaluated again."""
+    meta = records.read_record(c, RESULT, scale)
     try:
         r = Result(**meta) if meta is not None else None
     except TypeError:  # a record of another layout
         return None
     return None if r is None or r.missing or r.pending or (not r.passed and "DatasetMissing" in (r.error or "")) else r
+
+
+def run_one(c: Claim) -> Result:
+    """Run claim ``c`` and record its result (:func:`record`, in the book's own runs only)."""
+    r = evaluate(c)
+    record(c, r)
+    return r
 
 
 def compute_command(c: Claim) -> str:
@@ -341,11 +306,13 @@ def recorded(only: list[str] | None = None, compute_missing: bool = True, pendin
         if why := c.missing():
             out.append(_missing_result(c, why))
             continue
-        r = read_record(c)
-        if r is None and compute_missing:
+        r = recorded_result(c)
+        if r is None and compute_missing and not records.recordable(c.func):  # evaluated, no record nor lock
+            r = evaluate(c)
+        elif r is None and compute_missing:
             from mmtoken.book.resultcache import record_once
 
-            r = record_once(record_key(c)[0], partial(read_record, c), partial(run_one, c))
+            r = record_once(record_key(c)[0], partial(recorded_result, c), partial(run_one, c))
         if r is None and pending:
             r = pending_result(c)
         if r is not None:

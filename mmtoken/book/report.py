@@ -25,6 +25,8 @@ __all__ = [
     "claims_text",
     "OUTPUT_WIDTH",
     "claims_block",
+    "RECORDED",
+    "NOT_RECORDED",
     "chapter_claims",
 ]
 
@@ -34,7 +36,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from mmtoken.book.ledger import Result, clipped
+from mmtoken.book.ledger import Result, clipped, run_one
 from mmtoken.book.ledger import status as ledger_status
 
 
@@ -249,17 +251,26 @@ def claims_block(results: Iterable[Result | dict], width: int = OUTPUT_WIDTH) ->
     return "\n".join(out)
 
 
+RECORDED = "(recorded in the ledger: a run of the book itself)"
+NOT_RECORDED = "(not recorded: a reader's session; the book's own runs record)"
+"""The last line of a chapter's claims: whether they went into the ledger (:func:`mmtoken.book.records.recordable`).
+Stored outputs hold :data:`RECORDED`; nbval's sanitizer (``tests/nbval_sanitize.cfg``) reads both as one."""
+
+
 def chapter_claims(only: list[str], width: int = OUTPUT_WIDTH) -> str:
     """Evaluate the claims whose ids start with a prefix of ``only`` and return :func:`claims_block` of
-    them: the closing "The claims" section of a chapter. Each result is recorded
-    (:func:`mmtoken.book.ledger.run_one`) for the claims appendix, the tests and the command line; so is
-    each claim's check of its competitor (:func:`mmtoken.book.competitors.run_all`), which reuses the runs
-    the claims just made, for the competitor tests."""
-    from mmtoken.book import competitors
-    from mmtoken.book.ledger import run_claims
+    them: the closing "The claims" section of a chapter, and whether they were recorded (:data:`RECORDED`,
+    :data:`NOT_RECORDED`). In the book's own runs each result is recorded (:func:`mmtoken.book.ledger.run_one`)
+    for the claims appendix, the tests and the command line, and so is each claim's check of its competitor
+    (:func:`mmtoken.book.competitors.run_all`), which reuses the runs the claims just made; in a reader's session
+    (an edit, a changed constant, or simply not one of the book's runs) nothing is."""
+    from mmtoken.book import competitors, records
+    from mmtoken.book.ledger import select
 
-    results = run_claims(only)
-    if not results:
+    claims = select(only)
+    if not claims:
         raise ValueError(f"no registered claim starts with {only!r} (import the chapter's module first)")
+    results = [run_one(c) for c in claims]
     competitors.run_all(only)
-    return claims_block(results, width)
+    kept = all(records.recordable(c.func) for c in claims)
+    return claims_block(results, width) + "\n" + (RECORDED if kept else NOT_RECORDED)

@@ -168,10 +168,16 @@ def correlations(p: np.ndarray, gmm: np.ndarray) -> np.ndarray:
     return out
 
 
-@functools.lru_cache(maxsize=None)
 def run(s: Settings | None = None) -> Result:
-    """The experiment with settings ``s`` (default: :func:`settings`, the book's at the current scale)."""
-    s = settings() if s is None else s
+    """The experiment with settings ``s``.
+
+    Default ``s``: :func:`settings`, the published settings at the current scale; memoised on ``s``.
+    """
+    return _run(settings() if s is None else s)
+
+
+@functools.lru_cache(maxsize=None)
+def _run(s: Settings) -> Result:
     inst = instances.fig1(s.instance)
     gmm = inst.gmm().x
     h, p = four_runs(s)

@@ -62,9 +62,16 @@ class Result:
     corr: np.ndarray  # (S, starts) correlation with the GMM direction
 
 
+def run(s: Settings | None = None) -> Result:
+    """``s.steps`` steps of ``p <- p - s.lr grad L / ||grad L||`` from the starts of ``s``.
+
+    Default ``s``: :func:`settings`, the published settings at the current scale; memoised on ``s``.
+    """
+    return _run(settings() if s is None else s)
+
+
 @functools.lru_cache(maxsize=None)
-def run(s: Settings = Settings()) -> Result:
-    """``s.steps`` steps of ``p <- p - s.lr grad L / ||grad L||`` from the starts of ``s``."""
+def _run(s: Settings) -> Result:
     inst = instances.fig1(s.instance)
     sol = svm.att_svm(inst.K, geometry.optimal_tokens(inst.gamma))
     with torch.inference_mode():

@@ -2,7 +2,7 @@
 
 # %% auto #0
 __all__ = ['CHAPTER', 'EQ_MIN_STEPS', 'EQ_LOGIT_TOL', 'EQ_SV_RATIO', 'E2', 'W_DIR_MIN_CORR', 'W_PLAIN_MIN_CORR', 'FIGURES',
-           'Settings', 'w_run', 'PairRun', 'pair_run', 'WEqualsPResult', 'run', 'plot_logits', 'plot_gap',
+           'Settings', 'settings', 'w_run', 'PairRun', 'pair_run', 'WEqualsPResult', 'run', 'plot_logits', 'plot_gap',
            'frobenius_correlation', 'normalized_gd_on_w', 'WDirectionRun', 'w_direction', 'plot_w_direction']
 
 # %% book/part1/01_model.ipynb #67191a3c
@@ -17,6 +17,7 @@ from mmtoken import config
 from mmtoken.attention import geometry, grad, instances, long_paths, smoothness, svm, train
 from mmtoken.attention.losses import get_loss
 from mmtoken.attention.model import AttentionProblem
+from mmtoken.attention.recorder import Recorder
 from mmtoken.book import report
 from mmtoken.book.ledger import Measured, claim
 from mmtoken.book.plotting import colors, style
@@ -26,7 +27,7 @@ CHAPTER = "01_model"
 # %% book/part1/01_model.ipynb #444c238e
 @dataclass(frozen=True)
 class Settings:
-    """The chapter's settings; the defaults are the published values at quick scale (:meth:`at`)."""
+    """The chapter's settings; the defaults are the published values at quick scale (:func:`settings`)."""
 
     # Lemma 1: plain GD on W and on p side by side, from the six starts of paper A, Fig. 1 (global)
     steps: int = 500  # GD steps of both runs (5000 at paper scale)
@@ -50,13 +51,13 @@ class Settings:
             # a unit pbar maps a W-step onto a p-step of the same size (other norms: the first exercise)
             raise ValueError(f"pbar must be a unit vector of R^3 (the raw tokens' space), got {self.pbar}")
 
-    @classmethod
-    def at(cls, scale: str | None = None) -> "Settings":
-        """The published settings at ``scale`` (``"quick"`` or ``"paper"``; default: :func:`mmtoken.config.scale`)."""
-        scale = scale or config.scale()
-        if scale not in config.SCALES:
-            raise ValueError(f"scale must be one of {config.SCALES}, got {scale!r}")
-        return cls(steps=5000, w_steps=100_000) if scale == "paper" else cls()
+
+def settings(scale: str | None = None) -> Settings:
+    """The published settings at ``scale`` (``"quick"`` or ``"paper"``; default: :func:`mmtoken.config.scale`)."""
+    scale = scale or config.scale()
+    if scale not in config.SCALES:
+        raise ValueError(f"scale must be one of {config.SCALES}, got {scale!r}")
+    return Settings(steps=5000, w_steps=100_000) if scale == "paper" else Settings()
 
 # %% book/part1/01_model.ipynb #63c7d07f
 def w_run(
@@ -82,8 +83,8 @@ def w_run(
     """
     loss = get_loss(loss)
     W = W0.clone()
-    logits, ratios = [], []
-    for k in range(steps + 1):
+    rec, ratios = Recorder(steps, record_every=1), []
+    while True:
         with torch.enable_grad():
             Wg = W.detach().clone().requires_grad_(True)
             q = Wg @ pbar  # (starts, m)
@@ -92,13 +93,12 @@ def w_run(
             u = (s * gamma).sum(-1)
             L = loss.value(u).mean(-1)
             (G,) = torch.autograd.grad(L.sum(), Wg)
-        logits.append(z.detach()[:, 0].clone())  # n = 1
-        if k == steps:
+        if not rec.keep(logits=z[:, 0]):  # n = 1; the last state: no update after it
             break
         sv = torch.linalg.svdvals(G)  # (starts, m)
         ratios.append(sv[:, 1] / sv[:, 0])
         W = W - lr * G
-    return torch.stack(logits), torch.stack(ratios), W
+    return rec["logits"], torch.stack(ratios), W
 
 # %% book/part1/01_model.ipynb #89a39c6a
 @dataclass
@@ -182,8 +182,10 @@ class WEqualsPResult:
     lr: float
 
 
-def run(s: Settings = Settings()) -> WEqualsPResult:
-    """Lemma 1 on paper A's Fig. 1 (global) instance: both key maps, six starts each (memoised on ``s``)."""
+def run(s: Settings | None = None) -> WEqualsPResult:
+    """Lemma 1 on paper A's Fig. 1 (global) instance: both key maps, six starts each (memoised on ``s``; default:
+    :func:`settings`, the published settings at the current scale)."""
+    s = settings() if s is None else s
     if not isinstance(s, Settings):
         raise ValueError(f"s must be a Settings, got {type(s).__name__}")
     return _run(s)
@@ -263,17 +265,12 @@ def normalized_gd_on_w(problem: AttentionProblem, pbar, W0, steps: int, lr: floa
     """
     pbar = torch.as_tensor(pbar, dtype=torch.float64)
     W = torch.as_tensor(W0, dtype=torch.float64).clone()
-    steps_rec, Ws = [], []
-    for k in range(steps + 1):
-        if k % record_every == 0 or k == steps:
-            steps_rec.append(k)
-            Ws.append(W.clone())
-        if k == steps:
-            break
+    rec = Recorder(steps, record_every)
+    while rec.keep(W=W):
         g = grad.grad_p(problem, W @ pbar)  # unit direction of grad_q L
         G = torch.outer(g.direction, pbar)
         W = W - lr * G / G.norm()
-    return np.array(steps_rec), torch.stack(Ws).numpy()
+    return rec.steps, rec["W"].numpy()
 
 # %% book/part1/01_model.ipynb #708be7d6
 @dataclass
@@ -295,8 +292,10 @@ class WDirectionRun:
     plain_q: np.ndarray  # (S', 3) the p-run q(k) of the plain GD, W(k) = q(k) pbar^T
 
 
-def w_direction(s: Settings = Settings()) -> WDirectionRun:
-    """Normalized GD on ``W`` and plain GD on ``W`` (through Lemma 1) against ``W_mm`` (memoised on ``s``)."""
+def w_direction(s: Settings | None = None) -> WDirectionRun:
+    """Normalized GD on ``W`` and plain GD on ``W`` (through Lemma 1) against ``W_mm`` (memoised on ``s``; default:
+    :func:`settings`)."""
+    s = settings() if s is None else s
     if not isinstance(s, Settings):
         raise ValueError(f"s must be a Settings, got {type(s).__name__}")
     return _w_direction(s)
@@ -376,7 +375,7 @@ def _claim_w_equals_p() -> Measured:
 
 
 def _w_equals_p_check(lag: int) -> Measured:
-    r = run(Settings.at())
+    r = run(settings())
     gap = max(float(np.abs(pr.logits_W[lag:] - pr.logits_p[: len(pr.logits_p) - lag]).max()) for pr in r.runs.values())
     ratio = max(float(pr.sv_ratio.max()) for pr in r.runs.values())
     return Measured(
@@ -391,7 +390,7 @@ E2 = np.array([0.0, 1.0, 0.0])
 
 def _e2_pbar() -> np.ndarray:
     """``e2 pbar^T`` at the published ``pbar``: chapter 2's e2 axis mapped to ``W``."""
-    return np.outer(E2, Settings.at().pbar)
+    return np.outer(E2, settings().pbar)
 
 
 W_DIR_MIN_CORR = 0.999  # A.model.w_direction: normalized GD's Frobenius correlation with W_mm at the last step
@@ -411,11 +410,11 @@ W_DIR_MIN_CORR = 0.999  # A.model.w_direction: normalized GD's Frobenius correla
     "at the last step",
 )
 def _claim_w_direction() -> Measured:
-    return _w_direction_check(w_direction(Settings.at()).W_mm)
+    return _w_direction_check(w_direction(settings()).W_mm)
 
 
 def _w_direction_check(ref) -> Measured:
-    r = w_direction(Settings.at())
+    r = w_direction(settings())
     c = float(frobenius_correlation(r.W[-1], ref))
     return Measured(
         {
@@ -435,7 +434,7 @@ W_PLAIN_MIN_CORR = 0.97  # A.model.w_plain_gd: chapter 2's bar for plain GD (A.g
 
 def _w_plain_check(ref, rival) -> Measured:
     """Chapter 2's check of plain GD (A.global.plain_gd) on the W-run: toward ``ref``, not toward ``rival``."""
-    s = Settings.at()
+    s = settings()
     r = w_direction(s)
     k = int(r.plain_steps[-1])
     at = lambda step: int(np.flatnonzero(r.plain_steps == step)[0])
@@ -472,14 +471,14 @@ def _w_plain_check(ref, rival) -> Measured:
     f"{report.power_of_ten(Settings.plain_steps // 10)}; 1 - corr with W_mm <= half of 1 - corr with e2 pbar^T; step "
     "within the bound",
     competitor="W = e2 pbar^T, chapter 2's e2 axis mapped to W",
-    against=lambda: _w_plain_check(_e2_pbar(), w_direction(Settings.at()).W_mm),
+    against=lambda: _w_plain_check(_e2_pbar(), w_direction(settings()).W_mm),
 )
 def _claim_w_plain_gd() -> Measured:
-    return _w_plain_check(w_direction(Settings.at()).W_mm, _e2_pbar())
+    return _w_plain_check(w_direction(settings()).W_mm, _e2_pbar())
 
 
 FIGURES = {
-    "fig-model-logits": lambda: plot_logits(run(Settings.at())),
-    "fig-model-gap": lambda: plot_gap(run(Settings.at())),
-    "fig-model-w-direction": lambda: plot_w_direction(w_direction(Settings.at())),
+    "fig-model-logits": lambda: plot_logits(run(settings())),
+    "fig-model-gap": lambda: plot_gap(run(settings())),
+    "fig-model-w-direction": lambda: plot_w_direction(w_direction(settings())),
 }

@@ -8,7 +8,6 @@ __all__ = ['CHAPTER', 'GRID', 'E2', 'GD_MIN_CORR', 'REG_MIN_CORR', 'PLAIN_MIN_CO
            'stationary_counterexample', 'plot_stationary', 'paths_figure']
 
 # %% book/part1/02_global.ipynb #6d6fe723
-import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -96,8 +95,7 @@ def published_run(s: Settings) -> NormalizedRun:
         corr = geometry.correlation(ps, inst.gmm().x)
         return {"steps": np.asarray(h.steps), "p": ps, "corr": corr, "norm": h.norm.numpy()}, {}
 
-    name = resultcache.settings_name("published", s)
-    a, _ = resultcache.experiment_result(__name__, name, dataclasses.asdict(s), compute)
+    a, _ = resultcache.cached(CHAPTER, "published", compute, config=s)
     return NormalizedRun(a["steps"], a["p"], a["corr"], a["norm"])
 
 # %% book/part1/02_global.ipynb #dac550d5

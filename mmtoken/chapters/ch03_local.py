@@ -79,7 +79,7 @@ def settings(scale: str | None = None) -> Settings:
 
 
 def per_settings(compute):
-    """Memoise ``compute(s)`` on its settings; called without them, it runs :func:`settings` (the
+    """Memoise ``compute(s)`` on its settings; called without them (``s=None``), it runs :func:`settings` (the
     published values at the current scale), so the claims and the chapter share one run."""
     cached = functools.lru_cache(maxsize=None)(compute)
 
@@ -147,7 +147,7 @@ class LocalResult:
 
 
 @per_settings
-def run(s: Settings) -> LocalResult:
+def run(s: Settings | None = None) -> LocalResult:
     """Normalized GD on Fig. 1 (local) from ``s.starts`` and from both edges of the cone around every
     feasible ``p_mm(alpha)`` of both configurations, in one batch."""
     inst = {case: instances.fig1(case) for case in ("local", "global")}
@@ -300,7 +300,7 @@ def plain_limits() -> np.ndarray:
 
 
 @per_settings
-def plain_run(s: Settings) -> long_paths.PlainRun:
+def plain_run(s: Settings | None = None) -> long_paths.PlainRun:
     """Plain GD (Theorem 3's algorithm, step ``s.plain_lr``) from the six published Fig. 1 (local) starts."""
     inst = instances.fig1("local")
     return long_paths.plain_gd(inst.problem(), inst.starts, steps=s.plain_steps, lr=s.plain_lr)
@@ -335,7 +335,7 @@ class ConePlainRun:
 
 
 @per_settings
-def cone_plain_run(s: Settings) -> ConePlainRun:
+def cone_plain_run(s: Settings | None = None) -> ConePlainRun:
     """Plain GD (Theorem 3's algorithm) from the cone edges at norm ``s.cone_plain_r``, width ``s.cone_mu``."""
     inst = instances.fig1("local")
     reps = [r for r in geometry.enumerate_selections(inst.K, inst.gamma) if r.feasible]
@@ -487,7 +487,7 @@ REG_LOG_RADII = (0.5, 2.0)
 
 
 @per_settings
-def cone_paths(s: Settings) -> ConePaths:
+def cone_paths(s: Settings | None = None) -> ConePaths:
     """Local paths around every feasible ``p_mm(alpha)`` of Fig. 1 (local), radii ``10^0.5 .. 10^2``."""
     inst = instances.fig1("local")
     reports = [r for r in geometry.enumerate_selections(inst.K, inst.gamma) if r.feasible]
@@ -575,7 +575,7 @@ class DirectionSweep:
 
 
 @per_settings
-def direction_sweep(s: Settings) -> DirectionSweep:
+def direction_sweep(s: Settings | None = None) -> DirectionSweep:
     """Local paths at one radius around ``s.sweep_axes`` evenly spaced axes: which directions persist."""
     inst = instances.fig1("local")
     ang = np.arange(s.sweep_axes) * (2 * np.pi / s.sweep_axes)
@@ -635,7 +635,7 @@ class Counterexample:
 
 
 @per_settings
-def counterexample_run(s: Settings) -> Counterexample:
+def counterexample_run(s: Settings | None = None) -> Counterexample:
     """Normalized GD on the two-input counterexample from its 16 starts, with its GMM and LMM."""
     ce = instances.counterexample()
     reports = geometry.enumerate_selections(ce.K, ce.gamma)

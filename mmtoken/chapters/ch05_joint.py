@@ -668,8 +668,12 @@ class JointResult:
         return getattr(self, case)
 
 
-def run(s: Settings = Settings()) -> JointResult:
-    """Both cases of Fig. 3 (GD and the diagonal regularization path) and the rho sweep (each memoised)."""
+def run(s: Settings | None = None) -> JointResult:
+    """Both cases of Fig. 3 (GD and the diagonal regularization path) and the rho sweep (each memoised).
+
+    Default ``s``: :func:`settings`, the published settings at the current scale.
+    """
+    s = settings() if s is None else s
     return JointResult(*(joint_run(c, s) for c in CASES), {c: diagonal_path(c, s) for c in CASES}, rho_sweep(s))
 
 

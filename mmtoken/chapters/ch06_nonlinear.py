@@ -293,9 +293,16 @@ class NonlinearResult:
         return geometry.correlation(self.best, self.p_prime)
 
 
+def run(s: Settings | None = None) -> NonlinearResult:
+    """The instance of ``s``, its regularization path (best start per radius), ATT-SVM' and Assumption D's check.
+
+    Default ``s``: :func:`settings`, the published settings at the current scale; memoised on ``s``.
+    """
+    return _run(settings() if s is None else s)
+
+
 @functools.lru_cache(maxsize=None)
-def run(s: Settings = Settings()) -> NonlinearResult:
-    """The instance of ``s``, its regularization path (best start per radius), ATT-SVM' and Assumption D's check."""
+def _run(s: Settings) -> NonlinearResult:
     inst = make_instance(s.seed, s.n, s.T, s.q, s.H)
     risk = ExcessRisk(inst, s.loss)
     radii = np.geomspace(s.R_min, s.R_max, s.n_radii)

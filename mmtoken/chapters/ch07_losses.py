@@ -139,9 +139,16 @@ class LossResult:
         return self.losses.index(loss), int(np.flatnonzero(self.C == C)[0])
 
 
+def run(s: Settings | None = None) -> LossResult:
+    """Fig. 4 with settings ``s``: every (loss, C) pair trained in one batch, then continued.
+
+    Default ``s``: :func:`settings`, the published settings at the current scale; memoised on ``s``.
+    """
+    return _run(settings() if s is None else s)
+
+
 @functools.lru_cache(maxsize=None)
-def run(s: Settings = Settings()) -> LossResult:
-    """Fig. 4 with settings ``s``: every (loss, C) pair trained in one batch, then continued."""
+def _run(s: Settings) -> LossResult:
     pr = problem(s.C_values, len(s.losses))
     loss = stacked_loss(s.losses)
     p0 = torch.zeros(len(s.losses), len(s.C_values), 2, dtype=torch.float64) + torch.tensor(s.p0, dtype=torch.float64)

@@ -2,8 +2,8 @@
 
 # %% auto #0
 __all__ = ['CHAPTER', 'FIGURES', 'NEAR_TIE_CORR', 'MIN_INSTANCES', 'MIN_MEAN_CORR', 'MIN_SPEARMAN', 'MAX_NEG_GAP_FRACTION',
-           'Settings', 'padded_batch', 'describe', 'cross_check', 'RandomResult', 'run', 'summary', 'plot_corr_hist',
-           'plot_gmm_rate', 'plot_gaps', 'gmm_rate_by_d', 'spearman_gmm']
+           'Settings', 'settings', 'padded_batch', 'describe', 'cross_check', 'RandomResult', 'run', 'summary',
+           'plot_corr_hist', 'plot_gmm_rate', 'plot_gaps', 'gmm_rate_by_d', 'spearman_gmm']
 
 # %% book/part1/08_random.ipynb #31bcdd14
 import functools
@@ -51,19 +51,6 @@ class Settings:
             object.__setattr__(self, name, validate.count(getattr(self, name), name))
         object.__setattr__(self, "lr", validate.positive(self.lr, "lr"))
 
-    @classmethod
-    def at(cls, scale: str | None = None) -> "Settings":
-        """The published settings of ``scale`` (default: the current one)."""
-        paper = cls(
-            n=(1, 2, 4, 8),
-            T=(2, 3, 5, 8),
-            d=(2, 4, 8, 16, 32, 64),
-            count=500,
-            steps=10_000,
-            cross_check=300,
-        )
-        return config.pick(quick=cls(), paper=paper, which=scale)
-
     @property
     def cells(self) -> list[tuple[int, int, int]]:
         """The grid cells ``(n, T, d)``, in the order that seeds them."""
@@ -73,6 +60,19 @@ class Settings:
     def total(self) -> int:
         """Instances in all."""
         return len(self.cells) * self.count
+
+
+def settings(scale: str | None = None) -> Settings:
+    """The published settings of ``scale`` (default: the current one)."""
+    paper = Settings(
+        n=(1, 2, 4, 8),
+        T=(2, 3, 5, 8),
+        d=(2, 4, 8, 16, 32, 64),
+        count=500,
+        steps=10_000,
+        cross_check=300,
+    )
+    return config.pick(quick=Settings(), paper=paper, which=scale)
 
 # %% book/part1/08_random.ipynb #12e42442
 def padded_batch(s: Settings, d: int) -> dict:
@@ -189,9 +189,16 @@ class RandomResult:
         )
 
 
+def run(s: Settings | None = None) -> RandomResult:
+    """Train every instance of the grid ``s`` by normalized GD from ``p0 = 0`` and describe where it goes.
+
+    Default ``s``: :func:`settings`, the published settings at the current scale; memoised on ``s``.
+    """
+    return _run(settings() if s is None else s)
+
+
 @functools.lru_cache(maxsize=None)
-def run(s: Settings = Settings()) -> RandomResult:
-    """Train every instance of the grid ``s`` by normalized GD from ``p0 = 0`` and describe where it goes."""
+def _run(s: Settings) -> RandomResult:
     records = []
     t_train = t_svm = 0.0
     for d in s.d:
@@ -234,7 +241,7 @@ def plot_corr_hist(r: RandomResult | None = None):
     """Distribution of ``1 - corr(p, p^mm(alpha))`` over saturated instances, by ``d`` (log scale)."""
     import matplotlib.pyplot as plt
 
-    r = r or run(Settings.at())
+    r = r or run(settings())
     s = r.saturated
     fig, ax = plt.subplots(figsize=(6.2, 3.8))
     x = np.clip(1 - s.corr_mm.to_numpy(), 1e-9, None)
@@ -254,7 +261,7 @@ def plot_gmm_rate(r: RandomResult | None = None):
     """Fraction of saturated instances selecting the global optimum, against ``d``, one curve per ``(n, T)``."""
     import matplotlib.pyplot as plt
 
-    r = r or run(Settings.at())
+    r = r or run(settings())
     rate = gmm_rate_by_d(r)
     fig, ax = plt.subplots(figsize=(6, 3.8))
     cs = colors(rate.shape[1])
@@ -271,7 +278,7 @@ def plot_gaps(r: RandomResult | None = None):
     """Minimum score gap against correlation with ``p^mm(alpha)`` (saturated instances)."""
     import matplotlib.pyplot as plt
 
-    r = r or run(Settings.at())
+    r = r or run(settings())
     s = r.saturated
     fig, ax = plt.subplots(figsize=(6, 3.8))
     neg = s.gap < 0
@@ -312,7 +319,7 @@ MAX_NEG_GAP_FRACTION = 0.01  # A.random.score_gap: the largest fraction of negat
 
 
 def _corr_check(column: str) -> Measured:
-    m = summary(run(Settings.at()), column)
+    m = summary(run(settings()), column)
     return Measured(m, m["instances"] >= MIN_INSTANCES and m["mean_corr"] >= MIN_MEAN_CORR)
 
 
@@ -333,7 +340,7 @@ def _claim_corr() -> Measured:
 
 
 def _gmm_rate_check(sign: float) -> Measured:
-    r = run(Settings.at())
+    r = run(settings())
     rho = spearman_gmm(r, sign)
     rate = gmm_rate_by_d(r).mean(axis=1)
     rates = {int(k): float(v) for k, v in rate.items()}
@@ -355,7 +362,7 @@ def _claim_gmm() -> Measured:
 
 
 def _gap_check(column: str) -> Measured:
-    m = summary(run(Settings.at()), column)
+    m = summary(run(settings()), column)
     near = m["neg_gap_count"] == 0 or m["neg_gap_min_corr"] >= NEAR_TIE_CORR
     keys = (
         "saturated",

@@ -13,10 +13,12 @@ __all__ = ['CHAPTER', 'ACCURACY', 'COLLAPSE_VAL', 'QK_GROWTH', 'QK_OVER_OV', 'HE
 
 # %% book/part1/09_vit_sparsity.ipynb #b9914373
 import functools
+import hashlib
+import json
 import math
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -24,7 +26,7 @@ import pandas as pd
 import torch
 
 from mmtoken import config, validate
-from mmtoken.book import report
+from mmtoken.book import report, resultcache
 from mmtoken.book.ledger import Measured, claim
 from mmtoken.book.plotting import COLUMN_WIDTH, colors, panel_titles, style, subplots
 from mmtoken.datasets import fashion_mnist, images
@@ -191,8 +193,10 @@ def tuning_candidates() -> dict[str, vit_cache.Experiment]:
 
 
 def config_digest(exp: vit_cache.Experiment) -> str:
-    """12 hex digits of the digest of a configuration (what the tuning record stores to stay honest)."""
-    return vit_runs.fingerprint(exp, "")["config"][:12]
+    """12 hex digits of the SHA-256 of a configuration written as JSON (what the tuning record stores to stay
+    honest: a candidate changed since it was tuned has another digest)."""
+    blob = json.dumps(asdict(exp), sort_keys=True, default=list)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 def tune(
@@ -411,17 +415,26 @@ def controls(s: Settings = Settings()) -> dict[str, list[vit_cache.Experiment]]:
     return {"seeds": main, "smaller_lr": small, "collapse": [experiment(broken, s.collapse_seed, test=False)]}
 
 
+def run(s: Settings | None = None) -> Study:
+    """The chapter's runs with settings ``s`` (default: :func:`settings`, the book's at the current scale), trained
+    where the store lacks them (memoised on ``s``)."""
+    s = settings() if s is None else s
+    if not isinstance(s, Settings):
+        raise ValueError(f"s must be a Settings, got {type(s).__name__}")
+    return _run(s)
+
+
 @functools.lru_cache(maxsize=None)
-def run(s: Settings = Settings()) -> Study:
-    """The chapter's runs with settings ``s``, trained where the cache lacks them (memoised on ``s``)."""
+def _run(s: Settings) -> Study:
     groups = controls(s)
     results = iter(vit_runs.run_experiments([e for exps in groups.values() for e in exps]))
     return Study(**{name: {e.train.seed: next(results) for e in exps} for name, exps in groups.items()})
 
 
-def train_one(s: Settings = Settings(), seed: int | None = None) -> vit_cache.Result:
-    """One run of the recipe ``s`` on ``seed`` (default ``s.seeds[0]``), cached under its own key."""
-    return vit_runs.run_experiment(experiment(s, seed))
+def train_one(s: Settings | None = None, seed: int | None = None) -> vit_cache.Result:
+    """One run of the recipe ``s`` (default: :func:`settings`) on ``seed`` (default ``s.seeds[0]``), stored under its
+    own key."""
+    return vit_runs.run_experiment(experiment(settings() if s is None else s, seed))
 
 # %% book/part1/09_vit_sparsity.ipynb #d3280ba9
 # Stored outputs hold on any machine (CONTRIBUTING, "Stored outputs that hold on any machine"): trained results
@@ -469,13 +482,23 @@ def plot_training(study: Study | None = None):
 # %% book/part1/09_vit_sparsity.ipynb #58e24769
 def train_accuracy(r: vit_cache.Result, n: int = 10_000) -> float:
     """Accuracy of the final checkpoint of ``r`` on the first ``n`` of its own training images (the complement
-    of the validation split, :func:`mmtoken.vision.vit_runs.split_indices`)."""
-    exp = r.experiment
-    x, y = images.load_images(exp.dataset, "train")
-    train_idx, _ = vit_runs.split_indices(len(x), exp.n_validation, exp.split_seed)
-    idx = train_idx[:n]
-    model = vit_cache.checkpoint(r, exp.train.epochs)
-    return float(vit_train.evaluate(model, torch.as_tensor(x[idx]), torch.as_tensor(y[idx]), r.normalizer)[1])
+    of the validation split, :func:`mmtoken.vision.vit_runs.split_indices`).
+
+    Stored, keyed by the run (:attr:`mmtoken.vision.vit_cache.Result.digest`) and ``n``: the checkpoint is read
+    only the first time, so the carried runs (which hold no checkpoints) suffice."""
+    exp, n = r.experiment, validate.count(n, "n", minimum=1)
+
+    def compute() -> resultcache.Stored:
+        x, y = images.load_images(exp.dataset, "train")
+        train_idx, _ = vit_runs.split_indices(len(x), exp.n_validation, exp.split_seed)
+        idx = train_idx[:n]
+        model = vit_cache.checkpoint(r, exp.train.epochs)
+        acc = vit_train.evaluate(model, torch.as_tensor(x[idx]), torch.as_tensor(y[idx]), r.normalizer)[1]
+        return {}, {"accuracy": float(acc)}
+
+    name = f"train_accuracy/{vit_cache.run_name(exp)}"
+    _, meta = resultcache.cached(CHAPTER, name, compute, config={"run": exp, "n": n}, data=r.digest)
+    return meta["accuracy"]
 
 # %% book/part1/09_vit_sparsity.ipynb #68646bfb
 def example_indices(r: vit_cache.Result, n: int = 6) -> list[int]:
@@ -701,21 +724,32 @@ def spread_check(r: vit_cache.Result, layer: int = -1) -> dict[str, np.ndarray]:
     ``log P - H``), ``spread_mean`` and ``spread_max`` (measured ``max_t z_t -
     min_t z_t`` of the [CLS] logits), ``bound`` (:func:`logit_spread_bound`),
     and ``holds`` (``log P - H <= spread <= bound`` for every image and head).
+
+    Stored, keyed by the run (:attr:`mmtoken.vision.vit_cache.Result.digest`) and ``layer``: the checkpoints are
+    read only the first time, so the carried runs (which hold none) suffice.
     """
-    x = r.normalizer(torch.as_tensor(r.probe_images))
-    out = {k: [] for k in ("drop_mean", "spread_mean", "spread_max", "bound", "holds")}
-    for e in r.experiment.epochs_mapped:
-        model = vit_cache.checkpoint(r, e)
-        z = cls_logits(model, x, layer).double()
-        drop = np.log(r.n_patches) - vit.entropy(z.softmax(-1))
-        spread = z.max(-1).values - z.min(-1).values
-        bound = logit_spread_bound(model, layer)
-        out["drop_mean"].append(float(drop.mean()))
-        out["spread_mean"].append(float(spread.mean()))
-        out["spread_max"].append(float(spread.max()))
-        out["bound"].append(bound)
-        out["holds"].append(bool((drop <= spread + 1e-9).all() and (spread <= bound * (1 + 1e-6)).all()))
-    return {k: np.asarray(v) for k, v in out.items()}
+    if isinstance(layer, bool) or not isinstance(layer, int):
+        raise ValueError(f"layer must be an integer, got {layer!r}")
+
+    def compute() -> resultcache.Stored:
+        x = r.normalizer(torch.as_tensor(r.probe_images))
+        out = {k: [] for k in ("drop_mean", "spread_mean", "spread_max", "bound", "holds")}
+        for e in r.experiment.epochs_mapped:
+            model = vit_cache.checkpoint(r, e)
+            z = cls_logits(model, x, layer).double()
+            drop = np.log(r.n_patches) - vit.entropy(z.softmax(-1))
+            spread = z.max(-1).values - z.min(-1).values
+            bound = logit_spread_bound(model, layer)
+            out["drop_mean"].append(float(drop.mean()))
+            out["spread_mean"].append(float(spread.mean()))
+            out["spread_max"].append(float(spread.max()))
+            out["bound"].append(bound)
+            out["holds"].append(bool((drop <= spread + 1e-9).all() and (spread <= bound * (1 + 1e-6)).all()))
+        return {k: np.asarray(v) for k, v in out.items()}, {}
+
+    name = f"spread_check/{vit_cache.run_name(r.experiment)}"
+    arrays, _ = resultcache.cached(CHAPTER, name, compute, config={"run": r.experiment, "layer": layer}, data=r.digest)
+    return arrays
 
 # %% book/part1/09_vit_sparsity.ipynb #d5219415
 def norm_verdict(s: Mapping) -> bool:

@@ -102,9 +102,16 @@ class OneStepResult:
     V: int
 
 
+def run(s: Settings | None = None) -> OneStepResult:
+    """One step on ``E`` from ``s.seeds`` draws of ``E^0`` at every scale of ``s.scales``.
+
+    Default ``s``: :func:`settings`, the published settings at the current scale; memoised on ``s``.
+    """
+    return _run(settings() if s is None else s)
+
+
 @functools.lru_cache(maxsize=None)
-def run(s: Settings = Settings()) -> OneStepResult:
-    """One step on ``E`` from ``s.seeds`` draws of ``E^0`` at every scale of ``s.scales``."""
+def _run(s: Settings) -> OneStepResult:
     ds = embedding.corpus(s)
     v = embedding.head(s.d, seed=s.head_seed)
     stats = token_stats(ds.tokens.numpy(), ds.labels.numpy().astype(int), ds.vocab_size, pad_id=synthetic.PAD_ID)

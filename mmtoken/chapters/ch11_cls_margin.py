@@ -20,7 +20,8 @@ import torch.nn.functional as F
 
 from mmtoken import config
 from mmtoken.attention import geometry, svm
-from mmtoken.attention.train import History, train_p
+from mmtoken.attention.recorder import Recorder
+from mmtoken.attention.train import History, record_steps, train_p
 from mmtoken.book import plotting, report
 from mmtoken.book.ledger import Measured, claim
 from mmtoken.book.plotting import style, subplots, token_scatter
@@ -241,9 +242,16 @@ def train_cls_batch(
     ]
 
 # %% book/part2/11_cls_margin.ipynb #023fc7bc
+def run(s: Settings | None = None) -> ClsResult:
+    """The sweep over ``s.sweep`` in one batched run; its ``s.sigma0`` table continued is the main run.
+
+    Default ``s``: :func:`settings`, the published settings at the current scale; memoised on ``s``.
+    """
+    return _run(settings() if s is None else s)
+
+
 @functools.lru_cache(maxsize=None)
-def run(s: Settings = Settings()) -> ClsResult:
-    """The sweep over ``s.sweep`` in one batched run; its ``s.sigma0`` table continued is the main run."""
+def _run(s: Settings) -> ClsResult:
     if s.sigma0 not in s.sweep:
         raise ValueError(f"sigma0 = {s.sigma0} must be one of the sweep's scales {s.sweep}")
     sweep = tuple(s.sweep)
@@ -396,6 +404,7 @@ def train_cls(
         raise ValueError(f"stage must be >= 1 and rel_lr > 0, got {stage}, {rel_lr}")
     parts: list[History] = []
     done = 0
+    at = record_steps(steps, record_every)  # the steps the whole run records
     with torch.inference_mode():
         while done < steps:
             k = min(stage, steps - done)
@@ -409,7 +418,7 @@ def train_cls(
                 record_every=math.gcd(stage, record_every),
                 record_probs=record_probs,
             )
-            keep = [j for j, st in enumerate(h.steps) if (st + done) % record_every == 0 or st + done == steps]
+            keep = [j for j, st in enumerate(h.steps) if st + done in at]
             if parts:
                 keep = [j for j in keep if j > 0]
             h.steps = h.steps + done
@@ -558,23 +567,15 @@ def joint_gd(
         raise ValueError(f"need steps >= 0, record_every >= 1 and lr > 0, got {steps}, {record_every}, {lr}")
     E = E0.clone()
     p = torch.zeros(*E0.shape[:-2], E0.shape[-1], dtype=E0.dtype, device=E0.device) if p0 is None else p0.clone()
-    record = set(range(0, steps + 1, record_every)) | {steps}
-    rows: dict[str, list] = {"step": [], "E": [], "p": [], "loss": []}
+    rec = Recorder(steps, record_every)
     with torch.inference_mode(), config.single_thread():
-        for k in range(steps + 1):
+        while True:
             gE, gp, L = joint_gradient(E, p, v, tokens, labels, mask)
-            if k in record:
-                rows["step"].append(k)
-                rows["E"].append(E.clone())
-                rows["p"].append(p.clone())
-                rows["loss"].append(L)
-            if k == steps:
+            if not rec.keep(E=E, p=p, loss=L):
                 break
             E = E - lr * gE
             p = p - lr * gp
-    return JointHistory(
-        np.array(rows["step"]), torch.stack(rows["E"]), torch.stack(rows["p"]), torch.stack(rows["loss"])
-    )
+    return JointHistory(rec.steps, rec["E"], rec["p"], rec["loss"])
 
 # %% book/part2/11_cls_margin.ipynb #19e93a4b
 def joint_gradient(

@@ -14,14 +14,9 @@ __all__ = ['CHAPTER', 'DATASETS', 'SEEDS', 'RUN_LABELS', 'MODELS', 'SETUP_KEYS',
 # %% book/part2/12_real_reviews.ipynb #94bacbc3
 import dataclasses
 import functools
-import json
 import math
 import os
-import subprocess
-import sys
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -32,7 +27,16 @@ from mmtoken.book import plotting, report
 from mmtoken.book.ledger import Measured, claim
 from mmtoken.book.plotting import colors, token_scatter
 from mmtoken.datasets import download, text
-from mmtoken.embeddings import corpus_stats, review_model, review_regime, review_runs, review_search, review_seeds
+from mmtoken.embeddings import (
+    corpus_stats,
+    review_jobs,
+    review_model,
+    review_regime,
+    review_runs,
+    review_search,
+    review_seeds,
+)
+from mmtoken.workers import map_jobs
 
 CHAPTER = "12_real_reviews"
 
@@ -131,13 +135,13 @@ class DatasetResult:
 
 @functools.lru_cache(maxsize=None)
 def run_dataset(s: review_runs.Setup, seeds: tuple = SEEDS) -> DatasetResult:
-    """Every seed of ``seeds`` on the data set of ``s``, from the results cache when computed before."""
+    """Every seed of ``seeds`` on the data set of ``s``, from the store when computed before."""
     ds = text.load(s.dataset, download=s.dataset != "yelp")
     data = review_runs.prepare(s, ds)
     top = review_model.top_decile(data.stats.count, data.stats.delta, review_runs.TOP_COUNT)
     r = DatasetResult(s, data.corpus.vocab, data.stats, top, review_seeds.cached_profile(s, ds, data))
-    missing = [k for k in seeds if not review_seeds.seed_cached(s, ds, k)]
-    in_processes([("seed", {"setup": dataclasses.asdict(s), "seed": k}) for k in missing])
+    missing = [k for k in seeds if not review_seeds.seed_result(s, ds, k).stored()]
+    in_processes([("seed", {"setup": s, "seed": k}) for k in missing])
     for seed in seeds:
         r.arrays[seed], r.metrics[seed] = review_seeds.cached_seed(s, ds, seed, data)
     return r
@@ -149,8 +153,10 @@ class Result:
     missing: dict[str, str]  # data sets that are not available, with how to get them
 
 
-def run(s: Settings = Settings()) -> Result:
-    """Every data set of ``s``: IMDB and Rotten Tomatoes always (fetched if needed), Yelp when its data is on disk."""
+def run(s: Settings | None = None) -> Result:
+    """Every data set of ``s`` (default: :func:`settings`, the book's at the current scale): IMDB and Rotten
+    Tomatoes always (fetched if needed), Yelp when its data is on disk."""
+    s = settings() if s is None else s
     out, missing = {}, {}
     for name in s.datasets:
         if name == "yelp" and not text.available("yelp"):
@@ -165,54 +171,20 @@ def run(s: Settings = Settings()) -> Result:
     return Result(out, missing)
 
 # %% book/part2/12_real_reviews.ipynb #121f57da
-_WORKER = """
-import json, sys
-from mmtoken.datasets import text
-from mmtoken.embeddings import review_regime, review_runs, review_search, review_seeds
-kind, args = sys.argv[1], json.loads(sys.argv[2])
-if kind == "seed":
-    s = review_runs.Setup(**{k: tuple(v) if isinstance(v, list) else v for k, v in args["setup"].items()})
-    review_seeds.cached_seed(s, text.load(s.dataset, download=False), args["seed"])
-elif kind == "search":
-    review_search.cached_search(**args)
-else:
-    review_regime.cached(**args)
-"""
-
-
 def in_processes(jobs: list[tuple[str, dict]], workers: int | None = None) -> None:
-    """Compute ``jobs`` into the results cache in fresh interpreters, ``workers`` at a time (default: one more
-    than the cores).
+    """Compute ``jobs`` into the store in fresh interpreters, ``workers`` at a time (default: one more than the
+    cores), with :func:`mmtoken.workers.map_jobs`; a job that fails raises its worker's error.
 
-    A job is ``("seed", {"setup": asdict(setup), "seed": seed})`` (``review_seeds.cached_seed``), ``("search",
+    A job is ``("seed", {"setup": setup, "seed": seed})`` (``review_seeds.cached_seed``), ``("search",
     {"dataset": name})`` (``review_search.cached_search``) or ``("regime", kwargs)``
-    (``review_regime.cached(**kwargs)``). Nothing runs on a GPU, on one core or for a single job: the caller
-    computes those itself, as it does any job whose worker failed.
+    (``review_regime.cached(**kwargs)``): :mod:`mmtoken.embeddings.review_jobs`. Nothing runs in workers on a
+    GPU, on one core or for a single job: the caller computes those itself, reading the store first.
     """
-    for kind, _ in jobs:
-        if kind not in ("seed", "search", "regime"):
-            raise ValueError(f"jobs: a job's kind is 'seed', 'search' or 'regime', got {kind!r}")
+    jobs = review_jobs.check_jobs(jobs)
     cores = os.cpu_count() or 1
-    workers = workers or cores + 1
-    if workers < 2 or cores < 2 or len(jobs) < 2 or config.device().type != "cpu":
+    if (workers is not None and workers < 2) or cores < 2 or len(jobs) < 2 or config.device().type != "cpu":
         return
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(Path(review_runs.__file__).resolve().parent.parent)] + sys.path)
-    )
-    pending, running = list(jobs), []
-    while pending or running:
-        while pending and len(running) < workers:
-            kind, args = pending.pop(0)
-            running.append(
-                subprocess.Popen(
-                    [sys.executable, "-c", _WORKER, kind, json.dumps(args)],
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
-        time.sleep(0.1)  # poll: the next job starts as soon as any worker ends
-        running = [p for p in running if p.poll() is None]
+    map_jobs(review_jobs.compute_job, jobs, workers)
 
 # %% book/part2/12_real_reviews.ipynb #6b6323b7
 def span(x, digits: int = 3) -> str:
@@ -281,7 +253,7 @@ def search(dataset: str) -> tuple[review_runs.Setup, pd.DataFrame]:
 def search_summary(res: Result) -> pd.DataFrame:
     """The chosen setup of each data set next to the one the runs use (they must agree)."""
     names = [name for name in res.datasets if name in review_search.START]
-    in_processes([("search", {"dataset": name}) for name in names if not review_search.stored(name)])
+    in_processes([("search", {"dataset": name}) for name in names if not review_search.search_result(name).stored()])
     rows = []
     for name, r in res.datasets.items():
         if name not in review_search.START:
@@ -343,7 +315,7 @@ def one_step_rows(r: DatasetResult) -> dict:
 
 
 def _datasets(res: Result | None, names=None) -> list[DatasetResult]:
-    res = res or run(settings())
+    res = res or run()
     return [res.datasets[n] for n in (names or res.datasets)]
 
 
@@ -487,13 +459,12 @@ def regime(which: str = "reviews", steps: int | None = None, small: bool = False
     """
     seeds = SMALL_SEEDS if small else SEEDS
     kwargs = {"which": which, "steps": steps, "small": small}
-    in_processes([("regime", {"seed": k, **kwargs}) for k in seeds if not review_regime.stored(k, **kwargs)])
+    missing = [k for k in seeds if not review_regime.regime_result(k, **kwargs).stored()]
+    in_processes([("regime", {"seed": k, **kwargs}) for k in missing])
     arrays, metrics = {}, {}
     for seed in seeds:
         arrays[seed], metrics[seed] = review_regime.cached(seed, **kwargs)
-    base = review_regime.SMALL if small else review_regime.REGIME
-    s = base if steps is None else dataclasses.replace(base, p2_steps=steps)
-    return Regime(s, arrays, metrics)
+    return Regime(review_regime.regime_setup(steps, small), arrays, metrics)
 
 
 def regime_table(reg: Regime) -> pd.DataFrame:

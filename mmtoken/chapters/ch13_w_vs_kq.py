@@ -22,6 +22,7 @@ import torch
 from mmtoken import config, validate
 from mmtoken.attention import fastpath, geometry, grad, smoothness, svm, train
 from mmtoken.attention.model import AttentionProblem, as_tensor
+from mmtoken.attention.recorder import Recorder
 from mmtoken.book import report
 from mmtoken.book.ledger import Measured, claim
 from mmtoken.book.plotting import colors, style, subplots
@@ -320,20 +321,14 @@ def train_kq(
         ) from None
     m = K.shape[-1]
     K, Q = K.expand(*batch, d, m).clone(), Q.expand(*batch, d, m).clone()
-    record = sorted(set(range(0, steps + 1, record_every)) | {steps})
+    record = sorted(train.record_steps(steps, record_every))
     if fastpath.available() and problem.K.device.type == "cpu" and problem.mask is None:
         Ks, Qs = _train_kq_compiled(problem, K, Q, steps, lr, record, bool(separate), penalty)
         W = Ks @ Qs.transpose(-1, -2)
         return tfsvm.Run(np.array(record), W, grad.saturation(problem, W.flatten(-2)).probs, Ks, Qs)
-    rows_k, rows_K, rows_Q = [], [], []
+    rec = Recorder(steps, record_every)
     with torch.inference_mode():
-        for k in range(steps + 1):
-            if k == record[len(rows_k)]:
-                rows_k.append(k)
-                rows_K.append(K.clone())
-                rows_Q.append(Q.clone())
-            if k == steps:
-                break
+        while rec.keep(K=K, Q=Q):
             if separate:
                 dK, dQ, _ = kq_grad(problem, K, Q, penalty)
             else:
@@ -348,10 +343,10 @@ def train_kq(
                 both = both.clamp_min(torch.finfo(gK.dtype).tiny)
                 dK, dQ = gK / both, gQ / both
             K, Q = K - lr * dK, Q - lr * dQ
-    Ks, Qs = torch.stack(rows_K), torch.stack(rows_Q)
+    Ks, Qs = rec["K"], rec["Q"]
     W = Ks @ Qs.transpose(-1, -2)
     probs = grad.saturation(problem, W.flatten(-2)).probs
-    return tfsvm.Run(np.array(rows_k), W, probs, Ks, Qs)
+    return tfsvm.Run(rec.steps, W, probs, Ks, Qs)
 
 # %% book/part3/13_w_vs_kq.ipynb #c8254167
 def _train_kq_compiled(problem, K, Q, steps, lr, record, separate, penalty):
@@ -541,9 +536,16 @@ class WvsKQ:
     sizes: list  # [SizeResult], one per size of the settings
 
 
+def run(s: Settings | None = None) -> WvsKQ:
+    """Every size of ``s``: both parameterisations, both SVMs (:func:`one_size`).
+
+    Default ``s``: :func:`settings`, the published settings at the current scale; memoised on ``s``.
+    """
+    return _run(settings() if s is None else s)
+
+
 @functools.lru_cache(maxsize=None)
-def run(s: Settings = Settings()) -> WvsKQ:
-    """Every size of ``s``: both parameterisations, both SVMs (:func:`one_size`)."""
+def _run(s: Settings) -> WvsKQ:
     with config.single_thread():  # tiny tensors: torch's thread pool costs more than the arithmetic
         return WvsKQ(s, [one_size(s, n, T, d) for n, T, d in s.sizes])
 
@@ -929,25 +931,14 @@ def train_w_naive(
         raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}")
     p = tfsvm.as_square(W0, d, "W0").flatten(-2).to(dtype).clone()
     eps = torch.finfo(dtype).eps
-    rows_k, rows_p = [], []
-    with config.single_thread():  # tiny tensors: torch's thread pool costs more than the arithmetic
-        rows_k, rows_p = _naive_loop(problem, p, steps, lr, record_every, eps)
-    P = torch.stack(rows_p)
-    return tfsvm.Run(np.array(rows_k), P.unflatten(-1, (d, d)), grad.saturation(problem, P).probs)
-
-
-def _naive_loop(problem, p, steps, lr, record_every, eps):
-    rows_k, rows_p = [], []
-    with torch.inference_mode():
-        for k in range(steps + 1):
-            if k % record_every == 0 or k == steps:
-                rows_k.append(k)
-                rows_p.append(p.to(torch.float64))
-            if k == steps:
-                break
+    rec = Recorder(steps, record_every)
+    # tiny tensors: torch's thread pool costs more than the arithmetic
+    with config.single_thread(), torch.inference_mode():
+        while rec.keep(p=p):
             g = naive_grad(problem, p)
             p = p - lr * g / (g.norm(dim=-1, keepdim=True) + eps)
-    return rows_k, rows_p
+    P = rec["p"].to(torch.float64)  # exact: every float32 is a float64
+    return tfsvm.Run(rec.steps, P.unflatten(-1, (d, d)), grad.saturation(problem, P).probs)
 
 # %% book/part3/13_w_vs_kq.ipynb #bd39e31a
 @dataclass

@@ -429,10 +429,17 @@ class OverparamResult:
         )
 
 
-@functools.lru_cache(maxsize=None)
-def run(s: Settings = Settings()) -> OverparamResult:
+def run(s: Settings | None = None) -> OverparamResult:
     """For every ``d`` of ``s``: ``s.count`` instances, the rank certificate, normalized GD from ``W = 0``
-    and where it goes, and the LP over all ``T^n`` selections of the first ``s.lp_instances``."""
+    and where it goes, and the LP over all ``T^n`` selections of the first ``s.lp_instances``.
+
+    Default ``s``: :func:`settings`, the published settings at the current scale; memoised on ``s``.
+    """
+    return _run(settings() if s is None else s)
+
+
+@functools.lru_cache(maxsize=None)
+def _run(s: Settings) -> OverparamResult:
     records, lp_rows = [], []
     for k, d in enumerate(s.d):
         inst = w_instances(s.count, s.n, s.T, d, seed=s.seed + 1000 * k)

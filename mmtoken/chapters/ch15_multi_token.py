@@ -22,6 +22,7 @@ import torch
 
 from mmtoken import config, validate
 from mmtoken.attention import geometry, svm, svm_solvers
+from mmtoken.attention.recorder import Recorder
 from mmtoken.book import report, resultcache
 from mmtoken.book.ledger import Measured, claim
 from mmtoken.book.plotting import one_panel, panel_titles, style, subplots, two_panels
@@ -431,17 +432,14 @@ def train_w(inst, W0, steps: int, lr: float, record_every: int = 100):
     W = torch.as_tensor(np.asarray(W0, float), dtype=torch.float64).clone()
     if W.ndim != 3 or W.shape[1:] != (d, d):
         raise ValueError(f"W0 must be (starts, d, d) with d = {d}, got {tuple(W.shape)}")
-    rec_steps, rec = [], []
+    rec = Recorder(steps, record_every)
     with config.single_thread():  # tiny tensors: torch's thread pool costs more than the arithmetic
-        for k in range(steps + 1):
+        while True:
             G, log_s = obj.grad(W)
-            if k % record_every == 0 or k == steps:
-                rec_steps.append(k)
-                rec.append(W.clone())
-            if k == steps:
+            if not rec.keep(W=W):
                 break
             W = W - lr * G / G.flatten(1).norm(dim=1)[:, None, None]
-    return np.array(rec_steps), torch.stack(rec).numpy(), log_s.numpy()
+    return rec.steps, rec["W"].numpy(), log_s.numpy()
 
 
 @dataclass
@@ -462,10 +460,17 @@ class MultiResult:
         return geometry.correlation(self.Ws.reshape(R, S, -1), W_ref.ravel())
 
 
-@functools.lru_cache(maxsize=None)
-def run(s: Settings = Settings()) -> MultiResult:
+def run(s: Settings | None = None) -> MultiResult:
     """Normalized GD on the designed instance from ``s.starts`` starts (the first ``W = 0``) and on the generic
-    instance from ``W = 0``; the sets read off GD's final attention and the SVMs of those sets."""
+    instance from ``W = 0``; the sets read off GD's final attention and the SVMs of those sets.
+
+    Default ``s``: :func:`settings`, the published settings at the current scale; memoised on ``s``.
+    """
+    return _run(settings() if s is None else s)
+
+
+@functools.lru_cache(maxsize=None)
+def _run(s: Settings) -> MultiResult:
     inst = make_instance(SCORES, d=s.d, lam=s.lam)
     d = inst.X.shape[2]
     W0 = s.start_scale * np.random.default_rng(s.seed).normal(size=(s.starts, d, d))
@@ -792,7 +797,7 @@ def public_run(s: Settings = Settings()) -> PublicResult:
         return arrays, meta
 
     pub = {k: v for k, v in dataclasses.asdict(s).items() if k.startswith("pub_") or k == "lr"}
-    a, meta = resultcache.experiment_result(__name__, resultcache.settings_name("public", s), pub, compute)
+    a, meta = resultcache.cached(CHAPTER, "public", compute, config=pub)
     runs = {d: {k.split("_", 1)[1]: v for k, v in a.items() if k.startswith(f"d{d}_")} for d in s.pub_ds}
     return PublicResult(tuple(s.pub_ds), runs, {d: meta[str(d)] for d in s.pub_ds})
 

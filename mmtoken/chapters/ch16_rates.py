@@ -212,9 +212,16 @@ class Result:
     w: Case
 
 
+def run(s: Settings | None = None) -> Result:
+    """Every run of the chapter: Fig. 1 (global and local), the trial and judged random instances, the W ones.
+
+    Default ``s``: :func:`settings`, the published settings at the current scale; memoised on ``s``.
+    """
+    return _run(settings() if s is None else s)
+
+
 @functools.lru_cache(maxsize=None)
-def run(s: Settings = Settings()) -> Result:
-    """Every run of the chapter: Fig. 1 (global and local), the trial and judged random instances, the W ones."""
+def _run(s: Settings) -> Result:
     with config.deterministic():
         return Result(
             fig1_case("global", s),

@@ -3,8 +3,8 @@
 # %% auto #0
 __all__ = ['CHAPTER', 'DUAL_TOL', 'SATURATED', 'KEEP_MAX', 'RATE_FROM', 'MIN_KEPT', 'MIN_CORR', 'MIN_GAP', 'FIGURES', 'DEFAULTS',
            'EUCLID', 'THEOREM_CORR', 'MAX_SLOPE', 'FIG1_CORR', 'FIG1_ANGLE', 'Settings', 'settings', 'md',
-           'lq_classify', 'Plane', 'unit', 'plane', 'plot_plane', 'draws', 'slope', 'RandomRun', 'random_run', 'run',
-           'plot_random', 'TheoremRun', 'theorem_instances', 'theorem_run', 'plot_rate', 'direction_check',
+           'lq_classify', 'Plane', 'unit', 'plane', 'plot_plane', 'draws', 'slope', 'RandomRun', 'random_run', 'Result',
+           'run', 'plot_random', 'TheoremRun', 'theorem_instances', 'theorem_run', 'plot_rate', 'direction_check',
            'theorem_check', 'rate_check', 'fig1_check']
 
 # %% book/part4/17_mirror.ipynb #4066a651
@@ -238,16 +238,31 @@ def random_run(q: float, s: Settings) -> RandomRun:
     return RandomRun(q, I, h.steps, sat, out["feasible"], out["local"], out["glob"], svm_corr, kept, c_lq, c_l2, c_pl)
 
 
+@dataclass(frozen=True)
+class Result:
+    """What :func:`run` computes: normalized and plain MD on the judged random instances, per ``q``."""
+
+    settings: Settings
+    runs: dict  # q -> RandomRun, for each q of settings.qs
+
+
+def run(s: Settings | None = None) -> Result:
+    """Normalized and plain MD on the judged random instances, for each q of ``s.qs``.
+
+    Default ``s``: :func:`settings`, the published settings at the current scale; memoised on ``s``.
+    """
+    return _run(settings() if s is None else s)
+
+
 @functools.lru_cache(maxsize=4)
-def run(s: Settings = Settings()) -> dict:
-    """Normalized and plain MD on the judged random instances, for each q of ``s.qs``."""
-    return {q: random_run(q, s) for q in s.qs}
+def _run(s: Settings) -> Result:
+    return Result(s, {q: random_run(q, s) for q in s.qs})
 
 # %% book/part4/17_mirror.ipynb #2b8a945a
-def plot_random(res: dict, ax=None):
+def plot_random(res: Result, ax=None):
     """1 - corr with the l_q SVM against 1 - corr with the Euclidean SVM, kept instances, one panel per q."""
-    fig, axes = two_panels([f"q = {q:g}" for q in res])
-    for ax_, (q, r) in zip(axes, res.items()):
+    fig, axes = two_panels([f"q = {q:g}" for q in res.runs])
+    for ax_, (q, r) in zip(axes, res.runs.items()):
         k = r.kept
         x, y = 1 - r.corr_l2[-1, k], np.maximum(1 - r.corr_lq[-1, k], 1e-9)
         ax_.scatter(x, y, s=14, color=style(0)["color"], label="kept instances")
@@ -307,11 +322,11 @@ def theorem_run(s: Settings = Settings()) -> dict:
     return out
 
 # %% book/part4/17_mirror.ipynb #5f4ae225
-def plot_rate(res: dict, th: dict, ax=None):
+def plot_rate(res: Result, th: dict, ax=None):
     """(a) median 1 - corr vs k, normalized and plain MD, random instances; (b) plain MD on the theorem's ones."""
     fig, axes = two_panels(["random instances (median)", "theorem: plain MD"])
     a, b = axes
-    for k, (q, r) in enumerate(res.items()):
+    for k, (q, r) in enumerate(res.runs.items()):
         st = style(k)
         m = r.kept
         a.plot(r.steps[1:], np.median(1 - r.corr_lq[1:, m], 1), label=f"normalized, q = {q:g}", **st)
@@ -338,13 +353,13 @@ DEFAULTS = Settings()
 EUCLID = 2.0  # the Euclidean norm's q, for the texts
 
 
-def direction_check(target: str = "lq", res: dict | None = None) -> Measured:
+def direction_check(target: str = "lq", res: Result | None = None) -> Measured:
     """Every kept instance reaches ``MIN_CORR[q]`` with the ``target`` SVM (``"lq"``: the claim; ``"l2"``: the
     competitor) and leads the other by ``MIN_GAP``; >= ``MIN_KEPT`` kept; every kept selection feasible and
     l_q-locally optimal."""
     res = res or run(settings())
     ok, value = True, {}
-    for q, r in res.items():
+    for q, r in res.runs.items():
         k = r.kept
         a, b = (r.corr_lq, r.corr_l2) if target == "lq" else (r.corr_l2, r.corr_lq)
         mn, gap = float(a[-1, k].min()), float((a[-1, k] - b[-1, k]).min())
@@ -433,9 +448,9 @@ MAX_SLOPE = -0.5
 the trial batches (seeds 0-4, before the judged ones): medians -1.6 (q = 1.5) and -0.73 (q = 3)."""
 
 
-def rate_check(which: str = "normalized", res: dict | None = None) -> Measured:
+def rate_check(which: str = "normalized", res: Result | None = None) -> Measured:
     res = res or run(settings())
-    sl = {q: r.final()["slope" if which == "normalized" else "plain_slope"] for q, r in res.items()}
+    sl = {q: r.final()["slope" if which == "normalized" else "plain_slope"] for q, r in res.runs.items()}
     return Measured({f"q={q:g}": round(v, 3) for q, v in sl.items()}, bool(all(v <= MAX_SLOPE for v in sl.values())))
 
 

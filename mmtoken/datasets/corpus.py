@@ -1,42 +1,48 @@
-"""A labelled review corpus (:class:`TextDataset`) and its compact, checked cache ``data/text/<name>.npz``.
+"""A labelled review corpus (:class:`TextDataset`) and its compact, checked cache in the one store.
 
 Texts are kept as one UTF-8 blob with offsets, labels ``+1``/``-1``, a train/test split flag and a JSON
 note of where the data came from. Records are put in a canonical order (train before test, negative
-before positive, then by text), so the same reviews from two sources give identical caches. A cache is
-written atomically and trusted only after :func:`read_cache` has checked it against what its name
-promises (the registered sources and counts of :mod:`.sources`).
+before positive, then by text), so the same reviews from two sources give identical caches. The cache of
+dataset ``name`` is the result ``text/<name>/corpus`` of :mod:`mmtoken.book.resultcache`
+(:func:`cache_path`: ``<data>/results/text/<name>/corpus-<key>.npz``), written atomically by the store and
+trusted only after :func:`read_cache` has checked it against what its name promises (the registered sources
+and counts of :mod:`.sources`).
 """
 
 from __future__ import annotations
 
 __all__ = [
     "CACHE_FORMAT",
+    "OWNER",
     "TextDataset",
     "texts_digest",
     "train_digest",
     "make_dataset",
+    "pack_strings",
+    "unpack_strings",
     "cache_path",
     "save_cache",
     "read_cache",
-    "cached_name",
     "cache_status",
     "check_counts",
 ]
 
 import hashlib
-import io
-import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from mmtoken.book import resultcache
 from mmtoken.datasets import sources
-from mmtoken.datasets.download import DatasetError, DatasetMissing, atomic_write_bytes, cache_dir, fit_line
+from mmtoken.datasets.download import DatasetError, DatasetMissing, fit_line
 
 CACHE_FORMAT = 1
+"""Version of a corpus cache's content (its arrays and ``meta``); part of its file name."""
+OWNER = "text"
+"""The owner of the text data's results in the store (:func:`mmtoken.book.resultcache.path_of`)."""
 
 
 @dataclass
@@ -148,93 +154,129 @@ def make_dataset(name: str, texts: list[str], labels, split, meta: dict | None =
     return TextDataset(name, texts, labels, split, meta)
 
 
+def pack_strings(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``strings`` as one UTF-8 blob (uint8) and ``len(strings) + 1`` int64 offsets: arrays the store keeps exactly."""
+    encoded = [t.encode("utf-8") for t in strings]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(b) for b in encoded])
+    return np.frombuffer(b"".join(encoded), dtype=np.uint8), offsets
+
+
+def unpack_strings(blob: np.ndarray, offsets: np.ndarray) -> list[str]:
+    """The strings :func:`pack_strings` packed; ``ValueError`` if the arrays are inconsistent or not UTF-8."""
+    if (
+        blob.ndim != 1
+        or blob.dtype != np.uint8
+        or offsets.ndim != 1
+        or offsets.shape[0] < 1
+        or offsets.dtype.kind not in "iu"
+        or offsets[0] != 0
+        or offsets[-1] != blob.shape[0]
+        or np.any(np.diff(offsets) < 0)
+    ):
+        raise ValueError("the blob and offsets of packed strings are inconsistent")
+    raw = blob.tobytes()
+    try:
+        return [raw[offsets[i] : offsets[i + 1]].decode("utf-8") for i in range(offsets.shape[0] - 1)]
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"packed strings hold invalid UTF-8 ({exc})") from None
+
+
+def _title(name: str) -> str:
+    """The store's name of the cache of ``name`` (in its header: a file copied over another's path is refused)."""
+    return f"{OWNER}/{name}/corpus"
+
+
 def cache_path(name: str) -> Path:
-    """Where the cache of ``name`` lives: ``data/text/<name>.npz``."""
-    return cache_dir("text") / f"{name}.npz"
+    """Where the cache of ``name`` lives: ``<data>/results/text/<name>/corpus-<key>.npz``, the store's one file name
+    (:func:`mmtoken.book.resultcache.path_of`)."""
+    if not isinstance(name, str):
+        raise ValueError(f"name must be a dataset name (a string), got {name!r}")
+    return resultcache.path_of(OWNER, f"{name}/corpus", {"format": CACHE_FORMAT})
+
+
+def _sorted(value: object) -> object:
+    """``value`` with the keys of its dicts sorted, at every level (lists and tuples followed)."""
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, (list, tuple)):
+        return [_sorted(v) for v in value]
+    return value
 
 
 def save_cache(ds: TextDataset, path: str | os.PathLike | None = None) -> Path:
-    """Write ``ds`` to its compact cache atomically."""
+    """Write ``ds`` to its compact cache (:func:`cache_path`, or ``path``) through the store, atomically.
+
+    ``meta`` is stored with its keys sorted (at every level): the order :func:`read_cache` gives back, which the
+    chapters print (``test`` before ``train``).
+    """
     path = Path(path) if path is not None else cache_path(ds.name)
-    encoded = [t.encode("utf-8") for t in ds.texts]
-    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum([len(b) for b in encoded])
-    blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-    buf = io.BytesIO()
-    np.savez_compressed(
-        buf,
-        blob=blob,
-        offsets=offsets,
-        labels=ds.labels,
-        split=ds.split,
-        meta=np.array(json.dumps(ds.meta, sort_keys=True)),
-    )
-    atomic_write_bytes(path, buf.getvalue())
+    blob, offsets = pack_strings(ds.texts)
+    meta = _sorted(ds.meta)
+    fp = resultcache.fingerprint("", {"format": CACHE_FORMAT}, str(ds.meta.get("fingerprint")))
+    arrays = {"blob": blob, "offsets": offsets, "labels": ds.labels, "split": ds.split}
+    resultcache.save(path, _title(ds.name), fp, arrays, meta)
     return path
 
 
-def _fix(path: Path, name: str | None) -> str:
-    cmd = f"python -m mmtoken.datasets fetch {name} --force" if name else "python -m mmtoken.datasets fetch"
-    return f"delete {path} and run `{cmd}`"
+def _fix(path: Path, name: str) -> str:
+    return f"delete {path} and run `python -m mmtoken.datasets fetch {name} --force`"
 
 
-def read_cache(path: str | os.PathLike, name: str | None = None) -> TextDataset:
-    """Read and check a compact cache; :class:`DatasetError` if it is damaged or not ``name``'s.
+def read_cache(path: str | os.PathLike, name: str, *, registered: bool = True) -> TextDataset:
+    """Read and check the compact cache of dataset ``name`` at ``path``; :class:`DatasetError` if it is damaged or
+    not ``name``'s (:class:`DatasetMissing` if there is none).
 
-    Always checked: format, array shapes, labels and split flags, UTF-8, recorded counts and fingerprint.
-    With ``name`` also the recorded name, the source digest (:func:`.sources.source_digests`) and the
-    expected counts (:func:`.sources.expected_counts`), so another dataset's cache copied here is refused.
+    Always checked: that the store holds ``name``'s cache there (its header: a cache copied over another's path is
+    refused), its format, array shapes, labels and split flags, UTF-8, the recorded name, counts and fingerprint.
+    With ``registered`` (the default) also the source digest (:func:`.sources.source_digests`) and the expected
+    counts (:func:`.sources.expected_counts`); ``registered=False`` reads a corpus of unregistered data (a test's).
     """
+    if not isinstance(name, str):
+        raise ValueError(f"name must be a dataset name (a string), got {name!r}")
     path = Path(path)
     if not path.is_file():
         raise DatasetMissing(f"{path} does not exist")
     try:
-        with np.load(path, allow_pickle=False) as z:
-            blob, offsets, labels, split = z["blob"], z["offsets"], z["labels"], z["split"]
-            meta = json.loads(str(z["meta"]))
-    except Exception as exc:  # zip, npy or json damage
-        raise DatasetError(f"cache {path} is damaged ({type(exc).__name__}: {exc}); {_fix(path, name)}") from exc
+        arrays, meta = resultcache.load(path, _title(name), None)
+        blob, offsets, labels, split = (arrays[k] for k in ("blob", "offsets", "labels", "split"))
+    except resultcache.CacheError as exc:  # damaged, of another result, lacking arrays
+        raise DatasetError(f"cache {path} cannot be used ({exc}); {_fix(path, name)}") from exc
+    except KeyError as exc:
+        raise DatasetError(f"cache {path} lacks the array {exc}; {_fix(path, name)}") from None
     if not isinstance(meta, dict):
         raise DatasetError(f"cache {path} has no metadata record; {_fix(path, name)}")
     n = labels.shape[0] if labels.ndim == 1 else -1
     if (
         meta.get("format") != CACHE_FORMAT
         or n < 0
-        or blob.ndim != 1
-        or blob.dtype != np.uint8
         or offsets.shape != (n + 1,)
-        or offsets.dtype.kind not in "iu"
         or split.shape != (n,)
-        or offsets[0] != 0
-        or offsets[-1] != blob.shape[0]
-        or np.any(np.diff(offsets) < 0)
         or not np.isin(labels, (-1, 1)).all()
         or not np.isin(split, (0, 1)).all()
     ):
         raise DatasetError(f"cache {path} is inconsistent (format, shapes, labels or split flags); {_fix(path, name)}")
-    if name is not None:
-        if meta.get("name") != name:
-            raise DatasetError(
-                f"cache {path} holds the dataset {meta.get('name')!r}, not {name!r} (a cache copied "
-                f"over another?); {_fix(path, name)}"
-            )
-        if meta.get("sha256") not in sources.source_digests(name):
-            raise DatasetError(
-                f"cache {path} was built from a source with sha256 {meta.get('sha256')}, which is "
-                f"not a registered source of {name!r}; {_fix(path, name)}"
-            )
-    raw = blob.tobytes()
+    if meta.get("name") != name:
+        raise DatasetError(
+            f"cache {path} holds the dataset {meta.get('name')!r}, not {name!r} (a cache copied "
+            f"over another?); {_fix(path, name)}"
+        )
+    if registered and meta.get("sha256") not in sources.source_digests(name):
+        raise DatasetError(
+            f"cache {path} was built from a source with sha256 {meta.get('sha256')}, which is "
+            f"not a registered source of {name!r}; {_fix(path, name)}"
+        )
     try:
-        texts = [raw[offsets[i] : offsets[i + 1]].decode("utf-8") for i in range(n)]
-    except UnicodeDecodeError as exc:
-        raise DatasetError(f"cache {path} holds invalid UTF-8; {_fix(path, name)}") from exc
-    ds = TextDataset(str(meta.get("name")), texts, labels.astype(np.int8), split.astype(np.int8), meta)
+        texts = unpack_strings(blob, offsets)
+    except ValueError as exc:
+        raise DatasetError(f"cache {path} is inconsistent or holds invalid UTF-8 ({exc}); {_fix(path, name)}") from exc
+    ds = TextDataset(name, texts, labels.astype(np.int8), split.astype(np.int8), meta)
     if _fingerprint(ds.texts, ds.labels, ds.split) != meta.get("fingerprint"):
         raise DatasetError(f"cache {path} does not match its recorded fingerprint; {_fix(path, name)}")
     counts = _counts(ds.labels, ds.split)
     if meta.get("counts") != counts:
         raise DatasetError(f"cache {path} records counts {meta.get('counts')} but holds {counts}; {_fix(path, name)}")
-    want = sources.expected_counts(name) if name is not None else None
+    want = sources.expected_counts(name) if registered else None
     if want is not None:
         got = {s: (c["neg"], c["pos"]) for s, c in counts.items()}
         if any(got.get(s) != tuple(v) for s, v in want.items()):
@@ -243,15 +285,6 @@ def read_cache(path: str | os.PathLike, name: str | None = None) -> TextDataset:
                 f"has {want}; {_fix(path, name)}"
             )
     return ds
-
-
-def cached_name(path: str | os.PathLike) -> str | None:
-    """The dataset name a cache records, reading only its metadata; None if absent or unreadable (no full check)."""
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            return json.loads(str(z["meta"])).get("name")
-    except Exception:  # noqa: BLE001 - a missing or damaged cache has no name
-        return None
 
 
 def cache_status(name: str) -> str:

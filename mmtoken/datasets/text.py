@@ -1,11 +1,12 @@
 """Real review-polarity data: IMDB, Rotten Tomatoes and Yelp polarity.
 
 Every source is a file with a SHA-256 recorded in :data:`SOURCES`; it is verified before it is read,
-parsed by a strict reader and converted once into the compact cache ``data/text/<name>.npz``
-(:mod:`.corpus`), written only after the new data passed every check. A cache that fails its checks
-(damaged, or another dataset's copied over it) is treated as missing: rebuilt from the source when
-possible, else reported with instructions. Yelp polarity has no offline source: an archive placed by hand
-in ``text/downloads/`` (:func:`yelp_note`) is verified and parsed, also by ``load("yelp", download=False)``.
+parsed by a strict reader and converted once into the compact cache of the one store
+(:func:`.corpus.cache_path`: ``<data>/results/text/<name>/corpus-<key>.npz``), written only after the new
+data passed every check. A cache that fails its checks (damaged, or another dataset's copied over it) is
+treated as missing: rebuilt from the source when possible, else reported with instructions. Yelp polarity
+has no offline source: an archive placed by hand in ``text/downloads/`` (:func:`yelp_note`) is verified and
+parsed, also by ``load("yelp", download=False)``.
 
 ========  =====================================================  ==============================
 name      source (formats: :mod:`.parsers`)                      split
@@ -44,7 +45,7 @@ import os
 from pathlib import Path
 
 from mmtoken.datasets import packages
-from mmtoken.datasets.corpus import TextDataset, cache_path, cached_name, read_cache, save_cache
+from mmtoken.datasets.corpus import TextDataset, cache_path, read_cache, save_cache
 from mmtoken.datasets.download import (
     DatasetError,
     DatasetMissing,
@@ -143,9 +144,10 @@ def _check_name(name) -> str:
     return name
 
 
-def _sweep() -> None:
-    """Remove leftovers of interrupted downloads and cache writes under ``data/text``."""
+def _sweep(name: str) -> None:
+    """Remove leftovers of interrupted downloads (under ``data/text``) and of writes of ``name``'s cache."""
     sweep_partial(cache_dir("text"), recursive=True)
+    sweep_partial(cache_path(name).parent)
 
 
 def _build(name: str, path: Path, reason: str | None) -> Path:
@@ -168,7 +170,7 @@ def fetch(name: str, force: bool = False) -> Path:
     every check, and the written cache is checked too.
     """
     name = _check_name(name)
-    _sweep()
+    _sweep(name)
     path = cache_path(name)
     reason = None
     if path.is_file():
@@ -191,9 +193,10 @@ def _source_on_disk(name: str) -> bool:
 
 
 def available(name: str) -> bool:
-    """Whether the cache (with the right name) or a source of ``name`` is on disk (no network, no parsing)."""
+    """Whether the cache of ``name`` (a file at its own path, :func:`.corpus.cache_path`) or a source of ``name`` is
+    on disk (no network, no parsing: :func:`load` checks the cache and says what to run if it is damaged)."""
     name = _check_name(name)
-    return cached_name(cache_path(name)) == name or _source_on_disk(name)
+    return cache_path(name).is_file() or _source_on_disk(name)
 
 
 def load(name: str, download: bool = True) -> TextDataset:
@@ -211,7 +214,7 @@ def load(name: str, download: bool = True) -> TextDataset:
     except DatasetError as exc:
         reason = str(exc)
     if download or _source_on_disk(name):
-        _sweep()
+        _sweep(name)
         return read_cache(_build(name, path, reason), name)
     if reason is not None:
         raise DatasetError(reason)

@@ -1,4 +1,4 @@
-"""Word tokenization, vocabulary and padding for the review sets, cached.
+"""Word tokenization, vocabulary and padding for the review sets, cached in the one store.
 
 The rule, stated once: ``<br />`` line breaks are replaced by spaces, the text is lower-cased, and the
 words are the runs matched by ``[a-z0-9']+``. The vocabulary holds the words seen at least ``min_count``
@@ -6,29 +6,35 @@ times in the **training** split, ordered by decreasing count (ties alphabeticall
 outside the vocabulary are dropped (paper B's model has no unknown-word token); each sequence keeps its
 first ``max_len`` remaining words and is padded with 0 to ``max_len``.
 
-The result is cached in ``data/text/tok/<dataset>-<key>.npz``, keyed by the dataset's fingerprint and the
-configuration, and used only if the name, fingerprint, configuration and shapes it records match;
-otherwise it is rebuilt with a warning.
+The result is the store's ``text/<dataset>/tokens`` (:func:`mmtoken.book.resultcache.cached`, file
+``<data>/results/text/<dataset>/tokens-<key>.npz`` keyed by the configuration with the types of its values),
+used only if its header matches this code, the configuration and the dataset's fingerprint and its arrays have
+the shapes the dataset and configuration give; otherwise it is rebuilt (with a warning when it was damaged).
 """
 
 from __future__ import annotations
 
-__all__ = ["PAD", "PAD_ID", "TokenizerConfig", "words", "TokenizedCorpus", "build_vocab", "encode", "tokenize_dataset"]
+__all__ = [
+    "PAD",
+    "PAD_ID",
+    "TokenizerConfig",
+    "words",
+    "TokenizedCorpus",
+    "build_vocab",
+    "encode",
+    "token_entry",
+    "tokenize_dataset",
+]
 
-import hashlib
-import io
-import json
 import re
-import warnings
 from collections import Counter
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 
-from mmtoken.book.resultcache import sweep
-from mmtoken.datasets.download import DatasetError, atomic_write_bytes, cache_dir
-from mmtoken.datasets.text import TextDataset
+from mmtoken.book import resultcache
+from mmtoken.datasets.corpus import OWNER, TextDataset, pack_strings, unpack_strings
+from mmtoken.datasets.download import DatasetError
 
 PAD = "<pad>"
 PAD_ID = 0
@@ -37,7 +43,8 @@ _BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
 
 @dataclass(frozen=True)
 class TokenizerConfig:
-    """How texts become padded id sequences."""
+    """How texts become padded id sequences (every field is checked: a value of another type is refused, naming
+    the field, so no two configurations that tokenize alike name two files, nor two that differ one)."""
 
     min_count: int = 10
     max_len: int = 512
@@ -45,9 +52,20 @@ class TokenizerConfig:
     lowercase: bool = True
     strip_br: bool = True
 
-    def key(self, fingerprint: str) -> str:
-        payload = json.dumps({"config": asdict(self), "data": fingerprint, "version": 1}, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+    def __post_init__(self):
+        for name in ("min_count", "max_len"):
+            v = getattr(self, name)
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"TokenizerConfig.{name} must be an integer >= 1, got {v!r}")
+        if not isinstance(self.pattern, str):
+            raise ValueError(f"TokenizerConfig.pattern must be a regular expression (a string), got {self.pattern!r}")
+        try:
+            re.compile(self.pattern)
+        except re.error as exc:
+            raise ValueError(f"TokenizerConfig.pattern {self.pattern!r} is not a regular expression ({exc})") from None
+        for name in ("lowercase", "strip_br"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"TokenizerConfig.{name} must be True or False, got {getattr(self, name)!r}")
 
 
 def words(text: str, config: TokenizerConfig = TokenizerConfig()) -> list[str]:
@@ -129,54 +147,78 @@ def encode(texts: list[list[str]], vocab: list[str], max_len: int) -> tuple[np.n
     return tokens, lengths, full
 
 
+def token_entry(ds: TextDataset, config: TokenizerConfig = TokenizerConfig()) -> resultcache.Entry:
+    """Where the store keeps the tokens of ``ds`` under ``config`` and what its header must match
+    (:func:`mmtoken.book.resultcache.entry`; ``.path`` is the file)."""
+    return resultcache.entry(OWNER, f"{ds.name}/tokens", config=config, code=[tokenize_dataset], data=ds.fingerprint)
+
+
 def tokenize_dataset(
     ds: TextDataset, config: TokenizerConfig = TokenizerConfig(), cache: bool = True
 ) -> TokenizedCorpus:
-    """Tokenize ``ds`` under ``config``, from the cache when it exists."""
-    path = cache_dir("text/tok") / f"{ds.name}-{config.key(ds.fingerprint)}.npz"
-    if cache:
-        sweep(path.parent)  # temporary files of interrupted writes
-    if cache and path.is_file():
-        try:
-            return _read(path, ds, config)
-        except DatasetError as exc:  # a damaged cache is rebuilt and replaced atomically
-            warnings.warn(f"{exc}; rebuilding it", RuntimeWarning, stacklevel=2)
-    split_words = [words(t, config) for t in ds.texts]
-    train = [split_words[i] for i in ds.train_index]
-    vocab = build_vocab(train, config.min_count)
-    tokens, lengths, full = encode(split_words, vocab, config.max_len)
-    corpus = TokenizedCorpus(ds.name, vocab, tokens, lengths, full, ds.labels.copy(), ds.split.copy(), config)
-    if cache:
-        buf = io.BytesIO()
-        np.savez_compressed(
-            buf,
-            tokens=tokens,
-            lengths=lengths,
-            full_lengths=full,
-            vocab=np.array("\n".join(vocab)),
-            meta=np.array(json.dumps({"name": ds.name, "config": asdict(config), "data": ds.fingerprint})),
+    """Tokenize ``ds`` under ``config``: read from the store when it holds the result of this code, configuration
+    and dataset (:func:`token_entry`), else computed and stored (``cache=False``: computed, nothing stored)."""
+    if not isinstance(ds, TextDataset):
+        raise ValueError(f"ds must be a TextDataset, got {type(ds).__name__}")
+    if not isinstance(config, TokenizerConfig):
+        raise ValueError(f"config must be a TokenizerConfig, got {type(config).__name__}")
+
+    def compute() -> resultcache.Stored:
+        split_words = [words(t, config) for t in ds.texts]
+        vocab = build_vocab([split_words[i] for i in ds.train_index], config.min_count)
+        tokens, lengths, full = encode(split_words, vocab, config.max_len)
+        blob, offsets = pack_strings(vocab)
+        arrays = {"tokens": tokens, "lengths": lengths, "full_lengths": full, "vocab": blob, "vocab_offsets": offsets}
+        return arrays, {"dataset": ds.name, "texts": len(ds), "vocab_size": len(vocab)}
+
+    n = len(ds)
+    if not cache:
+        arrays, _ = compute()
+    else:
+        arrays, _ = resultcache.cached(
+            OWNER,
+            f"{ds.name}/tokens",
+            compute,
+            config=config,
+            code=[tokenize_dataset],
+            data=ds.fingerprint,
+            expect={"tokens": (n, config.max_len), "lengths": (n,), "full_lengths": (n,)},
         )
-        atomic_write_bytes(path, buf.getvalue())
-    return corpus
+    vocab = _checked(arrays, ds, config)
+    return TokenizedCorpus(
+        ds.name,
+        vocab,
+        arrays["tokens"],
+        arrays["lengths"],
+        arrays["full_lengths"],
+        ds.labels.copy(),
+        ds.split.copy(),
+        config,
+    )
 
 
-def _read(path: Path, ds: TextDataset, config: TokenizerConfig) -> TokenizedCorpus:
+def _checked(arrays: dict[str, np.ndarray], ds: TextDataset, config: TokenizerConfig) -> list[str]:
+    """The vocabulary of stored tokens, after checking what the store's header cannot: ids within the vocabulary,
+    padding first, lengths within ``max_len``; :class:`DatasetError` saying what to delete otherwise."""
+    tokens, lengths, full = arrays["tokens"], arrays["lengths"], arrays["full_lengths"]
     try:
-        with np.load(path, allow_pickle=False) as z:
-            tokens, lengths, full = z["tokens"], z["lengths"], z["full_lengths"]
-            vocab = str(z["vocab"]).split("\n")
-            meta = json.loads(str(z["meta"]))
-    except Exception as exc:
-        raise DatasetError(f"token cache {path} is damaged: {exc}") from exc
-    if (
-        meta.get("name") != ds.name
-        or meta.get("data") != ds.fingerprint
-        or meta.get("config") != asdict(config)
-        or tokens.shape != (len(ds), config.max_len)
-        or lengths.shape != (len(ds),)
-        or full.shape != (len(ds),)
-        or vocab[0] != PAD
-        or (tokens.size and tokens.max() >= len(vocab))
+        vocab = unpack_strings(arrays["vocab"], arrays["vocab_offsets"])
+    except ValueError as exc:
+        vocab, problem = [], str(exc)
+    else:
+        problem = None
+    if problem is None and not (
+        vocab
+        and vocab[0] == PAD
+        and all(a.dtype == np.int32 for a in (tokens, lengths, full))
+        and (tokens.size == 0 or (tokens.min() >= 0 and tokens.max() < len(vocab)))
+        and ((lengths >= 0) & (lengths <= config.max_len) & (lengths <= full)).all()
     ):
-        raise DatasetError(f"token cache {path} does not match its dataset ({ds.name}) and configuration")
-    return TokenizedCorpus(ds.name, vocab, tokens, lengths, full, ds.labels.copy(), ds.split.copy(), config)
+        problem = "its vocabulary, ids or lengths are inconsistent"
+    if problem is not None:
+        path = token_entry(ds, config).path
+        raise DatasetError(
+            f"token cache {path} does not match its dataset ({ds.name}) and configuration ({problem}); "
+            "delete it and run again (it is rebuilt)"
+        )
+    return vocab

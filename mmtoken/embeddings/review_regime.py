@@ -5,12 +5,26 @@ its data model. :data:`REGIME` meets the first on Rotten Tomatoes: 486 words (se
 ``d = 2048 >= 4 |V|`` (rows of ``E^0`` independent, smallest singular value about ``std (sqrt(d) - sqrt(|V|))``),
 with a *large* initialisation (entry std 0.1, row norm 4.5); :data:`SMALL` is the same at a small one. The **control**
 (:func:`control_data`) runs the same code on the data model at Rotten Tomatoes' sizes: if phase two selects there
-and not on the reviews, the data, not the dimension, is what the reviews lack.
+and not on the reviews, the data, not the dimension, is what the reviews lack. Each seed's run is kept by the store
+as ``real_reviews/rt/<reviews|control>-<regime|small><seed>[-<steps>]`` (:func:`regime_result`).
 """
 
 from __future__ import annotations
 
-__all__ = ["REGIME", "LONG", "CONTROL", "run", "control_data", "cached", "stored", "ROW_NORM", "SIGMA0_SMALL", "SMALL"]
+__all__ = [
+    "REGIME",
+    "LONG",
+    "CONTROL",
+    "ROW_NORM",
+    "SIGMA0_SMALL",
+    "SMALL",
+    "WHICH",
+    "run",
+    "control_data",
+    "regime_setup",
+    "regime_result",
+    "cached",
+]
 
 import dataclasses
 import math
@@ -22,7 +36,7 @@ import torch
 from mmtoken import config
 from mmtoken.datasets import text, tokenize
 from mmtoken.embeddings import corpus_stats, review_model, review_runs, review_seeds, synthetic
-from mmtoken.embeddings.review_runs import Data, Setup
+from mmtoken.embeddings.review_runs import Data, ResultKey, Setup, prepare
 
 REGIME = Setup("rt", min_count=30, max_len=64, d=2048, small_std=0.1, p2_steps=1500)
 """Rotten Tomatoes, words seen >= 30 times, d = 2048, entry std 0.1, phase two for 1,500 gradient evaluations: a
@@ -42,6 +56,8 @@ LONG = 4000
 """A longer budget for phase two, to see whether its end point still moves."""
 CONTROL = {"n_pos": 30, "n_neg": 30, "T": 24, "min_len": 8}
 """The data model's sizes for the control (the rest of the vocabulary is neutral)."""
+WHICH = ("reviews", "control")
+"""What the protocol runs on: Rotten Tomatoes' reviews, or the control (:func:`control_data`)."""
 
 
 def run(data: Data, seed: int, s: Setup = REGIME) -> tuple[dict, dict]:
@@ -91,34 +107,41 @@ def control_data(rt: Data, seed: int = 0) -> Data:
     return Data(corpus, "test", fit, evaluation, 0, 0, stats)
 
 
-def _key(seed: int, which: str, steps: int | None, small: bool):
-    """What :func:`cached` reads and writes: ``(setup, data set, path, name, fingerprint)``."""
-    if which not in ("reviews", "control"):
+def _which(which: str) -> str:
+    if which not in WHICH:
         raise ValueError(f"which must be 'reviews' or 'control', got {which!r}")
+    return which
+
+
+def regime_setup(steps: int | None = None, small: bool = False) -> Setup:
+    """:data:`REGIME`, or :data:`SMALL` if ``small``; ``steps`` replaces phase two's budget."""
     base = SMALL if small else REGIME
-    s = base if steps is None else dataclasses.replace(base, p2_steps=steps)
-    ds = text.load("rt")
-    fp = review_seeds.cache_fingerprint(cached, s, ds.fingerprint, {"seed": seed, "run": which, "control": CONTROL})
-    kind = f"{which}-{'small' if small else 'regime'}{seed}" + ("" if steps is None else f"-{steps}")
-    return s, ds, review_seeds.result_path("rt", kind, fp), f"real_reviews/rt/{kind}", fp
+    return base if steps is None else dataclasses.replace(base, p2_steps=steps)
+
+
+def regime_result(
+    seed: int, which: str = "reviews", steps: int | None = None, small: bool = False, ds: text.TextDataset | None = None
+) -> ResultKey:
+    """The stored result of :func:`run` of ``seed`` on Rotten Tomatoes (``which="reviews"``) or on the control
+    (``"control"``) under :func:`regime_setup` (``steps``, ``small``); ``ds``: Rotten Tomatoes when already loaded."""
+    name = f"rt/{_which(which)}-{'small' if small else 'regime'}{seed}" + ("" if steps is None else f"-{steps}")
+    s, ds = regime_setup(steps, small), ds if ds is not None else text.load("rt")
+    if which == "control":
+        return ResultKey(
+            name, {"setup": s, "seed": seed, "control": CONTROL}, (run, prepare, control_data), ds.fingerprint
+        )
+    return ResultKey(name, {"setup": s, "seed": seed}, (run, prepare), ds.fingerprint)
 
 
 def cached(seed: int, which: str = "reviews", steps: int | None = None, small: bool = False) -> tuple[dict, dict]:
-    """:func:`run` on Rotten Tomatoes (``"reviews"``) or the control (``"control"``), cached: at :data:`REGIME`, or
-    :data:`SMALL` if ``small``; ``steps`` replaces phase two's budget."""
-    from mmtoken.book import resultcache
-
-    s, ds, path, name, fp = _key(seed, which, steps, small)
+    """:func:`run` on Rotten Tomatoes (``"reviews"``) or the control (``"control"``), through the store: at
+    :data:`REGIME`, or :data:`SMALL` if ``small``; ``steps`` replaces phase two's budget."""
+    which, s = _which(which), regime_setup(steps, small)
+    ds = text.load("rt")
+    key = regime_result(seed, which, steps, small, ds)
 
     def compute():
-        data = review_runs.prepare(s, ds)
+        data = prepare(s, ds)
         return run(data if which == "reviews" else control_data(data, seed), seed, s)
 
-    return resultcache.load_or_compute(path, name, fp, compute)
-
-
-def stored(seed: int, which: str = "reviews", steps: int | None = None, small: bool = False) -> bool:
-    """Whether :func:`cached` with these arguments would read a valid stored result (nothing is computed)."""
-    from mmtoken.book import resultcache
-
-    return resultcache.stored(*_key(seed, which, steps, small)[2:])
+    return key.cached(compute)

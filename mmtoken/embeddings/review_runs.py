@@ -3,6 +3,9 @@
 The test split is the data set's own (Rotten Tomatoes: the seeded 80/20 split of :mod:`mmtoken.datasets.text`),
 touched once per seed by the final models (:mod:`.review_seeds`); every choice is made on a validation split of the
 training split (:data:`VALIDATION`, :mod:`.review_search`) with seed 0; claims are judged on the held-out :data:`SEEDS`.
+
+Every result of these runs is kept by the one store (:mod:`mmtoken.book.resultcache`) under the owner :data:`OWNER`,
+each named and keyed by one :class:`ResultKey`.
 """
 
 from __future__ import annotations
@@ -29,8 +32,11 @@ __all__ = [
     "init",
     "train_model",
     "describe",
+    "OWNER",
+    "ResultKey",
 ]
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -38,6 +44,7 @@ import numpy as np
 import torch
 
 from mmtoken import config
+from mmtoken.book import resultcache
 from mmtoken.datasets import text, tokenize
 from mmtoken.embeddings import corpus_stats, review_model
 from mmtoken.embeddings.corpus_stats import TokenStats
@@ -261,3 +268,33 @@ def describe(params: Params, data: Data, test: Chunks, train: Chunks, top: torch
     pn, vn = float(params.p.norm()), float(params.v.norm())
     m["cos_p_v"] = float(params.p.double() @ params.v.double()) / (pn * vn) if pn > 0 else 0.0
     return m, {"logits": a, "values": b}
+
+
+# ----------------------------------------------------------------------------- the store
+OWNER = "real_reviews"
+"""The owner of chapter 12's results in the store (``data/results/real_reviews/``, carried in ``book/trained/``)."""
+
+
+class ResultKey(NamedTuple):
+    """One result of chapter 12 in the store: what :func:`mmtoken.book.resultcache.cached` and
+    :func:`~mmtoken.book.resultcache.stored` are given, built once so that computing and checking use one key.
+
+    ``name``: ``"imdb/seed10"``, ``"rt/search"``, ...; ``config``: every setting that decides the result (with the
+    types of its values); ``code``: the functions whose code computes it (the training, not the caching around it);
+    ``data``: the fingerprint of its data set.
+    """
+
+    name: str
+    config: object
+    code: tuple[Callable, ...]
+    data: str
+
+    def cached(self, compute: Callable[[], resultcache.Stored], expect: Mapping[str, tuple] | None = None):
+        """The stored result, or ``compute()`` d now and stored: ``(arrays, meta)``."""
+        return resultcache.cached(
+            OWNER, self.name, compute, config=self.config, code=self.code, data=self.data, expect=expect
+        )
+
+    def stored(self) -> bool:
+        """Whether :meth:`cached` would read the result (nothing is computed)."""
+        return resultcache.stored(OWNER, self.name, config=self.config, code=self.code, data=self.data)

@@ -3,11 +3,12 @@
 Joint training is tuned one factor at a time in the order of :data:`GRID`, keeping the best validation accuracy
 (ties: the earlier value), epochs the best epoch of the best trial; then the step and epochs of the two contrasts
 and the bag-of-words L2 weight. Seed :data:`.review_runs.DEV_SEED`; only accuracy is optimised, never attention.
+The search of each data set is kept by the store as ``real_reviews/<data set>/search`` (:func:`search_result`).
 """
 
 from __future__ import annotations
 
-__all__ = ["START", "GRID", "MAX_EPOCHS", "search", "cached_search", "stored"]
+__all__ = ["START", "GRID", "MAX_EPOCHS", "search", "search_result", "cached_search"]
 
 import dataclasses
 from dataclasses import asdict
@@ -15,10 +16,18 @@ from dataclasses import asdict
 import numpy as np
 
 from mmtoken import config
-from mmtoken.book import resultcache
 from mmtoken.datasets import text
-from mmtoken.embeddings.review_runs import DEV_SEED, RUN_FIELDS, VALIDATION, Setup, init, prepare, train_model
-from mmtoken.embeddings.review_seeds import cache_fingerprint, result_path, run_bow
+from mmtoken.embeddings.review_runs import (
+    DEV_SEED,
+    RUN_FIELDS,
+    VALIDATION,
+    ResultKey,
+    Setup,
+    init,
+    prepare,
+    train_model,
+)
+from mmtoken.embeddings.review_seeds import run_bow
 
 # Where the validation search starts (the previous chapter's choices) and what it tries.
 START = {
@@ -94,34 +103,34 @@ def _search(s0: Setup, ds: text.TextDataset) -> tuple[Setup, list[dict]]:
     return s, records
 
 
-def _key(dataset: str):
-    """What :func:`cached_search` reads and writes: ``(start, data set, path, name, fingerprint)``."""
+def _start(dataset: str) -> Setup:
     if dataset not in START:
         raise ValueError(f"dataset must be one of {tuple(START)}, got {dataset!r}")
-    s0 = START[dataset]
-    ds = text.load(dataset)
-    fp = cache_fingerprint(
-        cached_search,
-        s0,
-        ds.fingerprint,
-        {"grid": GRID, "max_epochs": MAX_EPOCHS, "validation": VALIDATION, "seed": DEV_SEED},
-    )
-    return s0, ds, result_path(dataset, "search", fp), f"real_reviews/{dataset}/search", fp
+    return START[dataset]
+
+
+def search_result(dataset: str, ds: text.TextDataset | None = None) -> ResultKey:
+    """The stored result of :func:`search` from :data:`START` on ``dataset`` (``real_reviews/<data set>/search``);
+    ``ds``: its data set when already loaded."""
+    config = {
+        "start": _start(dataset),
+        "grid": GRID,
+        "max_epochs": MAX_EPOCHS,
+        "validation": VALIDATION,
+        "seed": DEV_SEED,
+    }
+    ds = ds if ds is not None else text.load(dataset)
+    return ResultKey(f"{dataset}/search", config, (search,), ds.fingerprint)
 
 
 def cached_search(dataset: str) -> tuple[Setup, list[dict]]:
-    """:func:`search` from :data:`START`, through the results cache."""
-    s0, ds, path, name, fp = _key(dataset)
+    """:func:`search` from :data:`START`, through the store: the chosen setup and one record per trial."""
+    s0, ds = _start(dataset), text.load(dataset)
 
     def compute():
         chosen, records = search(s0, ds)
         return {}, {"chosen": asdict(chosen), "records": records}
 
-    _, meta = resultcache.load_or_compute(path, name, fp, compute)
+    _, meta = search_result(dataset, ds).cached(compute)
     chosen = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["chosen"].items()}
     return Setup(**chosen), meta["records"]
-
-
-def stored(dataset: str) -> bool:
-    """Whether :func:`cached_search` of ``dataset`` would read a valid stored result (nothing is computed)."""
-    return resultcache.stored(*_key(dataset)[2:])

@@ -1,36 +1,34 @@
-"""What chapter 12 computes per held-out seed and once per data set, through the results cache.
+"""What chapter 12 computes per held-out seed and once per data set, through the one store.
 
 Per seed (:func:`run_seed`): the two-phase protocol, the attention runs and a few examples. Once per data set
-(:func:`profile`): the bag-of-words baseline and how the data meet paper B's data model. Results are stored under
-``data/results/real_reviews/``, keyed by :func:`cache_fingerprint`.
+(:func:`profile`): the bag-of-words baseline and how the data meet paper B's data model. Each is kept by the store
+(:mod:`mmtoken.book.resultcache`) as ``real_reviews/<data set>/seed<k>`` and ``real_reviews/<data set>/profile``,
+keyed by :func:`seed_result` and :func:`profile_result`: the setup, the data and the code that computes it.
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "cache_fingerprint",
     "two_phase",
     "examples",
     "run_seed",
+    "SEED_DTYPE",
+    "stored_precision",
     "run_bow",
     "profile",
-    "result_path",
+    "seed_result",
+    "profile_result",
     "cached_seed",
     "cached_profile",
-    "seed_cached",
 ]
 
 import time
-from collections.abc import Callable
-from dataclasses import asdict
 
 import numpy as np
 import torch
 
 from mmtoken import config
-from mmtoken.book import fingerprint, resultcache
 from mmtoken.datasets import text, tokenize
-from mmtoken.datasets.download import cache_dir
 from mmtoken.embeddings import corpus_stats, review_model, review_phase_two
 from mmtoken.embeddings.review_model import Chunks, Params
 from mmtoken.embeddings.review_runs import (
@@ -38,6 +36,7 @@ from mmtoken.embeddings.review_runs import (
     TOP_COUNT,
     U_COUNT,
     Data,
+    ResultKey,
     Setup,
     describe,
     init,
@@ -46,12 +45,6 @@ from mmtoken.embeddings.review_runs import (
     train_model,
     verbatim_overlap,
 )
-
-
-def cache_fingerprint(entry: Callable, s: Setup, data_fp: str, extra: dict | None = None) -> str:
-    """Fingerprint of a result: the setup (and ``extra``), the data and the code ``entry`` calls, transitively
-    (:func:`mmtoken.book.fingerprint.of`)."""
-    return resultcache.fingerprint(fingerprint.of(entry), {"setup": asdict(s), **(extra or {})}, data_fp)
 
 
 # ----------------------------------------------------------------------------- the two-phase protocol
@@ -157,7 +150,19 @@ def run_seed(s: Setup, data: Data, seed: int) -> tuple[dict, dict]:
                 arrays.update(ex_arrays)
         metrics["history"] = history
         metrics["cpu_seconds"] = time.process_time() - start
-        return arrays, metrics
+        return {k: stored_precision(x) for k, x in arrays.items()}, metrics
+
+
+SEED_DTYPE = np.float32
+"""The per-token arrays of a seed are kept at float32 (7 significant digits): the chapter prints at most 3 decimals of
+statistics over them (ranks, means over token bins), the metrics are computed from the float64 values before, and a
+seed's IMDB arrays take 1.2 MB instead of 2.0 (the trained runs carried in the repository: at most 20 MB)."""
+
+
+def stored_precision(x: np.ndarray) -> np.ndarray:
+    """``x`` as a seed's result keeps it: floating arrays at :data:`SEED_DTYPE`, others as they are."""
+    x = np.asarray(x)
+    return x.astype(SEED_DTYPE) if x.dtype.kind == "f" else x
 
 
 def run_bow(s: Setup, data: Data) -> dict:
@@ -202,42 +207,27 @@ def profile(s: Setup, ds: text.TextDataset, data: Data) -> dict:
         }
 
 
-# ----------------------------------------------------------------------------- cached entry points
-def result_path(dataset: str, kind: str, fp: str):
-    """Where the cached result ``kind`` of ``dataset`` with fingerprint ``fp`` lives."""
-    return cache_dir("results/real_reviews") / f"{dataset}-{kind}-{fp[:16]}.npz"
+# ----------------------------------------------------------------------------- through the store
+def seed_result(s: Setup, ds: text.TextDataset, seed: int) -> ResultKey:
+    """The stored result of :func:`run_seed` of ``seed`` under ``s`` on ``ds`` (``real_reviews/<data set>/seed<k>``)."""
+    return ResultKey(f"{s.dataset}/seed{seed}", {"setup": s, "seed": seed}, (run_seed, prepare), ds.fingerprint)
 
 
-def _seed_key(s: Setup, ds: text.TextDataset, seed: int) -> tuple:
-    """What :func:`cached_seed` reads and writes: ``(path, name, fingerprint)``."""
-    fp = cache_fingerprint(cached_seed, s, ds.fingerprint, {"seed": seed})
-    return result_path(s.dataset, f"seed{seed}", fp), f"real_reviews/{s.dataset}/seed{seed}", fp
+def profile_result(s: Setup, ds: text.TextDataset) -> ResultKey:
+    """The stored result of :func:`profile` under ``s`` on ``ds`` (``real_reviews/<data set>/profile``)."""
+    return ResultKey(f"{s.dataset}/profile", {"setup": s}, (profile, prepare), ds.fingerprint)
 
 
 def cached_seed(s: Setup, ds: text.TextDataset, seed: int, data: Data | None = None) -> tuple[dict, dict]:
-    """:func:`run_seed` for the test split, through the results cache."""
-
-    def compute():
-        return run_seed(s, data if data is not None else prepare(s, ds), seed)
-
+    """:func:`run_seed` for the test split, through the store (``data``: ``prepare(s, ds)`` when already made)."""
     V = len(tokenize.tokenize_dataset(ds, s.tokenizer).vocab) if data is None else data.V
     expect = {f"{k}/{run}": (V,) for run in RUNS for k in ("logits", "values")}
     expect.update({"values/one_step": (V,), "logits/two_phase": (V,), "closed_form": (V,)})
-    return resultcache.load_or_compute(*_seed_key(s, ds, seed), compute, expect)
+    return seed_result(s, ds, seed).cached(
+        lambda: run_seed(s, data if data is not None else prepare(s, ds), seed), expect
+    )
 
 
 def cached_profile(s: Setup, ds: text.TextDataset, data: Data | None = None) -> dict:
-    """:func:`profile` for the test split, through the results cache."""
-    fp = cache_fingerprint(cached_profile, s, ds.fingerprint, {"run": "profile"})
-
-    def compute():
-        return {}, profile(s, ds, data if data is not None else prepare(s, ds))
-
-    return resultcache.load_or_compute(
-        result_path(s.dataset, "profile", fp), f"real_reviews/{s.dataset}/profile", fp, compute
-    )[1]
-
-
-def seed_cached(s: Setup, ds: text.TextDataset, seed: int) -> bool:
-    """Whether :func:`cached_seed` would read a valid stored result (no computation)."""
-    return resultcache.stored(*_seed_key(s, ds, seed))
+    """:func:`profile` for the test split, through the store (``data``: ``prepare(s, ds)`` when already made)."""
+    return profile_result(s, ds).cached(lambda: ({}, profile(s, ds, data if data is not None else prepare(s, ds))))[1]

@@ -7,6 +7,10 @@ the nuclear-norm SVM live in chapter 13, the generalised SVM in chapter 15.
 Modules:
 
 - :mod:`tfsvm`: Self-attention read out at a query token, and its ``W`` parameterisation (Part III).
+
+The names a reader uses are imported here (``from mmtoken.selfattention import w_problem, frobenius_svm``).
 """
 
-__all__: list[str] = []
+from mmtoken.selfattention.tfsvm import Run, frobenius_svm, keys_selection, random_instances, train_w, w_keys, w_problem
+
+__all__ = ["w_keys", "w_problem", "train_w", "Run", "frobenius_svm", "keys_selection", "random_instances"]

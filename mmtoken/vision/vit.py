@@ -20,7 +20,7 @@ softmax to select tokens.
 
 The statistics of the [CLS] attention over the patches (:func:`attention_statistics`
 on a whole split, :func:`probe_statistics` on a batch) are what a training run
-records (:mod:`mmtoken.vision.vit_runs`); the training loop is :mod:`mmtoken.vision.vit_train`.
+records (:func:`mmtoken.vision.vit_runs.train_into`); the training loop is :mod:`mmtoken.vision.vit_train`.
 """
 
 from __future__ import annotations

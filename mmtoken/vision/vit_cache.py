@@ -1,34 +1,38 @@
-"""The ViT run cache: what a run is (:class:`Experiment`), what it records (:class:`Result`), where it is kept.
+"""The ViT runs in the one store: what a run is (:class:`Experiment`), what it records (:class:`Result`), its checkpoints.
 
-A run is a folder result of :mod:`mmtoken.book.resultcache` in ``data/vit/<key>/`` (:func:`cache_key`, of the
-fingerprint :func:`mmtoken.vision.vit_runs.fingerprint`), written atomically by
-:func:`mmtoken.vision.vit_runs.train_into` with a manifest (written last) of the cache's name, the fingerprint and
-every file's size and SHA-256. :func:`load` and :func:`checkpoint` (``weights_only=True``) check all of it and the
-shapes they read, so a damaged, stale or swapped folder is a :class:`CacheError` (rebuilt by
-:func:`mmtoken.vision.vit_runs.run_experiments`, or reported with instructions), never a raw error.
-:func:`sweep_leftovers` removes what interrupted writes left.
+A run is one result of :mod:`mmtoken.book.resultcache` (owner :data:`OWNER`, name :func:`run_name`, configuration
+the :class:`Experiment`): the arrays of :data:`Result` that are arrays, and the rest (the history: the log, the
+validation curve, the test statistics, the normaliser, the timings) as its JSON note. The store keys it by the
+experiment, the data's digest and the code that trains it (:func:`mmtoken.vision.vit_runs.train_into` and
+everything it calls), and refuses a damaged, swapped or stale file; :func:`from_stored` reads the note and checks
+what the store cannot (the lengths of the log, the test statistics), so a garbled note is a
+:class:`~mmtoken.book.resultcache.CacheError` too, never a raw error.
+
+The checkpoints of a run (its model at each of :attr:`Experiment.epochs_mapped`) are a separate result beside it,
+``<run name>-checkpoints`` (:func:`checkpoints_path`), with the run's fingerprint: written whenever the run
+trains (:func:`store_checkpoints`), never carried with the repository (``book/trained`` holds what the chapter
+reads back, not models). :func:`checkpoint` loads one, and says how to get them where they are not stored.
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "CACHE_NAME",
-    "CACHE_VERSION",
-    "CacheError",
-    "CacheMissing",
+    "OWNER",
     "Experiment",
     "Result",
     "LOG_KEYS",
     "LAYER_KEYS",
-    "cache_key",
-    "experiment_from_dict",
-    "load",
+    "run_name",
+    "expected_arrays",
+    "from_stored",
+    "checkpoints_path",
+    "store_checkpoints",
     "checkpoint",
-    "sweep_leftovers",
 ]
 
-import os
-import shutil
+import hashlib
+import json
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,23 +42,18 @@ import torch
 
 from mmtoken.book import resultcache
 from mmtoken.datasets import images as image_data
+from mmtoken.datasets.download import DataFolderError
 from mmtoken.vision import vit, vit_train
 
-CACHE_NAME = "vit_sparsity"
-CACHE_VERSION = 2
-
-
-class CacheError(resultcache.CacheError):
-    """A cache folder exists but cannot be trusted: damaged, stale, or holding another run."""
-
-
-class CacheMissing(FileNotFoundError):
-    """No cache folder for a run."""
+OWNER = "vit"
+"""The store's owner of the ViT runs: they live in ``<data>/results/vit/`` (and, carried, ``book/trained/vit/``)."""
+CHECKPOINTS = "-checkpoints"
+"""What a run's name is followed by in the name of its checkpoints."""
 
 
 @dataclass(frozen=True)
 class Experiment:
-    """Everything that determines a run (its digest, with the code and the data, keys the cache).
+    """Everything that determines a run (with the data's digest and the training code, it keys the stored run).
 
     Attributes
     ----------
@@ -127,7 +126,7 @@ class Experiment:
 
 @dataclass
 class Result:
-    """A (cached) run. Arrays are NumPy; ``L`` log points, ``E+1`` epoch ends, ``M`` map epochs.
+    """A stored run. Arrays are NumPy; ``L`` log points, ``E+1`` epoch ends, ``M`` map epochs.
 
     Attributes
     ----------
@@ -148,7 +147,10 @@ class Result:
     classes : class names.
     seconds, cpu_seconds : wall and CPU time of the training (not printed by the book).
     normalizer : the map from ``uint8`` images to network inputs used in training.
-    path : the cache folder.
+    entry : where the store keeps the run (:class:`mmtoken.book.resultcache.Entry`: its file in the data folder,
+        its carried copy, its fingerprint).
+    digest : SHA-256 of what the run holds (fingerprint, arrays and note): results computed from the run (chapter
+        9's training accuracy, its logit spreads) are keyed by it, so they follow the run they were computed from.
     """
 
     experiment: Experiment
@@ -166,7 +168,8 @@ class Result:
     seconds: float
     cpu_seconds: float
     normalizer: vit_train.Normalizer = field(repr=False)
-    path: Path = field(repr=False)
+    entry: resultcache.Entry = field(repr=False)
+    digest: str = field(repr=False)
 
     @property
     def n_patches(self) -> int:
@@ -184,171 +187,146 @@ class Result:
 LAYER_KEYS = (*vit.WEIGHT_NORMS, "entropy", "eff", "eff_mean", "fg_share")
 LOG_KEYS = ("step", "epoch", "lr", "train_loss", *LAYER_KEYS)
 """The series of :attr:`Result.log` (one value per log point; those of ``LAYER_KEYS`` one per block)."""
+TEST_KEYS = frozenset({"entropy", "eff_image", "eff_mean", "fg_share", "uniform", "top1_fg"})
 
 
-def cache_key(fp: Mapping[str, str]) -> str:
-    """The folder name of a run: 16 hex digits of the digest of its fingerprint (:func:`mmtoken.book.resultcache.folder_key`)."""
-    return resultcache.folder_key(CACHE_NAME, CACHE_VERSION, dict(fp))
+def run_name(exp: Experiment) -> str:
+    """The store's name of run ``exp`` (``fashion-mnist/seed13``); the file name adds a key of the whole
+    configuration (:func:`mmtoken.book.resultcache.path_of`), so runs of one seed with other settings never meet."""
+    if not isinstance(exp, Experiment):
+        raise ValueError(f"exp must be an Experiment, got {type(exp).__name__}")
+    return f"{exp.dataset}/seed{exp.train.seed}"
 
 
-def _damaged(path: Path, reason: str) -> CacheError:
-    return CacheError(
-        f"ViT cache {path} cannot be used: {reason}. run_experiment rebuilds it (it is treated as missing); to "
-        "rebuild it yourself, delete the folder or call run_experiment(..., retrain=True)."
-    )
-
-
-def experiment_from_dict(d: dict) -> Experiment:
-    """The :class:`Experiment` of ``dataclasses.asdict(exp)`` read back from JSON (tuples come back as lists)."""
-    return Experiment(
-        **{
-            **d,
-            "model": vit.ViTConfig(**d["model"]),
-            "train": vit_train.TrainConfig(**{**d["train"], "betas": tuple(d["train"]["betas"])}),
-            "map_epochs": None if d["map_epochs"] is None else tuple(d["map_epochs"]),
-        }
-    )
-
-
-def _check_array(path: Path, name: str, arr: np.ndarray, shape: tuple, kind: str) -> np.ndarray:
-    if tuple(arr.shape) != tuple(shape) or arr.dtype.kind not in kind:
-        raise _damaged(
-            path,
-            f"array {name} has shape {tuple(arr.shape)} and dtype {arr.dtype}, "
-            f"expected shape {tuple(shape)} and kind {kind!r}",
-        )
-    return arr  # non-finite values are allowed: a diverged run is a result, not a damaged cache
-
-
-def load(path: os.PathLike, exp: Experiment | None = None, fp: Mapping[str, str] | None = None) -> Result:
-    """Read and validate a cache folder written by :func:`mmtoken.vision.vit_runs.train_into`.
-
-    Parameters
-    ----------
-    path : the folder ``data/vit/<key>``.
-    exp, fp : when given, the run the folder must hold and its fingerprint
-        (:func:`mmtoken.vision.vit_runs.fingerprint`); a folder holding anything else is an error.
-
-    Raises
-    ------
-    CacheMissing : no such folder.
-    CacheError : the folder is damaged (a file missing, truncated or altered), stale (another code, configuration,
-        data or cache version) or holds another run; the message says what and how to rebuild it.
-    """
-    path = Path(path)
-    if not path.is_dir():
-        raise CacheMissing(f"no ViT cache at {path}")
-    try:  # name, version, key, fingerprint, and every file's size and SHA-256
-        files = resultcache.check_folder(path, CACHE_NAME, CACHE_VERSION, None if fp is None else dict(fp))["files"]
-        history = resultcache.read_json(path / "history.json")
-        stored = experiment_from_dict(history["experiment"])
-    except resultcache.CacheError as exc:
-        raise _damaged(path, str(exc)) from None
-    except (KeyError, TypeError, ValueError) as exc:
-        raise _damaged(path, f"history.json does not describe a run ({type(exc).__name__}: {exc})") from None
-    if exp is not None and stored != exp:
-        raise _damaged(path, "it holds another configuration")
-    exp = stored
-    need = {"history.json", "arrays.npz", *(f"ckpt_epoch{e:03d}.pt" for e in exp.epochs_mapped)}
-    if need - set(files):
-        raise _damaged(path, f"its manifest lacks {sorted(need - set(files))}")
-    m, depth, P, M = exp.model, exp.model.depth, exp.model.n_patches, len(exp.epochs_mapped)
-    try:
-        with np.load(path / "arrays.npz", allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except Exception as exc:  # a corrupt zip raises BadZipFile, OSError, ValueError or EOFError
-        raise _damaged(path, f"arrays.npz cannot be read ({type(exc).__name__})") from None
-    expected = {
-        "probe_attention": ((M, depth, exp.n_probe, P), "f"),
-        "probe_images": ((exp.n_probe, m.channels, m.image_size, m.image_size), "u"),
-        "probe_labels": ((exp.n_probe,), "iu"),
-        "probe_fg": ((exp.n_probe, P), "b"),
+def expected_arrays(exp: Experiment) -> dict[str, tuple[int, ...]]:
+    """The arrays a stored run of ``exp`` holds and their shapes (the store refuses a file that differs)."""
+    m, P = exp.model, exp.model.n_patches
+    out = {
+        "probe_attention": (len(exp.epochs_mapped), m.depth, exp.n_probe, P),
+        "probe_images": (exp.n_probe, m.channels, m.image_size, m.image_size),
+        "probe_labels": (exp.n_probe,),
+        "probe_fg": (exp.n_probe, P),
     }
     if exp.test:
-        expected["test_mean_map"] = ((depth, P), "f")
-    for name, (shape, kind) in expected.items():
-        if name not in arrays:
-            raise _damaged(path, f"arrays.npz lacks {name}")
-        _check_array(path, name, arrays[name], shape, kind)
+        out["test_mean_map"] = (m.depth, P)
+    return out
+
+
+def _unreadable(e: resultcache.Entry, reason: str) -> resultcache.CacheError:
+    return resultcache.CacheError(
+        f"the stored ViT run {e.title} cannot be used: {reason}; retrain it with "
+        "mmtoken.vision.vit_runs.run_experiment(exp, retrain=True), which replaces it"
+    )
+
+
+def _digest(fp: str, arrays: Mapping[str, np.ndarray], meta: dict) -> str:
+    h = hashlib.sha256(fp.encode() + b"\0" + json.dumps(meta, sort_keys=True).encode())
+    for k in sorted(arrays):
+        a = np.ascontiguousarray(arrays[k])
+        h.update(f"\0{k}\0{a.dtype.str}{a.shape}\0".encode())
+        h.update(memoryview(a).cast("B"))
+    return h.hexdigest()
+
+
+def from_stored(arrays: Mapping[str, np.ndarray], meta: dict, exp: Experiment, entry: resultcache.Entry) -> Result:
+    """The :class:`Result` of run ``exp`` from what the store returned for it (:func:`expected_arrays` and the note
+    :func:`mmtoken.vision.vit_runs.train_into` wrote). A note that lacks or garbles a field, or whose log does not
+    fit the experiment, raises :class:`~mmtoken.book.resultcache.CacheError` saying how to retrain the run."""
+    depth, E = exp.model.depth, exp.train.epochs
+    missing = set(expected_arrays(exp)) - set(arrays)
+    if missing:
+        raise _unreadable(entry, f"it lacks the arrays {sorted(missing)}")
     try:
-        log = {k: np.asarray(history["log"][k], dtype=np.int64 if k == "step" else np.float64) for k in LOG_KEYS}
-        epoch_end = np.asarray(history["epoch_end"], dtype=np.int64)
-        val_loss, val_acc = (np.asarray(history[k], dtype=np.float64) for k in ("val_loss", "val_acc"))
-        normalizer = vit_train.Normalizer(history["normalizer"]["mean"], history["normalizer"]["std"])
-        seconds, cpu_seconds = float(history["seconds"]), float(history["cpu_seconds"])
-        classes = tuple(str(c) for c in history["classes"])
-        test = history["test"]
+        log = {k: np.asarray(meta["log"][k], dtype=np.int64 if k == "step" else np.float64) for k in LOG_KEYS}
+        epoch_end = np.asarray(meta["epoch_end"], dtype=np.int64)
+        val_loss, val_acc = (np.asarray(meta[k], dtype=np.float64) for k in ("val_loss", "val_acc"))
+        normalizer = vit_train.Normalizer(meta["normalizer"]["mean"], meta["normalizer"]["std"])
+        seconds, cpu_seconds = float(meta["seconds"]), float(meta["cpu_seconds"])
+        classes = tuple(str(c) for c in meta["classes"])
+        test = meta["test"]
     except (KeyError, TypeError, ValueError) as exc:
-        raise _damaged(path, f"history.json lacks or garbles a field ({type(exc).__name__}: {exc})") from None
+        raise _unreadable(entry, f"its note lacks or garbles a field ({type(exc).__name__}: {exc})") from None
     L = len(log["step"])
     for k in LOG_KEYS:
-        _check_array(path, f"log[{k!r}]", log[k], (L, depth) if k in LAYER_KEYS else (L,), "if")
-    for name, arr in (("epoch_end", epoch_end), ("val_loss", val_loss), ("val_acc", val_acc)):
-        _check_array(path, name, arr, (exp.train.epochs + 1,), "if")
-    if epoch_end.min() < 0 or epoch_end.max() >= L or len(classes) != m.n_classes:
-        raise _damaged(path, "history.json is inconsistent (epoch ends or classes)")
+        if log[k].shape != ((L, depth) if k in LAYER_KEYS else (L,)):
+            raise _unreadable(entry, f"log[{k!r}] has shape {log[k].shape} for {L} log points and {depth} blocks")
+    for name, a in (("epoch_end", epoch_end), ("val_loss", val_loss), ("val_acc", val_acc)):
+        if a.shape != (E + 1,):
+            raise _unreadable(entry, f"{name} has shape {a.shape}, expected ({E + 1},)")
+    if L == 0 or epoch_end.min() < 0 or epoch_end.max() >= L or len(classes) != exp.model.n_classes:
+        raise _unreadable(entry, "its note is inconsistent (epoch ends or classes)")
     if exp.test:
-        keys = {"entropy", "eff_image", "eff_mean", "fg_share", "uniform", "top1_fg"}
         if (
             not isinstance(test, dict)
             or not {"loss", "acc", "layers"} <= set(test)
             or not isinstance(test["layers"], list)
             or len(test["layers"]) != depth
-            or any(not isinstance(d, dict) or set(d) != keys for d in test["layers"])
+            or any(not isinstance(d, dict) or set(d) != TEST_KEYS for d in test["layers"])
         ):
-            raise _damaged(path, "history.json lacks the test statistics")
+            raise _unreadable(entry, "its note lacks the test statistics")
     elif test is not None:
-        raise _damaged(path, "history.json holds test statistics of a run that must not touch the test split")
-    arrays["probe_labels"] = arrays["probe_labels"].astype(np.int64)
-    probe = [arrays.get(k) for k in ("test_mean_map", "probe_attention", "probe_images", "probe_labels", "probe_fg")]
-    return Result(exp, log, epoch_end, val_loss, val_acc, test, *probe, classes, seconds, cpu_seconds, normalizer, path)
+        raise _unreadable(entry, "it holds test statistics of a run that must not touch the test split")
+    a = {k: arrays.get(k) for k in ("test_mean_map", "probe_attention", "probe_images", "probe_labels", "probe_fg")}
+    a["probe_labels"] = a["probe_labels"].astype(np.int64)
+    a["probe_attention"] = a["probe_attention"].astype(np.float32)  # stored at float16: it is only drawn
+    return Result(
+        exp, log, epoch_end, val_loss, val_acc, test, *a.values(), classes, seconds, cpu_seconds, normalizer, entry,
+        _digest(entry.fp, arrays, meta),
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- checkpoints, beside the run
+def checkpoints_path(exp: Experiment) -> Path:
+    """Where the data folder keeps the checkpoints of run ``exp`` (the store's file name of ``<run name>-checkpoints``;
+    never among the carried runs)."""
+    return resultcache.path_of(OWNER, run_name(exp) + CHECKPOINTS, exp)
+
+
+def _checkpoints_title(exp: Experiment) -> str:
+    return f"{OWNER}/{run_name(exp)}{CHECKPOINTS}"
+
+
+def store_checkpoints(exp: Experiment, fp: str, states: Mapping[int, Mapping[str, np.ndarray]]) -> None:
+    """Store the model of run ``exp`` at each epoch of ``states`` (epoch -> its ``state_dict`` as NumPy arrays) under
+    the run's fingerprint ``fp``, beside the run (:func:`checkpoints_path`). Where the data folder cannot be written,
+    a ``RuntimeWarning`` says so and the run stands without them."""
+    if sorted(states) != list(exp.epochs_mapped):
+        raise ValueError(f"states must hold the epochs {exp.epochs_mapped}, got {sorted(states)}")
+    arrays = {f"epoch{e:03d}.{k}": v for e, state in states.items() for k, v in state.items()}
+    try:
+        resultcache.save(checkpoints_path(exp), _checkpoints_title(exp), fp, arrays, {"epochs": sorted(states)})
+    except (OSError, DataFolderError) as exc:
+        warnings.warn(f"the checkpoints of {run_name(exp)} are not stored ({exc})", RuntimeWarning, stacklevel=2)
 
 
 def checkpoint(result: Result, epoch: int) -> vit.ViT:
-    """The model at one of ``result.experiment.epochs_mapped`` (on the CPU), its file checked against its recorded
-    SHA-256 and read with ``weights_only=True``; anything unreadable is a :class:`CacheError`."""
-    if epoch not in result.experiment.epochs_mapped:
-        raise ValueError(f"no checkpoint for epoch {epoch}; stored: {result.experiment.epochs_mapped}")
-    path = result.path
-    name = f"ckpt_epoch{epoch:03d}.pt"
+    """The model of ``result`` at one of ``result.experiment.epochs_mapped`` (on the CPU, in eval mode), from the
+    run's checkpoints in the data folder. Raises :class:`~mmtoken.book.resultcache.CacheError` where they are not
+    stored for this run (the carried runs hold none: retrain the run here), or cannot be read."""
+    exp = result.experiment
+    if epoch not in exp.epochs_mapped:
+        raise ValueError(f"no checkpoint for epoch {epoch}; stored: {exp.epochs_mapped}")
+    path = checkpoints_path(exp)
+    if not path.is_file():
+        raise resultcache.CacheError(
+            f"the checkpoints of {result.entry.title} are not stored here ({path}): the carried runs hold none; "
+            "retrain with mmtoken.vision.vit_runs.run_experiment(exp, retrain=True) (minutes) to store them"
+        )
     try:
-        resultcache.check_file(path, name)
-        model = vit.ViT(result.experiment.model)
-        model.load_state_dict(torch.load(path / name, map_location="cpu", weights_only=True))
-    except resultcache.CacheError as exc:
-        raise _damaged(path, str(exc)) from None
-    except Exception as exc:  # never pass on torch's advice to load with weights_only=False
-        raise _damaged(path, f"{name} is not a checkpoint of this model ({type(exc).__name__})") from None
+        arrays, _ = resultcache.load(path, _checkpoints_title(exp), result.entry.fp)
+    except resultcache.StaleResult:
+        raise resultcache.CacheError(
+            f"the checkpoints at {path} are of another training of {result.entry.title} (other code, settings or "
+            "data); retrain with mmtoken.vision.vit_runs.run_experiment(exp, retrain=True) to store this run's"
+        ) from None
+    prefix = f"epoch{epoch:03d}."
+    state = {k[len(prefix) :]: torch.from_numpy(v) for k, v in arrays.items() if k.startswith(prefix)}
+    model = vit.ViT(exp.model)
+    try:
+        model.load_state_dict(state)
+    except (RuntimeError, ValueError) as exc:  # missing or unexpected keys, wrong shapes
+        raise resultcache.CacheError(
+            f"{path} holds no checkpoint of this model at epoch {epoch} ({type(exc).__name__}); retrain with "
+            "mmtoken.vision.vit_runs.run_experiment(exp, retrain=True)"
+        ) from None
     return model.eval()
-
-
-def sweep_leftovers(root: os.PathLike) -> list[Path]:
-    """Delete what interrupted writes left in the cache ``root``; return what was removed: temporary run folders
-    ``<key>.tmp-<pid>`` whose process no longer runs, and ``*.part`` / ``*.tmp`` files in ``root`` and in its run
-    folders (this module never leaves such files in place: they come from an interrupted copy or download)."""
-    root = Path(root)
-    removed = []
-
-    def drop(p: Path) -> None:
-        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-        removed.append(p)
-
-    for p in sorted(root.iterdir()) if root.is_dir() else []:
-        if ".tmp-" in p.name:
-            try:
-                pid = int(p.name.rsplit("-", 1)[1])
-                os.kill(pid, 0)
-                alive = pid != os.getpid()
-            except (ValueError, ProcessLookupError, OverflowError):
-                alive = False
-            except PermissionError:
-                alive = True
-            if not alive:
-                drop(p)
-        elif p.name.endswith((".part", ".tmp")):
-            drop(p)
-        elif p.is_dir():
-            for q in sorted(p.iterdir()):
-                if q.name.endswith((".part", ".tmp")):
-                    drop(q)
-    return removed
