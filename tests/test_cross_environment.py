@@ -67,6 +67,7 @@ def other_env(tmp: Path) -> dict[str, str]:
         "OPENBLAS_NUM_THREADS": threads,
         "MMTOKEN_DATA": str(tmp / "data"),
         "MMTOKEN_PROGRESS": "off",
+        "MMTOKEN_RECORD": "1",  # nbval of the unmodified chapters: one of the book's own runs (records in tmp)
     }
     return env
 
