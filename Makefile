@@ -112,7 +112,7 @@ trained: setup  ## retrain chapters 9 and 12 from an empty results folder and re
 	$(PY) scripts/trained.py make
 
 # Everything from an empty data folder, nbval against the stored outputs, the carried runs against the retrained
-# ones; writes book/trained/reproduced.json (shown on the claims appendix). The release workflow runs it.
+# ones; writes benchmarks/results/reproduce.json (shown on the claims appendix). The release workflow runs it.
 reproduce: setup  ## the whole book again from nothing, compared with what the repository stores (about an hour)
 	$(PY) scripts/reproduce.py --jobs $(JOBS)
 
