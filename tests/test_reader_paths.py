@@ -87,3 +87,34 @@ def test_no_reader_notebook_names_a_repository_only_path(path):
 def test_every_known_exception_is_still_there():
     for nb, around, why in KNOWN:
         assert around in (ROOT / nb).read_text(encoding="utf-8"), f"{nb}: {why} is gone; drop it from KNOWN"
+
+
+def chapter_numbers(text: str) -> set[int]:
+    """``8, 9, 12 and 14 to 17`` -> {8, 9, 12, 14, 15, 16, 17}."""
+    out: set[int] = set()
+    for a, b in re.findall(r"(\d+)(?:\s+to\s+(\d+))?", text):
+        out |= set(range(int(a), int(b or a) + 1))
+    return out
+
+
+def test_the_running_page_lists_every_chapter_with_a_gpu_note():
+    noted = {
+        int(p.name[:2])
+        for p in ROOT.glob("book/part*/[0-9][0-9]_*.md")
+        if "_snippets/gpu.md" in (text := p.read_text(encoding="utf-8")) or "Faster on a GPU" in text
+    }
+    running = " ".join((ROOT / "book" / "running.md").read_text(encoding="utf-8").split())
+    listed = re.search(r'"Faster on a GPU" note: chapters ([\d, toand]+)\)', running)
+    assert listed, "book/running.md no longer lists the chapters with a GPU note"
+    assert chapter_numbers(listed.group(1)) == noted
+    assert chapter_numbers("8, 9, 12 and 14 to 17") == {8, 9, 12, 14, 15, 16, 17}
+
+
+def test_the_wheel_workflow_names_the_chapters_the_wheel_test_runs():
+    chapters = re.search(r"^CHAPTERS = \[(.*?)\]", (ROOT / "tests" / "test_from_wheel.py").read_text(), re.S | re.M)
+    numbers = {int(n) for n in re.findall(r'"book/part\d/(\d\d)_', chapters.group(1))}
+    comment = " ".join(
+        line.lstrip("# ") for line in (ROOT / ".github" / "workflows" / "wheel.yml").read_text().splitlines()[:10]
+    )
+    said = re.search(r"executes the tour, chapters ([\d, and]+?) and the", comment)
+    assert said and chapter_numbers(said.group(1)) == numbers, (said and said.group(1), numbers)
