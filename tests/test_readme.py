@@ -47,3 +47,9 @@ def test_readme_links_and_images_are_absolute():
     for url in images:
         assert url.startswith(f"https://raw.githubusercontent.com/{org}/{repo}/{meta.tag}/"), url
         assert (ROOT / url.split(f"/{meta.tag}/", 1)[1]).is_file(), f"{url} names no file of the repository"
+
+
+def test_quick_start_puts_the_pip_reader_first():
+    section = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    pip, make = section.find("pip install mmtoken"), section.find("make book")
+    assert 0 <= pip < make, "the quick start says the pip user's commands first, then the clone's"

@@ -9,7 +9,8 @@ On the ledger page, ``claims-ledger`` renders the rows that the page's notebook 
 under the given key (``glue(key, report.ledger_payload(results), display=False)``)
 as one section per chapter, in book order, under the chapter's title: real headings, so
 each group is in the page's contents sidebar. The tables come from
-:mod:`mmtoken.book.html_tables`.
+:mod:`mmtoken.book.html_tables`; the builders that show no HTML (the PDF) get the same
+tables as Markdown from :mod:`mmtoken.book.text_tables`, parsed into real tables.
 
 An id used with the role but absent from the ledger is a warning (an error under ``-W``).
 """
@@ -19,6 +20,7 @@ import re
 from pathlib import Path
 
 from docutils import nodes
+from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
 from sphinx.util import logging
@@ -79,7 +81,7 @@ class ClaimsLedger(SphinxDirective):
     has_content = False
 
     def run(self) -> list[nodes.Node]:
-        from mmtoken.book import html_tables, pages, report  # the book's package renders the tables
+        from mmtoken.book import html_tables, pages, report, text_tables  # the book's package renders the tables
         from myst_nb.ext.glue.utils import RetrievalError, retrieve_glue_data
 
         key = self.arguments[0]
@@ -105,6 +107,14 @@ class ClaimsLedger(SphinxDirective):
             section += nodes.title(group.title, group.title)
             section += nodes.raw("", '<div class="ledger-wrap">' + html_tables.group_html(group, self.env.docname, places)
                                  + "</div>", format="html")
+            # every other builder (the PDF's LaTeX) drops raw HTML: the same table as Markdown, parsed into a table
+            text = addnodes.only(expr="not html")
+            text += self.parse_text_to_nodes(text_tables.group_markdown(group))
+            for table in text.findall(nodes.table):  # may break across pages; columns as wide as the web page's
+                table["classes"] += ["longtable", "colwidths-given"]
+                for spec, width in zip(table.findall(nodes.colspec), (12, 22, 38, 28)):
+                    spec["colwidth"] = width
+            section += text
             self.state.document.note_implicit_target(section, section)
             out.append(section)
         return out

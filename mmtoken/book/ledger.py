@@ -50,6 +50,8 @@ __all__ = [
     "run_claims",
     "acceptable",
     "format_table",
+    "TABLE_CELL",
+    "one_line",
     "data_missing",
     "compute_command",
     "pending_result",
@@ -338,15 +340,27 @@ def acceptable(r: Result) -> bool:
     return r.passed or bool(r.missing) or (r.kind == "observation" and r.known_miss is not None)
 
 
+TABLE_CELL = 60
+"""Most characters of a text cell of :func:`format_table` (the measured value, or why there is none, and the
+threshold): each row is one line; ``python -m mmtoken claims --json`` holds the full texts."""
+
+
+def one_line(value: Any, width: int = TABLE_CELL) -> str:
+    """``str(value)`` on one line (every run of white space, new lines included, one space), :func:`clipped`."""
+    return clipped(" ".join(str(value).split()), width)
+
+
 def format_table(results: list[Result]) -> str:
-    """A plain-text table of results."""
+    """A plain-text table of results, one line per result (cells cut at :data:`TABLE_CELL` characters)."""
     rows = [("id", "kind", "measured", "threshold", "status", "s")]
     for r in results:
-        measured = r.error or r.missing or r.pending or clipped(r.measured)
-        rows.append((r.id, r.kind, measured, r.threshold, r.status, f"{r.seconds:.1f}"))
+        measured = r.error or r.missing or r.pending or r.measured
+        rows.append((r.id, r.kind, one_line(measured), one_line(r.threshold), r.status, f"{r.seconds:.1f}"))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    if any(v.endswith("...") for row in rows[1:] for v in row[2:4]):
+        lines.append(f"(cells cut at {TABLE_CELL} characters end in '...': `--json` prints them in full)")
     return "\n".join(lines)
 
 

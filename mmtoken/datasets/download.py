@@ -8,7 +8,11 @@ Every reader in :mod:`mmtoken.datasets` follows the same rules:
   leaves a truncated cache nor overwrites a good one;
 * a dataset that is not on disk and cannot be fetched raises :class:`DatasetMissing`
   with instructions; no other dataset is substituted;
-* downloads have a connection timeout *and* an overall deadline;
+* downloads have a connection timeout *and* an overall deadline, and a size bound (the
+  registered size): a larger announced or sent body is refused, the reading stops at the bound;
+  decompression is bounded the same way (:func:`read_bounded`);
+* a download that is not the file (truncated, too long, a web page, a wrong checksum) raises
+  :class:`DatasetError` saying so and what to run again; nothing of it is kept;
 * leftovers of interrupted writes (``*.part``, ``*.tmp``) older than
   :data:`STALE_SECONDS` are swept by the next fetch;
 * a folder that cannot be written raises :class:`DataFolderError` naming it;
@@ -46,17 +50,16 @@ import http.client
 import json
 import numbers
 import os
-import socket
 import tempfile
 import threading
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 from mmtoken.config import data_dir
+from mmtoken.datasets import registered, transfer
 from mmtoken.validate import count, positive
 
 DOWNLOAD_DEADLINE = 4 * 3600.0
@@ -118,14 +121,25 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def verify_sha256(path: str | os.PathLike, expected: str | None, *, md5: str | None = None) -> None:
+def verify_sha256(
+    path: str | os.PathLike,
+    expected: str | None,
+    *,
+    md5: str | None = None,
+    name: str | None = None,
+    fix: str | None = None,
+) -> None:
     """Raise :class:`DatasetError` unless ``path`` has SHA-256 ``expected`` and MD5 ``md5`` (checked first).
 
     A digest given as ``None`` is not checked; a missing file raises :class:`DatasetMissing`.
+    ``name`` is what the message calls the file and ``fix`` what it says to do: by default the path and
+    "delete it and fetch it again", or, for the ``.part`` file of a download being checked, its address
+    and that nothing was kept.
     """
     path = Path(path)
     if not path.is_file():
         raise DatasetMissing(f"{path} does not exist")
+    name, fix = _described(path, name, fix, "The file is corrupt or truncated; delete it and fetch it again.")
     wanted = {kind: want for kind, want in (("md5", md5), ("sha256", expected)) if want is not None}
     hashes = {kind: hashlib.new(kind) for kind in wanted}
     with open(path, "rb") as fh:
@@ -134,10 +148,20 @@ def verify_sha256(path: str | os.PathLike, expected: str | None, *, md5: str | N
                 h.update(block)
     for kind, want in wanted.items():
         if (found := hashes[kind].hexdigest()) != want:
-            raise DatasetError(
-                f"checksum mismatch for {path}: expected {kind} {want}, found {found}. "
-                "The file is corrupt or truncated; delete it and fetch it again."
-            )
+            raise DatasetError(f"checksum mismatch for {name}: expected {kind} {want}, found {found}. {fix}")
+
+
+_CHECKING: dict[str, tuple[str, str]] = {}
+"""The ``.part`` file a download's check is reading -> (its address, what to run again): an error names
+those, not a file deleted before the reader sees the message."""
+
+
+def _described(path: str | os.PathLike, name: str | None, fix: str | None, default_fix: str) -> tuple[str, str]:
+    """What an error about ``path`` calls it and says to do (``name`` and ``fix`` win when given)."""
+    url, again = _CHECKING.get(os.path.abspath(path), (None, ""))
+    if url is None:
+        return name or str(path), fix or default_fix
+    return name or url, fix or f"The download is not the registered file; nothing was kept; {again}."
 
 
 def _temp_beside(path: Path, suffix: str) -> tuple[int, str]:
@@ -171,73 +195,6 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             os.unlink(tmp)
 
 
-class _Watch:
-    """The sockets of one download; :meth:`expire` shuts them down (from a timer thread).
-
-    A per-read timeout does not bound a server that trickles one byte at a time, headers
-    included; shutting the socket down does: the read in progress returns or fails at once.
-    """
-
-    def __init__(self):
-        self.socks: list = []
-        self.expired = False
-        self.lock = threading.Lock()
-
-    def add(self, sock) -> None:
-        with self.lock:
-            self.socks.append(sock)
-            if self.expired:
-                self._shut(sock)
-
-    def expire(self) -> None:
-        with self.lock:
-            self.expired = True
-            for sock in self.socks:
-                self._shut(sock)
-
-    @staticmethod
-    def _shut(sock) -> None:
-        with contextlib.suppress(OSError):  # already closed
-            sock.shutdown(socket.SHUT_RDWR)
-
-
-def _opener(watch: _Watch) -> urllib.request.OpenerDirector:
-    """An opener whose connections register their sockets with ``watch`` (http and https)."""
-
-    def watched(base):
-        class Connection(base):
-            def connect(self):
-                super().connect()
-                watch.add(self.sock)
-
-        return Connection
-
-    class HTTP(urllib.request.HTTPHandler):
-        def http_open(self, req):
-            return self.do_open(watched(http.client.HTTPConnection), req)
-
-    class HTTPS(urllib.request.HTTPSHandler):
-        def https_open(self, req):
-            kw = {"context": self._context}
-            if hasattr(self, "_check_hostname"):  # Python < 3.12
-                kw["check_hostname"] = self._check_hostname
-            return self.do_open(watched(http.client.HTTPSConnection), req, **kw)
-
-    return urllib.request.build_opener(HTTP, HTTPS)
-
-
-def _content_length(resp) -> int | None:
-    """The announced body size, or None (absent, malformed, a chunked body, not an HTTP response)."""
-    headers = getattr(resp, "headers", None)  # None: a file: URL, a stand-in
-    if headers is None or "chunked" in (headers.get("Transfer-Encoding") or "").lower():
-        return None
-    try:
-        n = int(headers.get("Content-Length"))
-    except (TypeError, ValueError):  # absent, malformed
-        return None
-    return n if n >= 0 else None
-
-
 def download_file(
     url: str,
     dest: str | os.PathLike,
@@ -245,7 +202,9 @@ def download_file(
     check: Callable[[Path], None] | None = None,
     timeout: float = 30.0,
     deadline: float = DOWNLOAD_DEADLINE,
+    max_bytes: int | None = None,
     missing_note: str = "",
+    retry: str = "",
 ) -> Path:
     """Download ``url`` to ``dest`` through a ``*.part`` file; ``check(part)`` before the rename.
 
@@ -255,20 +214,32 @@ def download_file(
     deadline : seconds the whole download may take, headers included (the connection
         is then shut down, so a server trickling headers or body is cut off).
     check : raises (e.g. :class:`DatasetError` on a checksum mismatch) to refuse the bytes.
-        A body shorter than its ``Content-Length`` is refused in any case.
+    max_bytes : the most bytes the file can have; ``None``: the registered size of a file saved under
+        ``dest``'s name (:func:`mmtoken.datasets.registered.size`), no bound if none is registered.
+        A server announcing more (``Content-Length``) is refused before the body is read, and the reading
+        stops at the first byte past the bound.
     missing_note : appended to the :class:`DatasetMissing` message.
+    retry : what to run to download it again, for the :class:`DatasetError` messages; by default what
+        :func:`mmtoken.datasets.registered.retry` says for ``dest``'s name.
 
     Raises
     ------
-    DatasetMissing when the address cannot be reached, a wait times out, the deadline
-    passes or the body is cut short; whatever ``check`` raises. ``dest`` is then untouched.
+    DatasetMissing
+        the address cannot be reached, a wait times out or the deadline passes.
+    DatasetError
+        the server's bytes are not the file: more than ``max_bytes`` (announced or sent), fewer
+        than announced (a truncated body), a web page where ``check`` refuses the bytes (a captive
+        portal), or whatever ``check`` raises. Nothing is kept: ``dest`` is untouched and the
+        ``.part`` file deleted.
     """
     timeout, deadline = positive(timeout, "timeout"), positive(deadline, "deadline")
     dest = Path(dest)
+    max_bytes = registered.size(dest.name) if max_bytes is None else count(max_bytes, "max_bytes", minimum=1)
+    again = retry or registered.retry(dest.name)
     fd, tmp = _temp_beside(dest, ".part")
     start = time.monotonic()
-    received = 0
-    watch = _Watch()
+    received, head, kind = 0, b"", ""
+    watch = transfer.Watch()
     timer = threading.Timer(deadline, watch.expire)
     timer.daemon = True
     timer.start()
@@ -280,55 +251,113 @@ def download_file(
             f"download it by hand. {missing_note}".rstrip()
         )
 
+    def refused(why: str) -> DatasetError:
+        return DatasetError(f"{url} did not serve the file: {why}. Nothing was kept; {again}.")
+
+    def cut_short(expected: int | None) -> DatasetError:
+        got = (
+            f"{received:,} of the {expected:,} bytes announced"
+            if expected is not None
+            else f"{received:,} bytes received"
+        )
+        return refused(f"the download is incomplete, the body was cut short ({got})")
+
     try:
         with os.fdopen(fd, "wb") as fh:
             try:
-                with _opener(watch).open(url, timeout=min(timeout, deadline)) as resp:
-                    expected = _content_length(resp)
+                with transfer.opener(watch).open(url, timeout=min(timeout, deadline)) as resp:
+                    expected, kind = transfer.content_length(resp), transfer.content_type(resp)
+                    if max_bytes is not None and expected is not None and expected > max_bytes:
+                        raise refused(
+                            f"it announced {expected:,} bytes (Content-Length), more than the {max_bytes:,} "
+                            "the registered file can have; no byte of the body was read"
+                        )
                     read = getattr(resp, "read1", resp.read)
                     while block := read(1 << 16):
+                        head = head or block[:512]
                         fh.write(block)
                         received += len(block)
+                        if max_bytes is not None and received > max_bytes:
+                            raise refused(
+                                f"it sent more than the {max_bytes:,} bytes the registered file can have; "
+                                "the reading stopped there"
+                            )
                         if watch.expired or time.monotonic() - start > deadline:
                             raise late()
                 if watch.expired:  # the shutdown ended the body early: not a complete file
                     raise late()
                 if expected is not None and received != expected:
-                    raise DatasetMissing(
-                        f"cannot download {url}: the body was cut short ({received:,} of the "
-                        f"{expected:,} bytes announced); try again later. {missing_note}".rstrip()
-                    )
-            except DatasetMissing:
+                    raise cut_short(expected)
+            except (DatasetMissing, DatasetError):
                 raise
+            except http.client.IncompleteRead:  # a chunked body that ends mid-chunk
+                if watch.expired:
+                    raise late() from None
+                raise cut_short(None) from None
             except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
                 if watch.expired:
                     raise late() from None
                 raise DatasetMissing(f"cannot download {url}: {exc}. {missing_note}".rstrip()) from exc
-        if check is not None:
-            check(Path(tmp))
+        portal = (
+            "it returned a web page (HTML), as a captive portal or a login page does in the file's place "
+            "(open any web page in a browser to pass it)"
+        )
+        _CHECKING[os.path.abspath(tmp)] = (url, again)
+        try:
+            if check is not None:
+                check(Path(tmp))
+            elif transfer.looks_like_html(head, kind):
+                raise refused(portal)
+        except DatasetError as exc:
+            if check is not None and transfer.looks_like_html(head, kind):
+                raise refused(portal) from exc
+            raise
         os.replace(tmp, dest)
     finally:
+        _CHECKING.pop(os.path.abspath(tmp), None)
         timer.cancel()
         if os.path.exists(tmp):
             os.unlink(tmp)
     return dest
 
 
-def read_bounded(path: str | os.PathLike, limit: int | None, gz: bool = False, chunk: int = 1 << 20) -> bytes:
-    """The bytes of ``path`` (decompressed, streamed, if ``gz``), at most ``limit + 1`` of them (``None``: all).
+def read_bounded(
+    path: str | os.PathLike, limit: int | None, gz: bool = False, chunk: int = 1 << 20, *, name: str | None = None
+) -> bytes | bytearray:
+    """The bytes of ``path`` (decompressed, streamed, if ``gz``): at most ``limit`` of them (``None``: all).
 
-    A gzip bomb (or any oversized file) then costs ``limit + 1`` bytes of memory and fails its
-    checksum. Raises :class:`OSError`, :class:`EOFError` or :class:`gzip.BadGzipFile` as :mod:`gzip` does.
+    The content is decompressed ``chunk`` bytes at a time into one buffer of ``limit`` bytes, so a
+    gzip bomb (or any oversized file) costs about ``limit + chunk`` bytes of memory before it is refused.
+    ``name`` is what the error calls the file (``path``, or a download's address, by default).
+
+    Raises
+    ------
+    DatasetError
+        the content holds more than ``limit`` bytes (the reading stopped at the first byte past it).
+    OSError, EOFError, gzip.BadGzipFile
+        as :mod:`gzip` raises them (not a gzip file, a truncated one).
     """
     import gzip
 
-    left = float("inf") if limit is None else int(limit) + 1
-    parts = []
+    chunk = count(chunk, "chunk", minimum=1)
     with gzip.open(path, "rb") if gz else open(path, "rb") as fh:
-        while left > 0 and (block := fh.read(min(chunk, left))):
-            parts.append(block)
-            left -= len(block)
-    return b"".join(parts)
+        if limit is None:
+            return fh.read()
+        limit = count(limit, "limit")
+        buf, n = bytearray(limit), 0
+        with memoryview(buf) as view:
+            while n < limit and (k := fh.readinto(view[n : min(n + chunk, limit)])):
+                n += k
+        if n == limit and fh.read(1):
+            del buf
+            decompressed = " once decompressed" if gz else ""
+            name, fix = _described(path, name, None, "Delete it, or put the published file in its place.")
+            raise DatasetError(
+                f"{name} holds more than {limit:,} bytes{decompressed}, the most the expected file has: "
+                f"it is not that file (the reading stopped there). {fix}"
+            )
+    del buf[n:]
+    return buf
 
 
 def url_host(url: str) -> str:
@@ -377,11 +406,27 @@ def record_origin(folder: str | os.PathLike, files: dict[str, str], url: str | N
 
 
 def download_verified(
-    url: str, dest: str | os.PathLike, sha256: str, timeout: float = 30.0, deadline: float | None = None
+    url: str,
+    dest: str | os.PathLike,
+    sha256: str,
+    timeout: float = 30.0,
+    deadline: float | None = None,
+    *,
+    size: int | None = None,
+    retry: str = "",
 ) -> Path:
     """:func:`download_file` refusing bytes whose SHA-256 is not ``sha256`` (:class:`DatasetError`, ``dest`` untouched).
 
-    ``deadline`` is :data:`DOWNLOAD_DEADLINE` by default.
+    ``deadline`` is :data:`DOWNLOAD_DEADLINE` by default; ``size`` bounds the download (``max_bytes``: by
+    default the registered size of ``dest``'s name); ``retry`` says what to run to download it again.
     """
     deadline = DOWNLOAD_DEADLINE if deadline is None else deadline
-    return download_file(url, dest, check=lambda part: verify_sha256(part, sha256), timeout=timeout, deadline=deadline)
+    return download_file(
+        url,
+        dest,
+        check=lambda part: verify_sha256(part, sha256),
+        timeout=timeout,
+        deadline=deadline,
+        max_bytes=size,
+        retry=retry,
+    )
