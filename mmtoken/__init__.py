@@ -15,7 +15,8 @@ whose docstring lists its modules (``help(mmtoken.attention)``):
 - :mod:`mmtoken.chapters`: each chapter's experiment (settings, ``run``, figures, claims),
   generated from the book's ``#| export`` cells; never edited by hand.
 - set-up: :mod:`mmtoken.config` (the quick/paper switch, device, seeds, progress) and
-  :mod:`mmtoken.validate` (argument checks); ``python -m mmtoken claims|figures``.
+  :mod:`mmtoken.validate` (argument checks, and the chapters' ``Settings`` checks of :mod:`mmtoken.rules`);
+  ``python -m mmtoken claims|figures``.
 
 A chapter's experiment is read in the chapter and run from there; outside the book, import its
 generated module: ``from mmtoken.chapters import ch02_global as ch; ch.run()`` (the published settings at

@@ -3,6 +3,9 @@
 Entry points accept what a reader types (lists, NumPy arrays, torch tensors, Python numbers); these
 helpers return the expected type or raise :class:`ValueError` naming the argument and what was expected.
 Nothing is silently truncated (complex numbers, fractional counts or selections).
+
+The chapters' ``Settings`` are checked by the rules of :mod:`mmtoken.rules` (``validate.fields`` in
+``__post_init__``), re-exported here so that a chapter imports one module for its checks.
 """
 
 from __future__ import annotations
@@ -18,12 +21,47 @@ __all__ = [
     "real_number",
     "flag",
     "batch_shape",
+    "FieldTypeError",
+    "Rule",
+    "integer",
+    "real",
+    "boolean",
+    "choice",
+    "text",
+    "sequence",
+    "tuple_of",
+    "instance_size",
+    "points",
+    "optional",
+    "satisfies",
+    "fields",
+    "relation",
+    "rules_of",
 ]
 
 import math
 import numbers
 
 import numpy as np
+
+from mmtoken.rules import (  # noqa: F401 (re-exported: the Settings' checks)
+    FieldTypeError,
+    Rule,
+    boolean,
+    choice,
+    fields,
+    instance_size,
+    integer,
+    optional,
+    points,
+    real,
+    relation,
+    rules_of,
+    satisfies,
+    sequence,
+    text,
+    tuple_of,
+)
 
 
 def numeric(x, name: str) -> np.ndarray:
@@ -104,8 +142,8 @@ def positive(x, name: str, maximum: float | None = None) -> float:
 def nonnegative(x, name: str) -> float:
     """A finite real number ``>= 0``."""
     x = _scalar(x)
-    real = isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
-    if not (real and math.isfinite(float(x)) and float(x) >= 0):
+    is_real = isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
+    if not (is_real and math.isfinite(float(x)) and float(x) >= 0):
         raise ValueError(f"{name} must be a finite number >= 0, got {x!r}")
     return float(x)
 

@@ -211,14 +211,17 @@ def test_settings_take_any_sequence_of_starts_and_reject_bad_ones():
 
 
 def test_a_changed_setting_is_cached_under_a_name_of_its_own():
-    """The store names the file by the settings' values with their types (issue 42, item 2): another step size, or
-    the same number of steps written as a float (equal as a dataclass), is a file of its own."""
+    """The store names the file by the settings' values with their types (issue 42, item 2): another step size is a
+    file of its own. The same values typed otherwise (lists, an int step size) are stored as the defaults are
+    (issue 44): one file; a float number of steps is refused, not keyed apart."""
     from mmtoken.book import resultcache
 
     S = ch02_global.Settings
     name = lambda s: resultcache.path_of(ch02_global.CHAPTER, "published", s).name  # noqa: E731
     assert name(S()) == name(S(starts=[list(p) for p in S().starts]))  # the same values: the same file
-    assert S(published_steps=1000.0) == S() and name(S(published_steps=1000.0)) != name(S())
+    assert name(S(lr=1)) == name(S(lr=1.0))
+    with pytest.raises(TypeError, match=r"Settings\.published_steps must be an integer"):
+        S(published_steps=1000.0)
     assert len({name(S()), name(S(lr=0.5)), name(S(lr=0.2))}) == 3
     assert all(name(s).startswith("published-") for s in (S(), S(lr=0.5)))
 

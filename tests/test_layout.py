@@ -14,7 +14,7 @@ import pytest
 import mmtoken
 
 PACKAGE = Path(mmtoken.__file__).resolve().parent
-TOP_LEVEL = {"__init__", "__main__", "config", "validate", "workers"}  # set-up shared by every topic
+TOP_LEVEL = {"__init__", "__main__", "config", "validate", "rules", "workers"}  # set-up shared by every topic
 MAX_LINES = 500
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from mmtoken import validate
-from mmtoken.attention.losses import Loss, get_loss
+from mmtoken.attention.losses import LOSSES, Loss, get_loss
 from mmtoken.attention.model import AttentionProblem, as_tensor
 
 
@@ -233,8 +233,11 @@ def log_excess(
     finite long after ``L - L*`` itself underflows. Only the losses of :data:`mmtoken.attention.losses.LOSSES`.
     """
     loss = get_loss(loss)
-    if loss.name not in ("logistic", "exponential", "correlation"):
-        raise ValueError(f"log_excess knows the built-in losses only, got {loss!r}")
+    if LOSSES.get(loss.name) is not loss:  # its excess is formed by name below: a look-alike would be misread
+        raise ValueError(
+            f"loss must be one of the built-in losses {sorted(LOSSES)} (the objects themselves: the excess is "
+            f"formed from their formulas, and a custom Loss, even one named like them, has its own), got {loss!r}"
+        )
     sat = sat or saturation(problem, p)
     gamma = problem.gamma.expand(sat.log_s.shape)
     if problem.mask is not None:

@@ -25,7 +25,7 @@ from mmtoken.attention.grad import (
     saturation,
     unit_and_log_norm,
 )
-from mmtoken.attention.losses import Loss, get_loss
+from mmtoken.attention.losses import LOSSES, Loss, get_loss
 from mmtoken.attention.mirror import inverse_mirror_map, mirror_map
 from mmtoken.attention.model import AttentionProblem, as_tensor
 from mmtoken.config import progress_bar, progress_enabled
@@ -155,8 +155,11 @@ def train_p(
         raise ValueError(
             f"method 'polyak' runs in the Euclidean geometry only (mirror_q = 2), got mirror_q = {mirror_q}"
         )
-    if method == "polyak" and loss.name not in fastpath.LOSS_IDS:
-        raise ValueError(f"method 'polyak' needs L* and knows it for the built-in losses only, got {loss!r}")
+    if method == "polyak" and LOSSES.get(loss.name) is not loss:  # L - L* is formed from the built-ins' formulas
+        raise ValueError(
+            f"method 'polyak' needs L - L* and knows it for the built-in losses {sorted(LOSSES)} only (the objects "
+            f"themselves, not a custom Loss named like one), got {loss!r}"
+        )
     record_probs = validate.flag(record_probs, "record_probs")
     progress = progress_flag(progress)
     p = as_tensor(p0, "p0", device=problem.K.device).clone()

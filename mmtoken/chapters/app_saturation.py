@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from mmtoken import config
+from mmtoken import config, validate
 from mmtoken.attention import geometry, grad, instances, public_code, train
 from mmtoken.book import ledger, plotting, report
 
@@ -32,22 +32,22 @@ class Settings:
     every: int = 10  # iterates recorded every this many steps (paper scale: 100)
     eps: float = public_code.EPS_FIG1  # the public code's g / (||g|| + eps), 1e-9
 
-    def __post_init__(self):
-        starts = np.asarray(self.starts, dtype=float)
-        if starts.ndim != 2 or starts.shape[1] != 2 or len(starts) == 0:
-            raise ValueError(f"starts must be a sequence of points (x, y) in the plane, got shape {starts.shape}")
-        object.__setattr__(self, "starts", tuple(map(tuple, starts.tolist())))  # hashable, whatever was given
-        if not self.lr > 0:
-            raise ValueError(f"lr must be positive, got {self.lr!r}")
-        if not self.eps >= 0:
-            raise ValueError(f"eps must be >= 0, got {self.eps!r}")
-        if not 0 < self.published_steps <= self.steps:
-            raise ValueError(f"need 0 < published_steps <= steps, got {self.published_steps} and {self.steps}")
-        if not self.every >= 1 or self.published_steps % self.every or self.steps % self.every:
-            raise ValueError(
-                f"every must be >= 1 and divide published_steps and steps, got {self.every} "
-                f"({self.published_steps}, {self.steps})"
-            )
+    def __post_init__(self):  # every field checked (and lists made tuples) before any computing
+        validate.fields(
+            self,
+            {
+                "instance": validate.choice("global", "local"),
+                "starts": validate.points(2),
+                "lr": validate.real(above=0),
+                "published_steps steps every": validate.integer(1),
+                "eps": validate.real(at_least=0),
+            },
+        )
+        at_most = f"at most steps ({self.steps})"
+        validate.relation(self, "published_steps", self.published_steps <= self.steps, at_most)
+        divides = not (self.published_steps % self.every or self.steps % self.every)
+        both = f"a divisor of published_steps ({self.published_steps}) and steps ({self.steps})"
+        validate.relation(self, "every", divides, both)
 
 
 def settings(scale: str | None = None) -> Settings:

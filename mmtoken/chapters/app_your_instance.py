@@ -29,11 +29,15 @@ class Settings:
     seed: int = 0  # seed of the random starts
     record_every: int = 10  # the history keeps every this many steps (>= 1)
 
-    def __post_init__(self):
-        for name, least in (("n_starts", 1), ("steps", 0), ("seed", 0), ("record_every", 1)):
-            object.__setattr__(self, name, validate.count(getattr(self, name), name, minimum=least))
-        object.__setattr__(self, "lr", validate.positive(self.lr, "lr"))
-        losses.get_loss(self.loss)  # an unknown loss is named here, not after training
+    def __post_init__(self):  # every field checked before any training (mmtoken.validate)
+        validate.fields(
+            self,
+            {
+                "n_starts record_every": validate.integer(1),
+                "lr": validate.real(above=0),
+                "loss": validate.satisfies(losses.get_loss, "a loss of mmtoken.attention.losses (a name or a Loss)"),
+            },
+        )
 
 # %% book/appendix/your_instance.ipynb #d6ef72b9
 SHORT = {

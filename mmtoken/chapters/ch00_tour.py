@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mmtoken import config
+from mmtoken import config, validate
 from mmtoken.attention import geometry, grad, instances, model, public_code, svm, train
 from mmtoken.book import ledger, plotting, report
 
@@ -32,16 +32,20 @@ class Settings:
     trap_every: int = 100  # the long run is recorded every this many steps
     eps: float = public_code.EPS_FIG1  # the public code divides the gradient by ||g|| + eps
 
-    def __post_init__(self):
-        starts = np.asarray(self.starts, dtype=float)
-        if starts.ndim != 2 or starts.shape[1] != 2 or len(starts) == 0:
-            raise ValueError(f"starts must be a sequence of points (x, y) in the plane, got shape {starts.shape}")
-        object.__setattr__(self, "starts", tuple(map(tuple, starts.tolist())))  # hashable, whatever was given
-        for name in ("lr", "steps", "trap_steps", "trap_every"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
-        if not self.eps >= 0:
-            raise ValueError(f"eps must be >= 0, got {self.eps!r}")
+    def __post_init__(self):  # every field checked when a Settings is made, before any computing
+        validate.fields(
+            self,
+            {
+                "instance": validate.choice("global", "local"),
+                "starts": validate.points(2),
+                "lr": validate.real(above=0),
+                "steps trap_steps trap_every": validate.integer(1),
+                "eps": validate.real(at_least=0),
+            },
+        )
+        validate.relation(
+            self, "trap_every", self.trap_every <= self.trap_steps, f"at most trap_steps ({self.trap_steps})"
+        )
 
 
 def settings(scale: str | None = None) -> Settings:

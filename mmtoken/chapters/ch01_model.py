@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from mmtoken import config
+from mmtoken import config, validate
 from mmtoken.attention import geometry, grad, instances, long_paths, smoothness, svm, train
 from mmtoken.attention.losses import get_loss
 from mmtoken.attention.model import AttentionProblem
@@ -41,15 +41,20 @@ class Settings:
     plain_lr: float = long_paths.PLAIN_LR  # plain GD on W (through Lemma 1): step 1 <= 1/L_p ...
     plain_steps: int = long_paths.PLAIN_STEPS  # ... for 10^6 steps, at both scales
 
-    def __post_init__(self):
-        # tuples, so that a Settings is hashable (the runs are memoised on it) whatever a reader passes
-        object.__setattr__(self, "seeds", tuple(int(k) for k in self.seeds))
-        object.__setattr__(self, "pbar", tuple(float(x) for x in self.pbar))
-        if len(self.seeds) != 2:
-            raise ValueError(f"seeds must be two seeds (planar keys, raw tokens as keys), got {self.seeds}")
-        if len(self.pbar) != 3 or abs(float(np.linalg.norm(self.pbar)) - 1) > 1e-12:
-            # a unit pbar maps a W-step onto a p-step of the same size (other norms: the first exercise)
-            raise ValueError(f"pbar must be a unit vector of R^3 (the raw tokens' space), got {self.pbar}")
+    def __post_init__(self):  # every field checked (and lists made tuples) before any computing
+        validate.fields(
+            self,
+            {
+                "steps w_steps plain_steps": validate.integer(1),
+                "lr w_lr plain_lr": validate.real(above=0),
+                "loss": validate.satisfies(get_loss, "a loss of mmtoken.attention.losses (a name or a Loss)"),
+                "seeds": validate.sequence(validate.integer(), length=2),
+                "pbar": validate.sequence(validate.real(), length=3),
+            },
+        )
+        # a unit pbar maps a W-step onto a p-step of the same size (other norms: the first exercise)
+        unit = abs(float(np.linalg.norm(self.pbar)) - 1) <= 1e-12
+        validate.relation(self, "pbar", unit, "a unit vector of R^3 (the raw tokens' space)")
 
 
 def settings(scale: str | None = None) -> Settings:

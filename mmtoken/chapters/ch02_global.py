@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from scipy.optimize import brentq
 
-from mmtoken import config
+from mmtoken import config, validate
 from mmtoken.attention import geometry, grad, instances, long_paths, smoothness, svm, train
 from mmtoken.attention.model import AttentionProblem
 from mmtoken.book import report, resultcache
@@ -41,18 +41,22 @@ class Settings:
     plain_lr: float = 1.0  # plain GD step, below 1/L_p (checked below)
     plain_steps: int = 1_000_000  # plain GD steps (both scales: the claim names 10^6)
 
-    def __post_init__(self):
-        starts = np.asarray(self.starts, dtype=float)
-        if starts.ndim != 2 or starts.shape[1] != 2 or len(starts) == 0:
-            raise ValueError(f"starts must be a sequence of points (x, y) in the plane, got shape {starts.shape}")
-        object.__setattr__(self, "starts", tuple(map(tuple, starts.tolist())))  # hashable, whatever was given
-        for name in ("lr", "plain_lr"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
-        if not 0 < self.published_steps < self.long_steps:
-            raise ValueError(
-                f"need 0 < published_steps < long_steps, got {self.published_steps} and {self.long_steps}"
-            )
+    def __post_init__(self):  # every field checked (and lists made tuples) before any computing
+        validate.fields(
+            self,
+            {
+                "instance": validate.choice("global", "local"),
+                "starts": validate.points(2),
+                "lr plain_lr": validate.real(above=0),
+                "published_steps long_steps long_every reg_iters plain_steps": validate.integer(1),
+                "reg_radii": validate.integer(2),
+            },
+        )
+        later = f"above published_steps ({self.published_steps})"
+        validate.relation(self, "long_steps", self.long_steps > self.published_steps, later)
+        longer = self.long_steps - self.published_steps
+        at_most = f"at most long_steps - published_steps ({longer})"
+        validate.relation(self, "long_every", self.long_every <= longer, at_most)
 
 
 def settings(scale: str | None = None) -> Settings:

@@ -58,15 +58,19 @@ class Settings:
     sweep_radius: float = 100.0  # radius of the direction sweep
     sweep_iters: int = 200  # sphere-descent iterations of the direction sweep
 
-    def __post_init__(self):
-        for name in ("steps", "record_every", "counter_steps", "plain_steps", "reg_radii", "reg_iters"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"Settings.{name} must be a positive integer, got {getattr(self, name)!r}")
-        for name in ("cone_mu", "reg_mu"):
-            if not 0 < getattr(self, name) < 2:
-                raise ValueError(f"Settings.{name} (a cone width) must lie in (0, 2), got {getattr(self, name)!r}")
-        if np.shape(self.starts)[-1:] != (2,):
-            raise ValueError(f"Settings.starts must be planar points (S, 2), got shape {np.shape(self.starts)}")
+    def __post_init__(self):  # every field checked (and lists made tuples) before any computing
+        validate.fields(
+            self,
+            {
+                "lr cone_r plain_lr cone_plain_r sweep_radius": validate.real(above=0),
+                "steps record_every counter_steps plain_steps": validate.integer(1),
+                "reg_radii reg_iters sweep_axes sweep_iters": validate.integer(1),
+                "starts": validate.points(2),
+                "cone_mu reg_mu": validate.real(above=0, below=2),  # cone widths: 1 - corr, corr in (-1, 1)
+            },
+        )
+        shortest = min(self.steps, self.counter_steps)
+        validate.relation(self, "record_every", self.record_every <= shortest, "at most steps and counter_steps")
 
 
 PAPER = {"steps": 20_000, "counter_steps": 10_000, "reg_radii": 13, "reg_iters": 1000, "sweep_iters": 1000}
@@ -293,24 +297,30 @@ def fig1_local_directions() -> tuple[np.ndarray, np.ndarray]:
     return max_margin_directions(geometry.enumerate_selections(inst.K, inst.gamma))
 
 
-def plain_limits() -> np.ndarray:
-    """The limit each published start is expected to reach: GMM for the four upper, LMM for the two lowest, ``(6, 2)``."""
+def plain_limits(r: long_paths.PlainRun | None = None) -> np.ndarray:
+    """The limit each start of the run ``r`` is expected to reach, ``(S, 2)``. From the six published starts
+    (``r`` None or started there): the GMM for the four upper, the LMM for the two lowest. From other starts
+    (``plain_run(Settings(starts=...))``): the one of the two that the run ends nearer (read off the run)."""
     gmm, lmm = fig1_local_directions()
-    return np.array([gmm] * 4 + [lmm] * 2)
+    if r is None or np.array_equal(r.p[0], instances.FIG1_STARTS):
+        return np.array([gmm] * 4 + [lmm] * 2)
+    nearer_gmm = geometry.correlation(r.p[-1], gmm) >= geometry.correlation(r.p[-1], lmm)
+    return np.where(nearer_gmm[:, None], gmm, lmm)
 
 
 @per_settings
 def plain_run(s: Settings | None = None) -> long_paths.PlainRun:
-    """Plain GD (Theorem 3's algorithm, step ``s.plain_lr``) from the six published Fig. 1 (local) starts."""
+    """Plain GD (Theorem 3's algorithm, step ``s.plain_lr``) on Fig. 1 (local) from ``s.starts`` (the six
+    published starts by default)."""
     inst = instances.fig1("local")
-    return long_paths.plain_gd(inst.problem(), inst.starts, steps=s.plain_steps, lr=s.plain_lr)
+    return long_paths.plain_gd(inst.problem(), np.array(s.starts), steps=s.plain_steps, lr=s.plain_lr)
 
 # %% book/part1/03_local.ipynb #a9182440
 def plot_plain_local(r: long_paths.PlainRun | None = None, axes=None):
-    """Plain GD on Fig. 1 (local), :func:`mmtoken.attention.long_paths.plot_plain` against each start's limit:
-    the four upper starts (GMM) and the two lowest (LMM) as two bundles."""
+    """Plain GD on Fig. 1 (local), :func:`mmtoken.attention.long_paths.plot_plain` against each start's limit
+    (:func:`plain_limits`): the starts that reach the GMM and those that reach the LMM as two bundles."""
     r = r or plain_run()
-    limits = plain_limits()
+    limits = plain_limits(r)
     gmm, _ = fig1_local_directions()
     to_gmm = np.all(limits == gmm, axis=1)
     groups = {

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mmtoken import config
+from mmtoken import config, validate
 from mmtoken.attention import geometry, instances, long_paths, svm, train
-from mmtoken.attention.losses import Loss
+from mmtoken.attention.losses import Loss, get_loss
 from mmtoken.book import report
 from mmtoken.book.ledger import Measured, claim
 from mmtoken.book.plotting import colors, plot_curves, plot_paths, subplots
@@ -35,6 +35,17 @@ class Settings:
     lr_gd: float = 1.0  # plain GD's step (published)
     steps_gd: int = 2000  # its iterations (paper scale: 20,000)
     reg_iters: int = 300  # inner iterations per radius of the regularization path
+
+    def __post_init__(self):  # every field checked (and lists made tuples) before any computing
+        validate.fields(
+            self,
+            {
+                "starts": validate.points(2),
+                "loss": validate.satisfies(get_loss, "a loss of mmtoken.attention.losses (a name or a Loss)"),
+                "lr_ngd lr_gd": validate.real(above=0),
+                "steps_ngd steps_gd reg_iters": validate.integer(1),
+            },
+        )
 
 
 def settings(scale: str | None = None) -> Settings:

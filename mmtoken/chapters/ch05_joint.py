@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mmtoken import config
+from mmtoken import config, validate
 from mmtoken.attention import geometry, grad, instances, joint, losses, model, svm, train
 from mmtoken.book.ledger import Measured, claim
 from mmtoken.book.plotting import colors, plot_curves, style, two_panels
@@ -46,6 +46,22 @@ class Settings:
     steps: int = 1000  # GD steps (paper scale: 10,000)
     every: int = 1  # record every `every` steps (paper scale: 10)
     loss: str = "logistic"  # of the path and of GD (a name of mmtoken.attention.losses)
+
+    def __post_init__(self):  # every field checked (and lists made tuples) before any computing
+        validate.fields(
+            self,
+            {
+                "R_max": validate.real(above=1),
+                "n_radii iters angles steps every": validate.integer(1),
+                "rhos radii_p": validate.sequence(validate.real(above=0)),
+                "v0 p0": validate.sequence(validate.real(), length=2),
+                "lr lr_v": validate.real(above=0),
+                "loss": validate.satisfies(losses.get_loss, "a loss of mmtoken.attention.losses (a name or a Loss)"),
+            },
+        )
+        in_range = max(self.rhos) * max(self.radii_p) <= 512  # R_v = rho R_p <= 512: see radii_p
+        validate.relation(self, "rhos", in_range, f"ratios at most 512 / max(radii_p) = {512 / max(self.radii_p):g}")
+        validate.relation(self, "every", self.every <= self.steps, f"at most steps ({self.steps})")
 
 
 def settings(scale: str | None = None) -> Settings:

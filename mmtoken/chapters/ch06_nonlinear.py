@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mmtoken import config
+from mmtoken import config, validate
 from mmtoken.attention import geometry, losses, svm, train
 from mmtoken.book.ledger import Measured, claim
 from mmtoken.book.plotting import colors, plot_curves
@@ -42,6 +42,21 @@ class Settings:
     n_radii: int = 12  # paper scale: 24
     n_starts: int = 12
     iters: int = 300  # paper scale: 1000
+
+    def __post_init__(self):  # every field checked (and lists made tuples) before any computing
+        validate.fields(
+            self,
+            {
+                "n": validate.integer(2),  # inputs 0 and 1 have two optimal tokens each
+                "T": validate.integer(3),
+                "q H pairs n_radii n_starts iters": validate.integer(1),
+                "loss": validate.satisfies(losses.get_loss, "a loss of mmtoken.attention.losses (a name or a Loss)"),
+                "q0_grid": validate.sequence(validate.real(above=1e-8, at_most=1), distinct=True),  # q0 in (1e-8, 1]
+                "R_min R_max": validate.real(above=0),
+            },
+        )
+        validate.relation(self, "q0_grid", list(self.q0_grid) == sorted(self.q0_grid), "increasing")
+        validate.relation(self, "R_max", self.R_max > self.R_min, f"above R_min ({self.R_min:g})")
 
 
 def settings(scale: str | None = None) -> Settings:

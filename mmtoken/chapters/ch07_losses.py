@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mmtoken import config
+from mmtoken import config, validate
 from mmtoken.attention import geometry, grad, instances, long_paths, losses, svm, train
 from mmtoken.attention.model import AttentionProblem
 from mmtoken.book.ledger import Measured, claim
@@ -40,6 +40,23 @@ class Settings:
     long_steps: int = 1500  # its iterations (paper scale: 20,000)
     long_every: int = 10  # its recording stride (paper scale: 100)
     reg_iters: int = 300  # inner iterations per radius of the regularization path
+
+    def __post_init__(self):  # every field checked (and lists made tuples) before any computing
+        loss = validate.satisfies(losses.get_loss, "a loss of mmtoken.attention.losses (a name or a Loss)")
+        validate.fields(
+            self,
+            {
+                "losses": validate.sequence(loss, distinct=True),
+                "C_values": validate.sequence(validate.real(above=0), distinct=True),  # token 1 stays optimal
+                "p0": validate.sequence(validate.real(), length=2),
+                "lr long_lr": validate.real(above=0),
+                "steps long_steps long_every reg_iters": validate.integer(1),
+            },
+        )
+        names = [losses.get_loss(one).name for one in self.losses]
+        validate.relation(self, "losses", len(set(names)) == len(names), "losses of distinct names")
+        at_most = f"at most long_steps ({self.long_steps})"
+        validate.relation(self, "long_every", self.long_every <= self.long_steps, at_most)
 
 
 def settings(scale: str | None = None) -> Settings:

@@ -36,20 +36,17 @@ class Settings:
     cross_check: int = 60  # instances whose ATT-SVM is re-solved with cvxpy
     seed: int = 0  # grid cell ci draws its instances with seed + 1000 ci
 
-    def __post_init__(self):
-        least = {"n": 1, "T": 2, "d": 1}
-        for name, low in least.items():  # a single size is a grid of one
-            v = getattr(self, name)
-            v = (v,) if np.ndim(v) == 0 else tuple(v)
-            if not v or len(set(v)) < len(v):
-                raise ValueError(f"{name} must be sizes without repeats, got {v}")
-            v = tuple(validate.count(x, name, minimum=low) for x in v)
-            object.__setattr__(self, name, v)
-        for name in ("count", "steps"):
-            object.__setattr__(self, name, validate.count(getattr(self, name), name, minimum=1))
-        for name in ("cross_check", "seed"):
-            object.__setattr__(self, name, validate.count(getattr(self, name), name))
-        object.__setattr__(self, "lr", validate.positive(self.lr, "lr"))
+    def __post_init__(self):  # every field checked (and lists made tuples) before any computing
+        sizes = dict(distinct=True, scalar=True)  # a single size is a grid of one
+        validate.fields(
+            self,
+            {
+                "n d": validate.sequence(validate.integer(1), **sizes),
+                "T": validate.sequence(validate.integer(2), **sizes),
+                "count steps": validate.integer(1),
+                "lr": validate.real(above=0),
+            },
+        )
 
     @property
     def cells(self) -> list[tuple[int, int, int]]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mmtoken import config
+from mmtoken import config, validate
 from mmtoken.attention import geometry
 from mmtoken.book import plotting, report
 from mmtoken.book.ledger import Measured, claim
@@ -41,6 +41,21 @@ class Settings:
     seeds: int = 8  # draws of E^0, each rescaled to every sigma0 (64 at paper scale)
     head_seed: int = 1  # seed of the output vector v
     init_seed: int = 2  # seed of E^0
+
+    def __post_init__(self):  # every field checked (and lists made tuples) before any computing
+        validate.fields(
+            self,
+            {
+                "n T min_len": validate.integer(2),
+                "n_pos n_neg n_neutral d seeds": validate.integer(1),
+                "pos_frac": validate.real(above=0, below=1),
+                "eta": validate.real(above=0),
+                "scales": validate.sequence(validate.real(above=0)),
+            },
+        )
+        validate.relation(self, "min_len", self.min_len <= self.T, f"at most T ({self.T})")
+        both = 0 < round(self.n * self.pos_frac) < self.n
+        validate.relation(self, "pos_frac", both, f"a fraction leaving both classes non-empty at n = {self.n}")
 
 
 def settings(scale: str | None = None) -> Settings:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mmtoken import config
+from mmtoken import config, validate
 from mmtoken.attention import geometry, svm
 from mmtoken.attention.recorder import Recorder
 from mmtoken.attention.train import History, record_steps, train_p
@@ -61,6 +61,27 @@ class Settings:
     # joint GD on (E, p), v fixed
     joint_lr: float = 30.0  # the step of chapter 10's one step
     joint_steps: int = 500  # 2000 at paper scale
+
+    def __post_init__(self):  # every field checked (and lists made tuples) before any computing
+        scales = validate.sequence(validate.real(above=0), distinct=True)
+        validate.fields(
+            self,
+            {
+                "n T min_len": validate.integer(2),
+                "n_pos n_neg n_neutral d record joint_steps": validate.integer(1),
+                "pos_frac": validate.real(above=0, below=1),
+                "eta sigma0 cap_scale lr kappa kappa_main joint_lr": validate.real(above=0),
+                "sweep claim_scales": scales,
+            },
+        )
+        validate.relation(self, "min_len", self.min_len <= self.T, f"at most T ({self.T})")
+        both = 0 < round(self.n * self.pos_frac) < self.n
+        validate.relation(self, "pos_frac", both, f"a fraction leaving both classes non-empty at n = {self.n}")
+        validate.relation(self, "sigma0", self.sigma0 in self.sweep, f"one of the sweep's scales {self.sweep}")
+        capped = any(x not in self.claim_scales for x in self.sweep)  # then capped at cap_scale's budget
+        validate.relation(
+            self, "cap_scale", not capped or self.cap_scale in self.sweep, f"one of the sweep's scales {self.sweep}"
+        )
 
 
 def settings(scale: str | None = None) -> Settings:
@@ -252,8 +273,6 @@ def run(s: Settings | None = None) -> ClsResult:
 
 @functools.lru_cache(maxsize=None)
 def _run(s: Settings) -> ClsResult:
-    if s.sigma0 not in s.sweep:
-        raise ValueError(f"sigma0 = {s.sigma0} must be one of the sweep's scales {s.sweep}")
     sweep = tuple(s.sweep)
     ds, v, E1, stats = tables(s)
     important = ds.important.numpy()
@@ -274,8 +293,6 @@ def _run(s: Settings) -> ClsResult:
     # budgets: the rule for every scale; a scale outside the claim's (sigma0 = 0.01) is capped at cap_scale's budget
     rule = np.array([budget(g, s.kappa, s.lr, s.record) for g in margin])
     capped = ~np.isin(sweep, s.claim_scales)
-    if capped.any() and s.cap_scale not in sweep:
-        raise ValueError(f"cap_scale = {s.cap_scale} must be one of the sweep's scales {sweep}")
     cap = rule[sweep.index(s.cap_scale)] if capped.any() else 0
     budgets = np.where(capped, np.minimum(rule, cap), rule)
     main = sweep.index(s.sigma0)

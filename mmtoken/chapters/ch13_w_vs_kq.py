@@ -60,6 +60,25 @@ class Settings:
     rank_seed: int = 20  # ... its draws from this seed on (seeds 0-9 were the trial, RANK_TRIAL) ...
     rank_starts: int = RANK_STARTS  # ... and the local search's random starts
 
+    def __post_init__(self):  # every field checked (and lists made tuples) before any computing
+        validate.fields(
+            self,
+            {
+                "sizes": validate.sequence(validate.instance_size()),
+                "rank_size": validate.instance_size(),
+                "count steps record_every rank_m": validate.integer(1),
+                "m": validate.optional(validate.integer(1)),
+                "lr cone_norm": validate.real(above=0),
+                "penalty": validate.real(at_least=0),
+                "naive_dtypes": validate.sequence(validate.choice("float64", "float32", "float16"), distinct=True),
+                "cone_corr": validate.real(above=0, at_most=1),
+                "plain_steps": validate.integer(10),  # recorded every plain_steps // 10 steps
+            },
+        )
+        validate.relation(self, "record_every", self.record_every <= self.steps, f"at most steps ({self.steps})")
+        d = self.rank_size[2]
+        validate.relation(self, "rank_m", self.rank_m < d, f"below rank_size's d ({d}): rank-constrained factors")
+
 
 def settings(scale: str | None = None) -> Settings:
     """The chapter's own settings at ``scale`` (default: the current one): 25 instances a size at paper scale."""
@@ -728,16 +747,31 @@ class RankSolution:
         return int((np.abs(self.values - self.objective) <= RANK_AGREE * self.objective).sum())
 
 
+def _rank(W, m, name: str = "W") -> tuple[np.ndarray, int]:
+    """``W`` as a finite float array ``(..., d, d)`` and ``m`` as a rank in ``1..d``, or ``ValueError`` naming them."""
+    W = validate.real_array(W, name, min_ndim=2)
+    if W.shape[-1] != W.shape[-2]:
+        raise ValueError(f"{name} must be square matrices (..., d, d), got shape {W.shape}")
+    m = validate.count(m, "m", minimum=1)
+    if m > W.shape[-1]:
+        raise ValueError(f"m must be a rank in 1..d = 1..{W.shape[-1]}, got {m}")
+    return W, m
+
+
 def truncate(W, m: int) -> np.ndarray:
-    """Best rank-``m`` approximation of ``W (..., d, d)`` (its SVD cut after ``m`` singular values)."""
-    U, S, Vt = np.linalg.svd(np.asarray(W, float))
+    """Best rank-``m`` approximation of ``W (..., d, d)`` (its SVD cut after ``m`` singular values, ``1 <= m <= d``)."""
+    W, m = _rank(W, m)
+    U, S, Vt = np.linalg.svd(W)
     return (U[..., :m] * S[..., None, :m]) @ Vt[..., :m, :]
 
 
 def balanced_factors(W, m: int) -> np.ndarray:
     """``K = U_m S_m^(1/2)``, ``Q = V_m S_m^(1/2)`` of the rank-``m`` truncation of ``W (d, d)``, as one vector
-    ``(2 d m,)`` (``K`` first): the cheapest factors of that truncation (first exercise)."""
-    U, S, Vt = np.linalg.svd(np.asarray(W, float))
+    ``(2 d m,)`` (``K`` first): the cheapest factors of that truncation (first exercise), ``1 <= m <= d``."""
+    W, m = _rank(W, m)
+    if W.ndim != 2:
+        raise ValueError(f"W must be one matrix (d, d), got shape {W.shape}")
+    U, S, Vt = np.linalg.svd(W)
     r = np.sqrt(S[:m])
     return np.concatenate([(U[:, :m] * r).ravel(), (Vt[:m].T * r).ravel()])
 

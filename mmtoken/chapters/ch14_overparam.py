@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mmtoken import config
+from mmtoken import config, validate
 from mmtoken.attention import geometry, grad, instances, random_batch, smoothness, svm, train
 from mmtoken.book import report
 from mmtoken.book.ledger import Measured, claim
@@ -61,6 +61,25 @@ class Settings:
     lr: float = 0.2  # ... and its step
     lp_instances: int = 24  # instances per d whose T^n selections are all checked by the LP
     seed: int = 0
+
+    def __post_init__(self):  # every field checked (and lists made tuples) before any computing
+        validate.fields(
+            self,
+            {
+                "angles": validate.sequence(validate.real(above=0, below=np.pi)),  # z_2 = (cos t, sin t) != z_1
+                "w0": validate.sequence(validate.sequence(validate.real(), length=2), length=2),  # a 2 x 2 matrix
+                "ce_lr normalized_lr lr": validate.real(above=0),
+                "plain_steps": validate.integer(10),  # W kept at plain_steps // 10 and plain_steps
+                "normalized_steps reg_iters reg_iters_continued steps count lp_instances": validate.integer(1),
+                "reg_radii": validate.sequence(validate.real(above=0), distinct=True),
+                "ortho_n ortho_d ortho_count ortho_starts n": validate.integer(1),
+                "ortho_T T": validate.integer(2),
+                "d": validate.sequence(validate.integer(1), distinct=True),
+            },
+        )
+        validate.relation(self, "reg_radii", list(self.reg_radii) == sorted(self.reg_radii), "increasing")
+        validate.relation(self, "ortho_d", self.ortho_d >= self.ortho_n, f"at least ortho_n ({self.ortho_n})")
+        validate.relation(self, "lp_instances", self.lp_instances <= self.count, f"at most count ({self.count})")
 
     @property
     def threshold(self) -> int:
@@ -348,8 +367,9 @@ def rank_certificate(X, Z) -> np.ndarray:
 def selection_feasible(K, alpha) -> bool | None:
     """Feasibility of ATT-SVM(alpha) for keys ``K (n, T, m)`` by NNLS: True, False (Farkas certificate)
     or None (a point was returned that misses a margin by more than :data:`FEAS_TOL`: undecided)."""
-    K = np.asarray(K, dtype=float)
+    K = validate.real_array(K, "K", ndim=3)
     n, T, _ = K.shape
+    alpha = validate.selection(alpha, n, T)  # one token per input: a longer alpha is refused, not cut
     D = np.array([K[i, alpha[i]] - K[i, t] for i in range(n) for t in range(T) if t != alpha[i]])
     try:
         x = svm.min_norm_nnls(D, np.ones(len(D)))

@@ -72,6 +72,22 @@ class Settings:
     pub_first_seed: int = 1  # the public loop's first seed (then 2, 3, ... until pub_runs are kept)
     pub_init_seed: int = 0  # of W(0) (the public code's came from torch's unseeded generator)
 
+    def __post_init__(self):  # every field checked (and lists made tuples) before any computing
+        validate.fields(
+            self,
+            {
+                "steps starts pub_n pub_runs pub_every": validate.integer(1),
+                "lr start_scale lam": validate.real(above=0),
+                "d": validate.integer(SCORES.shape[1] + 1),  # T + 1 = 5: orthonormal tokens beside u
+                "pub_ds": validate.sequence(validate.integer(1), distinct=True),
+                "pub_T": validate.integer(2),
+                "pub_steps": validate.integer(2),  # W(pub_steps - 1), then one step more
+                "pub_low pub_high": validate.real(above=0, below=1),
+            },
+        )
+        validate.relation(self, "pub_every", self.pub_every < self.pub_steps, f"below pub_steps ({self.pub_steps})")
+        validate.relation(self, "pub_high", self.pub_high > self.pub_low, f"above pub_low ({self.pub_low:g})")
+
 
 def settings(scale: str | None = None) -> Settings:
     """The chapter's own settings at ``scale`` (default: the current one)."""

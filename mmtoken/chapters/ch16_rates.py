@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mmtoken import config
+from mmtoken import config, validate
 from mmtoken.attention import grad, instances, long_paths, smoothness, svm, train
 from mmtoken.attention.model import AttentionProblem
 from mmtoken.book import report
@@ -46,6 +46,26 @@ class Settings:
     judged_seeds: tuple = tuple(range(10, 20))  # ... run after them
     w_size: tuple = (4, 4, 6)  # chapter 13's W instances (n, T, d) ...
     w_count: int = 3  # ... this many (seeds 0, 1, ...), NGD and PS only
+
+    def __post_init__(self):  # every field checked (and lists made tuples) before any computing
+        seeds = validate.sequence(validate.integer(), distinct=True)
+        validate.fields(
+            self,
+            {
+                "ngd_steps ps_steps plain_steps": validate.integer(10),  # rates read on the last decade of steps
+                "ngd_lr ps_lr plain_lr": validate.real(above=0),
+                "every d starts w_count": validate.integer(1),
+                "T": validate.integer(2),
+                "low": validate.real(below=1),  # below the optimal token's score 1
+                "trial_seeds judged_seeds": seeds,
+                "w_size": validate.instance_size(),
+            },
+        )
+        tenth = min(self.ngd_steps, self.ps_steps) // 10  # several records in the last decade of NGD and PS
+        validate.relation(self, "every", self.every <= tenth, f"at most min(ngd_steps, ps_steps) / 10 ({tenth})")
+        validate.relation(self, "d", self.d >= self.T - 1, f"at least T - 1 ({self.T - 1}): the optimal token separable")
+        held_out = not set(self.judged_seeds) & set(self.trial_seeds)
+        validate.relation(self, "judged_seeds", held_out, f"seeds not in trial_seeds {self.trial_seeds}")
 
 
 def settings(scale: str | None = None) -> Settings:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mmtoken import config
+from mmtoken import config, validate
 from mmtoken.attention import geometry, instances, svm, svm_lq, train
 from mmtoken.attention.model import AttentionProblem
 from mmtoken.attention.svm_solvers import InfeasibleSVM
@@ -44,6 +44,22 @@ class Settings:
     theorem_steps: int = 1_000_000  # plain mirror descent, the theorem's algorithm ...
     theorem_lr: float = 0.5  # ... and its fixed step
     theorem_record: int = 1000
+
+    def __post_init__(self):  # every field checked (and lists made tuples) before any computing
+        seeds = validate.sequence(validate.integer(), distinct=True)
+        validate.fields(
+            self,
+            {
+                "qs fig_qs": validate.sequence(validate.real(above=1), distinct=True),  # (1/q)||p||_q^q, q > 1
+                "n d per_seed steps record_every theorem_steps theorem_record": validate.integer(1),
+                "T": validate.integer(2),
+                "seeds theorem_seeds": seeds,
+                "lr theorem_lr": validate.real(above=0),
+            },
+        )
+        validate.relation(self, "record_every", self.record_every <= self.steps, f"at most steps ({self.steps})")
+        at_most = f"at most theorem_steps ({self.theorem_steps})"
+        validate.relation(self, "theorem_record", self.theorem_record <= self.theorem_steps, at_most)
 
 
 def settings(scale: str | None = None) -> Settings:
@@ -179,7 +195,17 @@ def draws(s: Settings) -> dict:
 
 
 def slope(steps, err, start: int) -> np.ndarray:
-    """Log-log slope of ``err (R, ...)`` from step ``start`` to the last."""
+    """Log-log slope of ``err (R, ...)``, one row per recorded step of ``steps (R,)``, from the first record at or
+    after ``start`` to the last (``start`` in ``(0, steps[-2]]``: two records with positive steps)."""
+    steps = validate.real_array(steps, "steps", ndim=1)
+    err = validate.numeric(err, "err")
+    if err.shape[:1] != steps.shape:
+        raise ValueError(f"err must hold one row per recorded step ({len(steps)}), got shape {err.shape}")
+    if len(steps) < 2 or not (np.diff(steps) > 0).all():
+        raise ValueError(f"steps must be at least two increasing steps, got {steps.tolist()}")
+    start = validate.real_number(start, "start")
+    if not 0 < start <= steps[-2]:
+        raise ValueError(f"start must lie in (0, {steps[-2]:g}] (a record at or after it, and a later one), got {start}")
     i = int(np.searchsorted(steps, start))
     return (np.log(err[-1]) - np.log(err[i])) / (np.log(steps[-1]) - np.log(steps[i]))
 
