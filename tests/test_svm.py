@@ -138,8 +138,8 @@ def test_infeasibility_is_confirmed_independently(monkeypatch):
     monkeypatch.setattr(svm_solvers, "clarabel_qp", lambda G, h: (None, None, "infeasible"))  # a solver that lies
     sol = svm.att_svm(K, a)  # the NNLS route answers
     assert sol.check["method"] == "nnls"
-    no_certificate = lambda G, h: ("infeasible", np.zeros(len(h)), 0.3)
-    monkeypatch.setattr(svm_solvers, "least_distance", no_certificate)
+    no_certificate = lambda G, h: (None, np.zeros(len(h)), 0.3)  # no point, and a bound far above rounding
+    monkeypatch.setattr(svm_solvers, "ldp_rounds", no_certificate)
     with pytest.raises(svm.SolverFailed, match="cannot be decided"):
         svm.att_svm(K, a)
 

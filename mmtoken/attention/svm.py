@@ -31,6 +31,8 @@ __all__ = [
     "w_svm",
     "min_norm_nnls",
     "outer_svm",
+    "difference_rounding",
+    "ROUNDING_CAP",
 ]
 
 import numpy as np
@@ -73,6 +75,25 @@ def _difference_rows(K, alpha, mask=None):
     return np.array(D).reshape(len(rows), K.shape[2]), rows
 
 
+ROUNDING_CAP = 1e6
+"""A row's rounding factor (:func:`difference_rounding`) is capped here: a certificate never needs a margin bound
+above ``1e6`` rounding units (about ``3.6e-9`` relative)."""
+
+
+def difference_rounding(K, alpha, rows, D) -> np.ndarray:
+    """``(N,)``: for each row ``k_{i alpha_i} - k_it`` of ``D``, ``(||k_{i alpha_i}|| + ||k_it||) / ||row||`` (at
+    least 1, at most :data:`ROUNDING_CAP`): the rounding of the keys the difference carries, in units of its own
+    size (:func:`mmtoken.attention.svm_exact.certified`)."""
+    if not rows:
+        return np.ones(0)
+    i, t = np.array(rows).T
+    s = float(np.abs(K).max()) or 1.0
+    with np.errstate(divide="ignore", invalid="ignore", under="ignore"):
+        keys = np.linalg.norm(K[i, alpha[i]] / s, axis=1) + np.linalg.norm(K[i, t] / s, axis=1)
+        ratio = keys / np.linalg.norm(D / s, axis=1)
+    return np.clip(np.nan_to_num(ratio, nan=ROUNDING_CAP, posinf=ROUNDING_CAP), 1.0, ROUNDING_CAP)
+
+
 def att_svm(K, alpha, mask=None) -> SVMSolution:
     """ATT-SVM ``p^mm(alpha)``.
 
@@ -101,7 +122,8 @@ def att_svm(K, alpha, mask=None) -> SVMSolution:
     D, rows = _difference_rows(K, alpha, mask)
     if not rows:
         raise ValueError("mask leaves no token besides the selected ones: ATT-SVM has no constraint")
-    return solve_min_norm(D, np.ones(len(rows)), rows, f"ATT-SVM for selection alpha={alpha.tolist()}")
+    what = f"ATT-SVM for selection alpha={alpha.tolist()}"
+    return solve_min_norm(D, np.ones(len(rows)), rows, what, rounding=difference_rounding(K, alpha, rows, D))
 
 
 def relaxed_att_svm(K, alpha, support) -> SVMSolution:
@@ -117,7 +139,8 @@ def relaxed_att_svm(K, alpha, support) -> SVMSolution:
     support = set(int(i) for i in validate.selection(items, len(items), K.shape[0], "support"))
     D, rows = _difference_rows(K, alpha)
     b = np.array([1.0 if i in support else 0.0 for i, _ in rows])
-    return solve_min_norm(D, b, rows, f"relaxed ATT-SVM for alpha={alpha.tolist()}, support={sorted(support)}")
+    what = f"relaxed ATT-SVM for alpha={alpha.tolist()}, support={sorted(support)}"
+    return solve_min_norm(D, b, rows, what, rounding=difference_rounding(K, alpha, rows, D))
 
 
 def head_svm(X, Y, alpha) -> SVMSolution:

@@ -48,9 +48,18 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import nnls
 
 from mmtoken import validate
+from mmtoken.attention.svm_exact import (
+    CERTIFICATE_TOL,
+    active_rows,
+    certified,
+    exact_points,
+    ldp_rounds,
+    least_distance,
+    pinv_point,
+    scaled_norm,
+)
 
 SOLVER = "CLARABEL"
 KKT_TOL = 1e-9
@@ -60,10 +69,6 @@ ACCURACY = 1e-7
 """Clarabel's own point is returned when it lies within this relative distance of the verified one."""
 SCALE_RANGE = (np.log(1e-305), np.log(1e305))
 """Natural-log range of the solution's scale ``max b_j / ||D_j||`` that float64 holds with full precision."""
-CERTIFICATE_TOL = 1e-9
-"""An infeasibility certificate must bound the normalised margin below this to be reported."""
-
-
 KKT_MEASURES = ("primal", "active", "dual", "stationarity", "complementarity")
 
 
@@ -132,11 +137,7 @@ class SVMSolution:
 # --------------------------------------------------------------------------- scale-safe norms and the acceptance check
 
 
-def _norm(v: np.ndarray) -> float:
-    """``||v||`` without overflow or underflow of the squares."""
-    v = np.asarray(v, dtype=float).ravel()
-    s = np.abs(v).max() if v.size else 0.0
-    return float(s * np.linalg.norm(v / s)) if s > 0 else 0.0
+_norm = scaled_norm
 
 
 def _row_norms(D: np.ndarray) -> np.ndarray:
@@ -146,9 +147,14 @@ def _row_norms(D: np.ndarray) -> np.ndarray:
 
 
 def _relative_kkt(D, b, r, x, nu) -> dict[str, float]:
-    """Scale-free KKT measures of ``x`` with unit-row multipliers ``nu`` (rows with ``r = 0`` excluded)."""
+    """Scale-free KKT measures of ``x`` with unit-row multipliers ``nu`` (rows with ``r = 0`` excluded).
+
+    The sums over multipliers are measured against their own size, ``max(1, sum |nu_j| / ||x||)``: the backward
+    error of ``x = sum nu_j a_j`` (a margin far below the rows' size has multipliers far above ``||x||``, whose
+    cancellation leaves a residual at rounding of *their* size, not of ``||x||``'s).
+    """
     nx = _norm(x)
-    if not np.isfinite(nx) or nx == 0:
+    if not np.isfinite(nx) or nx == 0 or not np.isfinite(nu).all():
         return {"primal": np.inf, "active": np.inf, "dual": np.inf, "stationarity": np.inf, "complementarity": np.inf}
     x = x.ravel()
     a = D / r[:, None]
@@ -158,35 +164,17 @@ def _relative_kkt(D, b, r, x, nu) -> dict[str, float]:
     with np.errstate(over="ignore", invalid="ignore"):
         rel_b = (D[pos] @ x - b[pos]) / b[pos]
     nuh = nu / nx
+    size = max(1.0, float(np.abs(nuh).sum()))
     return {
         "primal": float(max(0.0, -tau.min())),
         "active": float(abs(min(rel_b.min(), 1.0))) if pos.any() else 0.0,
-        "dual": float(max(0.0, -nuh.min())),
-        "stationarity": float(np.linalg.norm(xh - a.T @ nuh)),
-        "complementarity": float(np.sum(np.abs(nuh) * np.abs(tau))),
+        "dual": float(max(0.0, -nuh.min())) / size,
+        "stationarity": float(np.linalg.norm(xh - a.T @ nuh)) / size,
+        "complementarity": float(np.sum(np.abs(nuh) * np.abs(tau))) / size,
     }
 
 
 # --------------------------------------------------------------------------- Clarabel, NNLS and the exact polish
-
-
-def least_distance(G: np.ndarray, h: np.ndarray):
-    """Least-distance programming ``min ||y|| s.t. G y >= h`` by NNLS (Lawson & Hanson, ch. 23).
-
-    Returns ``("feasible", y, mu)`` with ``y = G^T mu, mu >= 0``, or ``("infeasible", u, bound)``: Farkas
-    multipliers ``u >= 0`` and the bound ``||G^T u|| / h^T u`` on the margin of any feasible point.
-    """
-    k = G.shape[1]
-    E = np.vstack([G.T, h[None, :]])
-    f = np.zeros(k + 1)
-    f[-1] = 1.0
-    u, _ = nnls(E, f, maxiter=max(50 * E.shape[1], 1000))
-    res = E @ u - f
-    if res[-1] < 0 and np.linalg.norm(res) > 1e-12:
-        return "feasible", -res[:-1] / res[-1], u / (-res[-1])
-    beta = float(h @ u)
-    bound = float(np.linalg.norm(G.T @ u) / beta) if beta > 0 else np.inf
-    return "infeasible", u, bound
 
 
 def clarabel_qp(G: np.ndarray, h: np.ndarray):
@@ -209,21 +197,9 @@ def clarabel_qp(G: np.ndarray, h: np.ndarray):
 
 
 def _polish(G: np.ndarray, h: np.ndarray, y: np.ndarray, mu: np.ndarray):
-    """The exact least-norm point ``y* = pinv(G_A) h_A`` on the rows ``A`` active at an approximate solution
-    ``(y, mu)`` (or carrying a multiplier); multipliers from a least-squares fit ``G_A^T mu_A = y*`` (a
-    non-negative one where that fit has negative entries, e.g. degenerate vertices)."""
-    ny = np.linalg.norm(y)
-    active = ((G @ y - h) <= 1e-6 * max(ny, 1.0)) | (mu > 1e-6 * max(mu.max(), 1e-300))
-    if not active.any():
-        return None, None
-    GA, hA = G[active], h[active]
-    y_star = np.linalg.pinv(GA) @ hA
-    muA = np.linalg.lstsq(GA.T, y_star, rcond=None)[0]
-    if muA.min() < 0:
-        muA = nnls(GA.T, y_star, maxiter=max(50 * GA.shape[0], 1000))[0]
-    out = np.zeros(len(h))
-    out[active] = muA
-    return y_star, out
+    """The exact least-norm point on the rows active at an approximate solution ``(y, mu)``
+    (:func:`~mmtoken.attention.svm_exact.pinv_point` on :func:`~mmtoken.attention.svm_exact.active_rows`)."""
+    return pinv_point(G, h, active_rows(G, h, y, mu))
 
 
 def _normalise(D: np.ndarray, b: np.ndarray, r: np.ndarray, keep: np.ndarray, data: str):
@@ -247,10 +223,12 @@ def _normalise(D: np.ndarray, b: np.ndarray, r: np.ndarray, keep: np.ndarray, da
     return c, D[keep] / r[keep, None], h
 
 
-def solve_min_norm(D: np.ndarray, b: np.ndarray, rows: list, what: str, data: str = "K") -> SVMSolution:
+def solve_min_norm(D: np.ndarray, b: np.ndarray, rows: list, what: str, data: str = "K", rounding=None) -> SVMSolution:
     """``min 1/2||x||^2 s.t. D x >= b``, right at every scale; see the module docstring.
 
-    ``data`` names the argument(s) the rows come from, for the errors.
+    ``data`` names the argument(s) the rows come from, for the errors; ``rounding`` (``(N,)``, ``>= 1``, default
+    1) the relative rounding each row carries beyond its own entries (a difference of keys ``c`` times larger than
+    itself: ``c``), which a certificate of infeasibility may reach (:func:`~mmtoken.attention.svm_exact.certified`).
     """
     r = _row_norms(D)
     zero = r == 0
@@ -285,23 +263,25 @@ def solve_min_norm(D: np.ndarray, b: np.ndarray, rows: list, what: str, data: st
         y_p, mu_p = _polish(G, h, *start)
         if y_p is not None and (m := verified(y_p, mu_p)) is not None:
             exact = (y_p, mu_p, m, "clarabel+polish")
+    if exact is None:  # the NNLS route: its point, or the exact points on its active set or certificate's support
+        point, u, bound = ldp_rounds(G, h)
+        for y_n, mu_n in exact_points(G, h, point, u):
+            if y_n is not None and (m := verified(y_n, mu_n)) is not None:
+                exact = (y_n, mu_n, m, "nnls")
+                break
     if exact is None:
-        kind, out, extra = least_distance(G, h)
-        if kind == "feasible":
-            if (m := verified(out, extra)) is not None:
-                exact = (out, extra, m, "nnls")
-        elif extra <= CERTIFICATE_TOL:
+        kept = None if rounding is None else np.asarray(rounding, dtype=float)[keep]
+        if certified(u, bound, kept):
             raise InfeasibleSVM(
                 f"{what}: no solution (Clarabel: {status}; certified by NNLS Farkas multipliers, "
-                f"margin bound {extra:.1e}). " + _blame(G, h, [rows[j] for j in np.flatnonzero(keep)])
+                f"margin bound {bound:.1e}). " + _blame(G, h, [rows[j] for j in np.flatnonzero(keep)], kept)
             )
-        else:
+        if point is None:
             raise SolverFailed(
                 f"{what}: Clarabel reports {status} and the NNLS certificate only bounds the "
-                f"normalised margin by {extra:.1e} (> {CERTIFICATE_TOL}): feasibility cannot be "
-                "decided at float64 precision."
+                f"normalised margin by {bound:.1e} (above rounding, {CERTIFICATE_TOL:.1e}): feasibility cannot "
+                "be decided at float64 precision."
             )
-    if exact is None:
         raise SolverFailed(
             f"{what}: neither Clarabel (status {status}) nor the NNLS route produced a point that "
             f"passes the KKT check at relative tolerance {KKT_TOL}; the rows are too ill-conditioned "
@@ -324,21 +304,21 @@ def solve_min_norm(D: np.ndarray, b: np.ndarray, rows: list, what: str, data: st
     return SVMSolution(x, D, b, dual, rows, check)
 
 
-def _blame(G, h, rows) -> str:
+def _blame(G, h, rows, rounding=None) -> str:
     """Name the inputs whose own constraints are already infeasible (certified by the NNLS route)."""
     inputs = sorted({i for i, _ in rows})
     bad = []
     for i in inputs:
         own = [j for j, q in enumerate(rows) if q[0] == i]
-        kind, _, bound = least_distance(G[own], h[own])
-        if kind != "feasible" and bound <= CERTIFICATE_TOL:
+        kind, u, bound = least_distance(G[own], h[own])
+        if kind != "feasible" and certified(u, bound, None if rounding is None else rounding[own]):
             bad.append(i)
     if bad:
         return f"input(s) {bad} cannot be separated on their own (their selected token is not a vertex the keys can single out)"
     return f"each input is separable alone, but inputs {inputs} cannot be separated by one common direction"
 
 
-def min_norm_nnls(D, b, data: str = "D and b") -> np.ndarray:
+def min_norm_nnls(D, b, data: str = "D and b", rounding=None) -> np.ndarray:
     """``min ||x|| s.t. D x >= b`` by Lawson and Hanson's least-distance programming via NNLS.
 
     An independent check on the cvxpy solutions (active-set, no interior point), on the normalised rows
@@ -348,6 +328,8 @@ def min_norm_nnls(D, b, data: str = "D and b") -> np.ndarray:
     ----------
     D : ``(N, k)`` rows, ``k >= 1``; b : ``(N,)``.
     data : what the rows were built from, named in the errors (a caller's own argument).
+    rounding : optional ``(N,)``, ``>= 1``: the relative rounding each row carries beyond its own entries (as in
+        :func:`solve_min_norm`).
 
     Returns
     -------
@@ -355,7 +337,7 @@ def min_norm_nnls(D, b, data: str = "D and b") -> np.ndarray:
 
     Raises
     ------
-    InfeasibleSVM with a certificate when no point meets the constraints.
+    InfeasibleSVM with a certificate when no point meets the constraints; SolverFailed where NNLS decides neither.
     """
     D = validate.real_array(D, "D", ndim=2)
     b = validate.real_array(b, "b", ndim=1)
@@ -374,7 +356,15 @@ def min_norm_nnls(D, b, data: str = "D and b") -> np.ndarray:
     if not (b[keep] > 0).any():
         return np.zeros(D.shape[1])  # x = 0 meets every constraint (also when there is none)
     c, G, h = _normalise(D, b, r, keep, data)
-    kind, y, bound = least_distance(G, h)
-    if kind == "infeasible":
+    point, u, bound = ldp_rounds(G, h)
+    if point is not None:
+        return c * point[0]
+    for y, _ in exact_points(G, h, None, u):  # a margin so small that NNLS reads the problem as infeasible
+        if y is not None and ((G @ y - h) / np.maximum(h, h.max()) >= -KKT_TOL).all():
+            return c * y
+    if certified(u, bound, None if rounding is None else np.asarray(rounding, dtype=float)[keep]):
         raise InfeasibleSVM(f"least-distance problem is infeasible (certificate bounds the margin by {bound:.1e})")
-    return c * y
+    raise SolverFailed(
+        f"least-distance problem on {data}: NNLS neither resolves a point nor certifies infeasibility (the "
+        f"margin bound {bound:.1e} is above rounding, {CERTIFICATE_TOL:.1e}): undecided at float64 precision"
+    )

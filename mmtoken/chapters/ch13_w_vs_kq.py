@@ -838,12 +838,20 @@ def rank_svm(X, Z, alpha, m: int, n_starts: int = RANK_STARTS, seed: int = 0) ->
 
 def polish(X, Z, alpha, W, m: int) -> RankSolution:
     """The local search of {eq}`eq-wkq-rank` from one start: ``W (d, d)`` scaled to smallest margin 1 (a run's
-    direction), in balanced rank-``m`` factors. Its end point is the local solution nearest that direction."""
+    direction), in balanced rank-``m`` factors, ``1 <= m <= d``. Its end point is the local solution nearest that
+    direction."""
+    d = validate.real_array(X, "X", ndim=3).shape[2]
+    m = validate.count(m, "m", minimum=1)
+    if m > d:
+        raise ValueError(f"m must be at most d = {d}, got {m}")
+    W = validate.real_array(W, "W", ndim=2)
+    if W.shape != (d, d):
+        raise ValueError(f"W must have shape ({d}, {d}) (d = X.shape[2]), got {W.shape}")
     relax = nuclear_svm(X, Z, alpha)
-    margin = (relax.D @ np.asarray(W, float).ravel()).min()
+    margin = (relax.D @ W.ravel()).min()
     if not margin > 0:
         raise ValueError(f"W must separate the selection alpha={np.asarray(alpha).tolist()} (smallest margin > 0)")
-    return local_search(relax, validate.count(m, "m", minimum=1), [balanced_factors(W / margin, m)])
+    return local_search(relax, m, [balanced_factors(W / margin, m)])
 
 # %% book/part3/13_w_vs_kq.ipynb #d070ca61
 RANK_TRIAL = {"seeds": (0, 9), "rank": 0.9926, "nuclear": 0.826, "truncated": 0.879}

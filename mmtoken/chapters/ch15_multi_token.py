@@ -99,7 +99,7 @@ def settings(scale: str | None = None) -> Settings:
 
 # %% book/part3/15_multi_token.ipynb #cb2161a8
 def _real(x, name: str, ndim: int) -> np.ndarray:
-    a = np.asarray(x)
+    a = validate.numeric(x, name)  # torch tensors of any dtype (bfloat16 too), lists, arrays
     if a.dtype == object or np.iscomplexobj(a) or not np.issubdtype(a.dtype, np.number):
         raise ValueError(f"{name} must be a real numeric array, got dtype {a.dtype}")
     a = a.astype(float)
@@ -219,6 +219,8 @@ def gen_svm(K, sets, tied: bool = True) -> GenSVMSolution:
     Farkas certificate) when no direction meets the constraints.
     """
     D, rows, E, ties = constraint_rows(K, sets, tied)
+    if not (np.isfinite(D).all() and np.isfinite(E).all()):
+        raise ValueError("K: differences of keys overflow float64 (entries near 1e308); rescale K (x scales as 1/c)")
     m = D.shape[1]
     if len(E):
         _, s, vt = np.linalg.svd(E, full_matrices=True)
