@@ -10,40 +10,12 @@ The chapters' ``Settings`` are checked by the rules of :mod:`mmtoken.rules` (``v
 
 from __future__ import annotations
 
-__all__ = [
-    "numeric",
-    "real_array",
-    "count",
-    "positive",
-    "nonnegative",
-    "selection",
-    "mask",
-    "real_number",
-    "flag",
-    "batch_shape",
-    "FieldTypeError",
-    "Rule",
-    "integer",
-    "real",
-    "boolean",
-    "choice",
-    "text",
-    "sequence",
-    "tuple_of",
-    "instance_size",
-    "points",
-    "optional",
-    "satisfies",
-    "fields",
-    "relation",
-    "rules_of",
-]
-
 import math
 import numbers
 
 import numpy as np
 
+from mmtoken import rules
 from mmtoken.rules import (  # noqa: F401 (re-exported: the Settings' checks)
     FieldTypeError,
     Rule,
@@ -62,6 +34,20 @@ from mmtoken.rules import (  # noqa: F401 (re-exported: the Settings' checks)
     text,
     tuple_of,
 )
+
+__all__ = [
+    "numeric",
+    "real_array",
+    "count",
+    "positive",
+    "nonnegative",
+    "selection",
+    "mask",
+    "real_number",
+    "flag",
+    "batch_shape",
+    *rules.__all__,  # the Settings' checks, re-exported
+]
 
 
 def numeric(x, name: str) -> np.ndarray:

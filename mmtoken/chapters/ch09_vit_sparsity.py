@@ -50,6 +50,7 @@ QK_OVER_OV = 3.0
 HELD_OUT_SEEDS = (13, 14, 15)  # the seeds every claim is judged on (never used while choosing the recipe)
 EARLIER_SEEDS = (10, 11, 12)  # the held-out seeds of the 9-epoch recipe (tuning stages 1-4), judged before stage 5
 DEV_SEEDS = (0, 1, 2, 3, 4)  # the seeds used while choosing the recipe on the validation split
+IMAGE_SHAPES = {"fashion-mnist": (28, 1), "cifar-10": (32, 3)}  # dataset -> (side in pixels, channels)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,32 @@ class Settings:
     collapse_lr: float = 20.0  # the failing control multiplies lr by this (one epoch, no warm-up or clipping) ...
     collapse_seed: int = DEV_SEEDS[0]  # ... on this development seed, validation split only
 
+    def __post_init__(self):  # every field checked before any computing (a run is minutes)
+        count, seeds = validate.integer(1), validate.sequence(validate.integer(0), distinct=True, scalar=True)
+        validate.fields(
+            self,
+            {
+                "dataset": validate.choice(*IMAGE_SHAPES),
+                "n_validation": validate.integer(1, 49_999),  # CIFAR-10 has 50,000 training images
+                "patch width depth heads mlp_ratio epochs batch_size logs_per_epoch logs_first_epoch": count,
+                "init_std lr": validate.real(above=0),
+                "weight_decay": validate.real(at_least=0),
+                "warmup": validate.real(at_least=0, below=1),
+                "grad_clip": validate.optional(validate.real(above=0)),
+                "threads": validate.optional(count),
+                "map_epochs": validate.optional(validate.sequence(validate.integer(0), distinct=True)),
+                "foreground": validate.optional(validate.real()),
+                "seeds": seeds,
+                "smaller_lr collapse_lr": validate.real(above=1),  # a divisor and a factor that change the rate
+            },
+        )
+        side = IMAGE_SHAPES[self.dataset][0]
+        validate.relation(self, "patch", side % self.patch == 0, f"a divisor of the image side ({side})")
+        validate.relation(self, "heads", self.width % self.heads == 0, f"a divisor of width ({self.width})")
+        if self.map_epochs is not None:
+            last = max(self.map_epochs)
+            validate.relation(self, "map_epochs", last <= self.epochs, f"epochs numbered at most epochs ({self.epochs})")
+
 
 def settings(scale: str | None = None) -> Settings:
     """The chapter's settings at ``scale`` (default: the current one): at paper scale CIFAR-10 with a larger ViT
@@ -110,13 +137,8 @@ def settings(scale: str | None = None) -> Settings:
     return config.pick(quick=Settings(), paper=paper, which=scale)
 
 # %% book/part1/09_vit_sparsity.ipynb #81dfd2a6
-IMAGE_SHAPES = {"fashion-mnist": (28, 1), "cifar-10": (32, 3)}  # dataset -> (side in pixels, channels)
-
-
 def experiment(s: Settings = Settings(), seed: int | None = None, test: bool = True) -> vit_cache.Experiment:
     """One run of ``s``: the recipe on ``seed`` (default ``s.seeds[0]``); ``test=False`` never reads the test split."""
-    if s.dataset not in IMAGE_SHAPES:
-        raise ValueError(f"Settings.dataset must be one of {tuple(IMAGE_SHAPES)}, got {s.dataset!r}")
     side, channels = IMAGE_SHAPES[s.dataset]
     model = vit.ViTConfig(
         image_size=side,
