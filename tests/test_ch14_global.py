@@ -53,3 +53,27 @@ def test_orthogonal_queries_make_gd_global_from_the_same_start():
     gmm = tfsvm.frobenius_svm(instances.CE_X, np.eye(2), [0, 0]).x.ravel()
     c = geometry.correlation(run["W"].reshape(2, -1), gmm)
     assert c[-1] > c[0] > 0.9
+
+
+def test_planar_reduction_keeps_the_loss_and_the_certificate_bounds_the_minimiser():
+    """Issue 43, item 8: the counterexample's ball problem is a planar one (two inputs of two tokens), and the
+    certificate on it is a bound: from a point off the minimiser it still covers the minimiser."""
+    import torch
+
+    from mmtoken.attention import grad, long_paths
+
+    problem = tfsvm.w_problem(instances.CE_X, instances.CE_Y, instances.CE_V, tg.ce_queries(0.5))
+    planar, B = long_paths.planar_reduction(problem)
+    assert np.allclose(B.T @ B, np.eye(2), atol=1e-12)
+    W = np.random.default_rng(0).normal(size=(5, 4)) * 3
+    assert np.allclose(grad.loss_value(problem, torch.as_tensor(W)), grad.loss_value(planar, torch.as_tensor(W @ B)))
+    # the minimiser on the circle of radius 30 by a fine scan of the planar problem, and a point 20 degrees off
+    th = np.linspace(-np.pi, np.pi, 20001)
+    circle = 30.0 * np.stack([np.cos(th), np.sin(th)], -1)
+    best = circle[int(grad.log_excess(planar, torch.as_tensor(circle)).argmin())]
+    rot = np.radians(20.0)
+    off = np.array([[np.cos(rot), -np.sin(rot)], [np.sin(rot), np.cos(rot)]]) @ best
+    assert long_paths.planar_certificate(planar, best) < np.radians(1.0)
+    assert long_paths.planar_certificate(planar, off) >= rot - np.radians(0.1)
+    with pytest.raises(ValueError, match="disk"):
+        long_paths.planar_certificate(planar, 2 * best, radius=30.0)

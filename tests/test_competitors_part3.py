@@ -36,7 +36,11 @@ def test_competitor_fails_the_claims_check(c):
 
 
 def test_every_part3_theorem_box_has_a_theorem_claim():
-    """The W GD box, the (K, Q) box (stated why not in chapter 13), the global W boxes and the lemma."""
+    """The W GD box, the (K, Q) box (stated why not in chapter 13), the global W boxes and the lemma.
+
+    C.global.reg_path is a theorem claim on a certified minimiser (issue 43, item 8): the ball's problem reduces to
+    a disk (two inputs of two tokens) and long_paths.planar_certificate bounds where its global minimiser lies;
+    chapter 13's (K, Q) problem has no such certificate and is checked by observations."""
     kinds = {c.id: c.kind for c in PART3}
     for cid in ("C.w.plain_gd", "C.global.reg_path", "C.global.orthogonal", "C.overparam.feasible"):
         assert kinds.get(cid) == "theorem", (cid, kinds.get(cid))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmtoken.attention import geometry, instances, joint, svm, train
+from mmtoken.attention import geometry, grad, instances, joint, svm, train
 from mmtoken.attention.model import AttentionProblem
 
 
@@ -118,6 +118,23 @@ def test_regularization_path_survives_underflow():
     pts = train.regularization_path(inst.problem(), radii, inst.starts[:2] + [0.3, 0.0], iters=300)
     corr = geometry.correlation(train.best_of_starts(inst.problem(), pts).numpy(), gmm)
     assert corr[-1] > 0.99999 and corr[1] > 0.9999
+
+
+def test_best_of_starts_breaks_underflowed_ties_in_log_space():
+    """At R = 10^4 the excess of every start underflows to 0 (issue 43): compared by base + excess alone the
+    starts tie and the first is kept, here the worse one; the log-space comparison keeps the better."""
+    pr = instances.fig4(100).problem()
+    R = 1e4
+    worse, better = (np.sqrt(R**2 - x**2) for x in (30.0, 47.0))
+    pts = torch.tensor([[[worse, -30.0], [better, -47.0]]])  # (nR = 1, starts = 2, m = 2)
+    base, excess = grad.loss_parts(pr, pts, "logistic")
+    assert bool((excess == 0).all()) and bool(base[0, 0] == base[0, 1])  # the linear comparison sees a tie
+    le = grad.log_excess(pr, pts, "logistic")[0]
+    assert float(le[1]) < float(le[0]) - 10  # the second start is e^-10 and more below the first
+    best = train.best_of_starts(pr, pts, loss="logistic").numpy()
+    assert np.allclose(best, [[better, -47.0]])
+    # the same points, the better first: kept too (no tie remains to break)
+    assert np.allclose(train.best_of_starts(pr, pts.flip(1), loss="logistic").numpy(), [[better, -47.0]])
 
 
 # ----------------------------------------------------------------------------- validated arguments (issue 14, items 2-3)

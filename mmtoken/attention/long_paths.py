@@ -2,7 +2,8 @@
 
 Plain GD (Theorems 2-3's algorithm) for 10^6 steps and more (:func:`plain_gd`, :func:`decade_summary`), its step
 condition (:func:`smoothness_of`), Theorem 1's regularization path of a planar problem (:func:`planar_reg_path`)
-and how the chapters draw them (:func:`plot_plain`, :func:`starts_legend`).
+with a certificate of its global minimiser for two-token inputs (:func:`planar_certificate`) and how the
+chapters draw them (:func:`plot_plain`, :func:`starts_legend`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ __all__ = [
     "Smoothness",
     "smoothness_of",
     "planar_reg_path",
+    "CERT_CELLS",
+    "planar_certificate",
+    "planar_reduction",
     "plot_plain",
     "starts_legend",
 ]
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mmtoken.attention import geometry, instances, smoothness, train
+from mmtoken.attention import geometry, grad, instances, smoothness, train
 from mmtoken.attention.model import AttentionProblem
 from mmtoken.book.plotting import style, subplots
 
@@ -130,6 +134,93 @@ def planar_reg_path(problem: AttentionProblem, radii, iters: int, loss: str = "l
     with torch.inference_mode():
         pts = train.regularization_path(problem, radii, w0, loss=loss, iters=iters)
         return train.best_of_starts(problem, pts, loss=loss).numpy()
+
+
+CERT_CELLS = 2**14
+""":func:`planar_certificate`'s sectors of the disk (angular width ``2 pi / CERT_CELLS``) ..."""
+CERT_RINGS = 64
+"""... and its rings (radial width ``R / CERT_RINGS``): the disk is cut into ``CERT_CELLS * CERT_RINGS`` cells."""
+CERT_TOL = 1e-9
+"""Slack of :func:`planar_certificate`'s comparisons, in ``log(L - L*)`` (a relative ``1e-9`` of the excess)."""
+
+
+def planar_certificate(
+    problem: AttentionProblem,
+    p,
+    loss: str = "logistic",
+    cells: int = CERT_CELLS,
+    rings: int = CERT_RINGS,
+    radius: float | None = None,
+) -> float:
+    """How far from ``p``'s direction the minimiser of ``L`` over the disk ``||x|| <= radius`` can lie: an angle.
+
+    For a planar problem (one instance, ``m = 2``) of two-token inputs with a unique optimal token: input ``i``'s
+    loss depends on ``x`` only through its margin ``delta_i = d_i^T x`` (``d_i = k_i,opt - k_i,other``), and
+    decreases in it. The disk (``radius``, default ``||p||``; ``p`` must lie in it) is cut into ``rings`` rings of
+    ``cells`` sectors; on a cell ``r q(theta)``, ``r`` in ``[r_lo, r_hi]``, ``delta_i`` is at most
+    ``r_hi M_i`` if ``M_i = max_theta d_i^T q(theta) >= 0``, else ``r_lo M_i`` (exact: a cosine's maximum on an
+    interval), so ``L - L*`` is at least its value at those margins, formed in log space
+    (:func:`mmtoken.attention.grad.log_excess`, input by input). Every cell whose lower bound exceeds
+    ``log(L(p) - L*)`` (by :data:`CERT_TOL`) holds no point as good as ``p``; returned is the largest angle
+    between ``p`` and a cell that remains, a bound on the angle between ``p`` and the global minimiser (which
+    lies in one of them). Exhaustive: no start, no descent.
+    """
+    if not isinstance(problem, AttentionProblem):
+        raise ValueError(f"problem must be an AttentionProblem, got {type(problem).__name__}")
+    K = problem.K.numpy()
+    if K.ndim != 3 or K.shape[1:] != (2, 2) or problem.mask is not None:
+        raise ValueError(f"a planar problem of two-token inputs, one instance, no mask: K (n, 2, 2), got {K.shape}")
+    gamma_t = problem.gamma.expand(K.shape[:2])
+    gamma = gamma_t.numpy()
+    if bool((gamma[:, 0] == gamma[:, 1]).any()):
+        raise ValueError("every input needs a unique optimal token (its two scores differ)")
+    p = np.asarray(p, float)
+    R = float(np.linalg.norm(p)) if radius is None else float(radius)
+    if not np.linalg.norm(p) <= R * (1 + 1e-12):
+        raise ValueError(f"p (norm {np.linalg.norm(p):g}) must lie in the disk of radius {R:g}")
+    f_star = float(grad.log_excess(problem, torch.as_tensor(p), loss))
+    rows = np.arange(len(K))
+    opt = gamma.argmax(-1)
+    D = K[rows, opt] - K[rows, 1 - opt]  # (n, 2): delta_i = D_i^T x
+    edges = np.linspace(-np.pi, np.pi, cells + 1)
+    lo, hi = edges[:-1], edges[1:]
+    r_edges = R * np.linspace(0.0, 1.0, rings + 1)
+    r_lo, r_hi = r_edges[:-1, None], r_edges[1:, None]  # (rings, 1)
+    wrap = lambda a: (a + np.pi) % (2 * np.pi) - np.pi
+    bound = []
+    for i, d in enumerate(D):
+        size, phi = float(np.linalg.norm(d)), float(np.arctan2(d[1], d[0]))
+        inside = wrap(phi - lo) % (2 * np.pi) <= hi - lo  # the cosine peaks inside the sector
+        top = np.where(inside, size, size * np.maximum(np.cos(lo - phi), np.cos(hi - phi)))  # (cells,)
+        delta = np.where(top >= 0, r_hi * top, r_lo * top)  # (rings, cells): input i's largest margin on a cell
+        one = AttentionProblem(problem.K[i : i + 1], gamma_t[i : i + 1])
+        x = torch.as_tensor(delta[..., None] * d / max(size, 1e-300) ** 2)  # a point with that margin
+        bound.append(grad.log_excess(one, x, loss).numpy())
+    lower = np.logaddexp.reduce(np.stack(bound), axis=0) - np.log(len(K))  # (rings, cells): bounds of log(L - L*)
+    keep = (lower <= f_star + CERT_TOL).any(0)  # (cells,): a sector with a cell that may hold the minimiser
+    theta_p = float(np.arctan2(p[1], p[0]))
+    far = np.maximum(np.abs(wrap(lo[keep] - theta_p)), np.abs(wrap(hi[keep] - theta_p)))
+    return float(far.max()) if keep.any() else 0.0
+
+
+def planar_reduction(problem: AttentionProblem) -> tuple[AttentionProblem, np.ndarray]:
+    """A problem of two-token inputs (one instance) whose margin directions ``D_i = k_i0 - k_i1`` span a plane:
+    the planar problem with the same loss, and ``B (m, 2)``, orthonormal columns spanning the ``D_i``.
+
+    ``L(x) = L_planar(B^T x)`` for every ``x (m,)`` (the loss sees ``x`` only through ``D_i^T x``), and ``x -> B^T x``
+    maps the ball ``||x|| <= R`` onto the disk of radius ``R``: minimisers, norms and angles within the plane carry
+    over, so :func:`planar_certificate` of the planar problem certifies the ``m``-dimensional one.
+    """
+    K = problem.K.numpy()
+    if K.ndim != 3 or K.shape[1] != 2 or problem.mask is not None:
+        raise ValueError(f"two-token inputs, one instance, no mask: K (n, 2, m), got {K.shape}")
+    D = K[:, 0] - K[:, 1]  # (n, m)
+    U, S, _ = np.linalg.svd(D.T, full_matrices=False)
+    if len(S) < 2 or S[1] <= 1e-12 * S[0] or (len(S) > 2 and S[2] > 1e-12 * S[0]):
+        raise ValueError(f"the margin directions must span a plane, singular values {S.tolist()}")
+    B = U[:, :2]
+    planar = AttentionProblem(torch.as_tensor(K @ B), problem.gamma.expand(K.shape[:2]).clone())
+    return planar, B
 
 
 # ---------------------------------------------------------------- figures

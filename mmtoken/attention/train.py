@@ -367,16 +367,31 @@ def regularization_path(
 
 
 def best_of_starts(problem: AttentionProblem, points: torch.Tensor, loss: str | Loss = "logistic") -> torch.Tensor:
-    """Among ``points (nR, starts, ..., m)`` keep, per radius, the start of lowest loss: ``(nR, ..., m)``."""
+    """Among ``points (nR, starts, ..., m)`` keep, per radius, the start of lowest loss: ``(nR, ..., m)``.
+
+    Compared as :func:`regularization_path` compares: by ``base + excess``
+    (:func:`~mmtoken.attention.grad.loss_parts`), and where starts tie there to the last digit (at large ``||p||``
+    the excess underflows to 0 for every start) by the first-order excess in log space; without that, the first
+    of the tied starts would be kept, whatever its loss."""
     if not isinstance(problem, AttentionProblem):
         raise ValueError(f"problem must be an AttentionProblem, got {type(problem).__name__}")
     points = as_tensor(points, "points", device=problem.K.device)
     if points.ndim < 3 or points.shape[-1] != problem.m or 0 in points.shape:
         raise ValueError(f"points must have shape (nR, starts, ..., {problem.m}), got {tuple(points.shape)}")
+    loss = get_loss(loss)
     base, excess = loss_parts(problem, points, loss)
     # order by base first, then by excess (ties in base are exact when selections agree)
     key = base - base.amin(1, keepdim=True) + excess
     idx = key.argmin(1)
+    tied = key == key.amin(1, keepdim=True)  # (nR, starts, ...): the starts that share the lowest key
+    if bool((tied.sum(1) > 1).any()):
+        # equal to the last digit: at large ||p|| the excess underflows to 0 and every start ties; among the tied,
+        # the lowest first-order excess in log space, the comparison of the descent itself (_better)
+        P, N = _log_excess(problem, points, loss)
+        pick = lambda x, i: torch.gather(x, 1, i[:, None]).squeeze(1)
+        for j in range(points.shape[1]):
+            lower = torch.logaddexp(P[:, j], pick(N, idx)) < torch.logaddexp(pick(P, idx), N[:, j])
+            idx = torch.where(tied[:, j] & lower, j, idx)
     return torch.gather(points, 1, idx[:, None, ..., None].expand(-1, 1, *points.shape[2:])).squeeze(1).cpu()
 
 

@@ -712,9 +712,11 @@ REG_PATH_MIN_CORR = 0.99  # A.joint.reg_path: corr(v, v_mm) and corr(p, target) 
 @claim(
     "A.joint.reg_path",
     chapter=CHAPTER,
+    kind="observation",  # the theorems' object, but the minimiser comes from an uncertified multi-start search
     competitor="Theorem 5's answer where Theorem 6 holds: p_mm, the unrelaxed ATT-SVM, in the loose case",
     against=lambda: _reg_path_check(loose_target="corr_p_pmm"),
-    checks="paper A, Theorems 5 and 6 (joint regularization path); Fig. 3",
+    checks="paper A, Theorems 5 and 6 (joint regularization path); Fig. 3; the minimiser at each radius is the best "
+    "of a multi-start local search, not certified global",
     statement="The joint regularization path argmin L(v, p) s.t. ||v|| <= R_v, ||p|| <= R_p (logistic loss, "
     "selection fixed in advance as the largest head-SVM margin), computed with the saturation-safe "
     "comparisons on a grid with R_v = R_p, goes to (v_mm, p_mm) in the tight case (Thm 5) and to "
