@@ -11,6 +11,7 @@ __all__ = ['CHAPTER', 'DUAL_TOL', 'SATURATED', 'KEEP_MAX', 'RATE_FROM', 'MIN_KEP
 
 # %% book/part4/17_mirror.ipynb #4066a651
 import functools
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -330,24 +331,58 @@ PATH_MIN_APART = 5
 """... and at least this many instances per q do (trial: 5 of 5; design: 10 of 10)."""
 
 
-def psi_path(D, q: float, R: float) -> tuple[np.ndarray, float]:
-    """The psi-regularization path point ``argmin log sum_t exp(-d_t^T p) s.t. ||p||_q <= R`` of the rows ``D (N, m)``
-    (the one-input loss with equal non-optimal scores, theorem ``thm-md-path``), and its KKT residual: ``||p||_q``
-    against ``R`` and ``D^T softmax(-D p) = mu grad psi(p)``, ``mu > 0``, both relative."""
-    import cvxpy as cp  # imported when a path point is solved
-
-    p = cp.Variable(D.shape[1])
-    problem = cp.Problem(cp.Minimize(cp.log_sum_exp(-D @ p)), [cp.pnorm(p, q) <= R])
-    problem.solve(solver="CLARABEL")
-    if p.value is None or not np.isfinite(p.value).all():
-        raise RuntimeError(f"the psi-path point at R = {R:g}, q = {q:g} was not solved (status {problem.status})")
-    x = np.asarray(p.value, float)
+def _path_kkt(D, q: float, R: float, x) -> tuple[float, float, np.ndarray, np.ndarray]:
+    """``(residual, mu, -grad F, grad psi)`` of a path point ``x``: relative stationarity
+    ``||D^T softmax(-D x) - mu grad psi(x)|| / ||D^T softmax(-D x)||`` (least-squares ``mu``) or ``||x||_q / R - 1``,
+    the larger."""
     m = -D @ x
     w = np.exp(m - m.max())
     g = D.T @ (w / w.sum())  # -grad F
     h = mirror_map(x, q)  # grad psi
     mu = float(g @ h / (h @ h))
     resid = max(float(np.linalg.norm(g - mu * h) / np.linalg.norm(g)), abs(float(svm_lq.lq_norm(x, q)) / R - 1))
+    return resid, mu, g, h
+
+
+def psi_path(D, q: float, R: float) -> tuple[np.ndarray, float]:
+    """The psi-regularization path point ``argmin log sum_t exp(-d_t^T p) s.t. ||p||_q <= R`` of the rows ``D (N, m)``
+    (the one-input loss with equal non-optimal scores, theorem ``thm-md-path``), and its KKT residual
+    (:func:`_path_kkt`; infinite unless the multiplier ``mu`` is positive). cvxpy (Clarabel) gives the point; Newton's
+    method on the KKT system ``-grad F(p) = mu grad psi(p)``, ``||p||_q = R`` polishes it where it lowers the
+    residual (the conic solver stops near ``1e-5`` at ``R = 10^4``, where the softmax weights vary like
+    ``exp(-R margin)``)."""
+    import cvxpy as cp  # imported when a path point is solved
+
+    p = cp.Variable(D.shape[1])
+    problem = cp.Problem(cp.Minimize(cp.log_sum_exp(-D @ p)), [cp.pnorm(p, q) <= R])
+    tol = {"tol_gap_abs": 1e-12, "tol_gap_rel": 1e-12, "tol_feas": 1e-12, "max_iter": 500}
+    with warnings.catch_warnings():  # "may be inaccurate": the point is checked by its KKT residual below
+        warnings.simplefilter("ignore", UserWarning)
+        problem.solve(solver="CLARABEL", **tol)
+    if p.value is None or not np.isfinite(p.value).all():
+        raise RuntimeError(f"the psi-path point at R = {R:g}, q = {q:g} was not solved (status {problem.status})")
+    x = np.asarray(p.value, float)
+    resid, mu, g, h = _path_kkt(D, q, R, x)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for _ in range(20):
+            if resid < 1e-13:
+                break
+            m = -D @ x
+            w = np.exp(m - m.max())
+            w /= w.sum()
+            Hg = -D.T @ ((np.diag(w) - np.outer(w, w)) @ D)  # d(-grad F)/dp
+            Hh = (q - 1) * np.diag(np.abs(x) ** (q - 2))  # d(grad psi)/dp
+            nq = float(svm_lq.lq_norm(x, q))
+            J = np.block([[Hg - mu * Hh, -h[:, None]], [(h / nq ** (q - 1))[None], np.zeros((1, 1))]])
+            F = np.concatenate([g - mu * h, [nq - R]])
+            step = np.linalg.lstsq(J, -F, rcond=None)[0]
+            x_new, mu_new = x + step[:-1], mu + step[-1]
+            if not np.isfinite(x_new).all():
+                break
+            r_new, mu_n, g_n, h_n = _path_kkt(D, q, R, x_new)
+            if not r_new < resid:
+                break
+            x, resid, mu, g, h = x_new, r_new, mu_n, g_n, h_n
     return x, resid if mu > 0 else float("inf")
 
 
@@ -561,13 +596,14 @@ def path_check(target: str = "lq", pa: dict | None = None) -> Measured:
         e = (r.err_lq if target == "lq" else r.err_l2)[-1]
         hyp = bool(r.equal_scores and r.feasible.all() and (r.kkt <= PATH_KKT_TOL).all())
         bound = bool((r.slack >= 0).all())
-        apart = int((r.apart >= PATH_APART).sum())
-        ok &= bool(hyp and bound and apart >= PATH_MIN_APART and (e <= PATH_BAR).all())
+        far = r.apart >= PATH_APART
+        ok &= bool(hyp and bound and far.sum() >= PATH_MIN_APART and (e <= PATH_BAR).all())
         value[f"q={q:g}"] = {
             "hypotheses": hyp,
             "margin_bound": bound,
-            "apart": apart,
+            "apart": int(far.sum()),
             "max_1-corr": report.sci(float(e.max())),
+            "min_1-corr_apart": report.sci(float(e[far].min())) if far.any() else "none",
         }
     return Measured(value, bool(ok))
 
@@ -631,6 +667,12 @@ def plain_check(target: str = "lq", th: dict | None = None) -> Measured:
     f"seeds ({report.numbers(DESIGN_SEEDS)}) before the judged seeds ran",
     competitor="the Euclidean Att-SVM of the optimal token (what plain gradient descent turns to)",
     against=lambda: plain_check("l2"),
+    known_miss="on the judged seeds 20-29 the extrapolated limit is nearer the Euclidean SVM, or not twice as near "
+    "the l_q one, on 3 of the 10 kept instances at q = 1.5 (ratios 0.04, 0.79, 0.98: seeds 27, 29, 22) and 1 of 8 at "
+    "q = 3 (1.12, seed 25); the other 14 have ratios 3.2 to 292. The trial and design seeds had smallest ratios 2.5 "
+    "and 4.0. Plain mirror descent at 10^6 steps, even extrapolated along 1/log k from two points, does not tell the "
+    "two SVMs apart on every held-out instance; the proved path (D.md.theorem) does. Measured 2026-12-07, bar "
+    "unchanged.",
 )
 def _claim_plain() -> Measured:
     return plain_check("lq")
