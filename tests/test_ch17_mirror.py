@@ -86,7 +86,15 @@ def fake_path(err_lq, apart, slack=1.0, kkt=1e-12):
     grid = lambda end: np.stack([np.full(I, 0.1), np.full(I, 0.01), np.asarray(end, float)])
     apart = np.asarray(apart, float)
     return md.PathRun(
-        1.5, radii, grid(err_lq), grid(apart), np.full((3, I), slack), np.full((3, I), kkt), apart, np.ones(I, bool), True
+        1.5,
+        radii,
+        grid(err_lq),
+        grid(apart),
+        np.full((3, I), slack),
+        np.full((3, I), kkt),
+        apart,
+        np.ones(I, bool),
+        True,
     )
 
 
@@ -131,8 +139,9 @@ def test_plain_check_needs_hypotheses_and_a_ratio():
     assert not md.plain_check("lq", {1.5: bad}).passed
     few = fake_theorem([1e-3] * n, [1e-2] * n, [0.02] * (n - 1) + [md.MD_APART / 2])
     assert not md.plain_check("lq", {1.5: few}).passed
-    np.testing.assert_allclose(md.extrapolate(np.array([10, 100]), np.array([[[1.0, 0.0]], [[1.0, 0.0]]]), 100),
-                               [[1.0, 0.0]])
+    np.testing.assert_allclose(
+        md.extrapolate(np.array([10, 100]), np.array([[[1.0, 0.0]], [[1.0, 0.0]]]), 100), [[1.0, 0.0]]
+    )
 
 
 def test_extrapolate_recovers_a_one_over_log_k_law():

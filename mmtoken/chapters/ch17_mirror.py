@@ -376,7 +376,7 @@ def psi_path(D, q: float, R: float) -> tuple[np.ndarray, float]:
             J = np.block([[Hg - mu * Hh, -h[:, None]], [(h / nq ** (q - 1))[None], np.zeros((1, 1))]])
             F = np.concatenate([g - mu * h, [nq - R]])
             step = np.linalg.lstsq(J, -F, rcond=None)[0]
-            x_new, mu_new = x + step[:-1], mu + step[-1]
+            x_new = x + step[:-1]  # mu: least squares at the new point (_path_kkt)
             if not np.isfinite(x_new).all():
                 break
             r_new, mu_n, g_n, h_n = _path_kkt(D, q, R, x_new)
