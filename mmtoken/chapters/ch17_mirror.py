@@ -6,8 +6,8 @@ __all__ = ['CHAPTER', 'DUAL_TOL', 'SATURATED', 'KEEP_MAX', 'RATE_FROM', 'MIN_KEP
            'EUCLID', 'TRIAL_SEEDS', 'DESIGN_SEEDS', 'MAX_SLOPE', 'FIG1_CORR', 'FIG1_ANGLE', 'Settings', 'settings',
            'md', 'lq_classify', 'Plane', 'unit', 'plane', 'plot_plane', 'draws', 'slope', 'RandomRun', 'random_run',
            'Result', 'run', 'plot_random', 'psi_path', 'PathRun', 'theorem_instances', 'path_run', 'TheoremRun',
-           'extrapolate', 'theorem_run', 'plot_rate', 'direction_check', 'path_check', 'plain_check', 'rate_check',
-           'fig1_check']
+           'extrapolate', 'theorem_run', 'plot_rate', 'direction_check', 'small', 'path_check', 'plain_check',
+           'rate_check', 'fig1_check']
 
 # %% book/part4/17_mirror.ipynb #4066a651
 import functools
@@ -585,6 +585,11 @@ def _claim_direction() -> Measured:
     return direction_check("lq")
 
 
+def small(x: float) -> str:
+    """``x`` to one significant digit, or ``< 1e-12`` below it (rounding, not a measurement)."""
+    return report.sci(x) if x >= 1e-12 else "< 1e-12"
+
+
 def path_check(target: str = "lq", pa: dict | None = None) -> Measured:
     """Theorem ``thm-md-path`` on the psi-path: hypotheses (i), (ii), every path point solved (KKT residual <=
     ``PATH_KKT_TOL``) and above the proved margin bound at every radius; at the largest radius 1 - corr with the
@@ -602,8 +607,8 @@ def path_check(target: str = "lq", pa: dict | None = None) -> Measured:
             "hypotheses": hyp,
             "margin_bound": bound,
             "apart": int(far.sum()),
-            "max_1-corr": report.sci(float(e.max())),
-            "min_1-corr_apart": report.sci(float(e[far].min())) if far.any() else "none",
+            "max_1-corr": small(float(e.max())),
+            "min_1-corr_apart": small(float(e[far].min())) if far.any() else "none",
         }
     return Measured(value, bool(ok))
 
