@@ -628,8 +628,8 @@ def path_check(target: str = "lq", pa: dict | None = None) -> Measured:
     f"every R, and 1 - corr <= {report.sci(PATH_BAR)} with the l_q SVM at R = {max(DEFAULTS.radii):g}; at least "
     f"{PATH_MIN_APART} instances per q whose l_q and Euclidean SVMs are >= {report.sci(PATH_APART)} apart, so that "
     f"the competitor misses the bar on each of them by a factor >= {PATH_APART / PATH_BAR:g}; bars set on the trial "
-    f"(seeds {report.numbers(TRIAL_SEEDS)}) and design seeds ({report.numbers(DESIGN_SEEDS)}) before the judged "
-    f"seeds ({report.numbers(DEFAULTS.theorem_seeds)}) ran",
+    f"(seeds {report.numbers(TRIAL_SEEDS)}) and design seeds ({report.numbers(DESIGN_SEEDS, brackets='')}) before the judged "
+    f"seeds ({report.numbers(DEFAULTS.theorem_seeds, brackets='')}) ran",
     competitor="the Euclidean Att-SVM of the optimal token (what the l_2 path, and gradient descent, turn to)",
     against=lambda: path_check("l2"),
 )
@@ -669,7 +669,7 @@ def plain_check(target: str = "lq", th: dict | None = None) -> Measured:
     f">= {report.sci(MD_APART)} apart (1 - corr), 1 - corr of the extrapolated limit with the Euclidean SVM >= "
     f"{MD_RATIO:g} times its 1 - corr with the l_q SVM (the competitor's ratio is the reciprocal, <= "
     f"{1 / MD_RATIO:g} where the claim passes); set on the trial (seeds {report.numbers(TRIAL_SEEDS)}) and design "
-    f"seeds ({report.numbers(DESIGN_SEEDS)}) before the judged seeds ran",
+    f"seeds ({report.numbers(DESIGN_SEEDS, brackets='')}) before the judged seeds ran",
     competitor="the Euclidean Att-SVM of the optimal token (what plain gradient descent turns to)",
     against=lambda: plain_check("l2"),
     known_miss="on the judged seeds 20-29 the extrapolated limit is nearer the Euclidean SVM, or not twice as near "
