@@ -46,7 +46,7 @@ def test_instances_of_the_theorem_and_the_draws():
     d = md.draws(s)
     assert d["K"].shape == (6, 3, 4, 4) and d["gamma"].shape == (6, 3, 4)
     assert not set(md.Settings().seeds) & set(range(5))  # judged seeds are not the trial's
-    assert not set(md.Settings().theorem_seeds) & set(range(5))
+    assert not set(md.Settings().theorem_seeds) & (set(md.TRIAL_SEEDS) | set(md.DESIGN_SEEDS))
 
 
 def fake_random(q, lq_final, l2_final, kept=12):
@@ -79,19 +79,77 @@ def test_rate_check_rejects_a_flat_curve():
     assert not md.rate_check("plain", res).passed  # 0.1 -> 0.05: slope -0.25
 
 
-def fake_theorem(end_lq, end_l2):
+def fake_path(err_lq, apart, slack=1.0, kkt=1e-12):
+    radii = np.array([10.0, 100.0, 1000.0])
+    err_lq = np.asarray(err_lq, float)
+    I = len(err_lq)
+    grid = lambda end: np.stack([np.full(I, 0.1), np.full(I, 0.01), np.asarray(end, float)])
+    apart = np.asarray(apart, float)
+    return md.PathRun(
+        1.5,
+        radii,
+        grid(err_lq),
+        grid(apart),
+        np.full((3, I), slack),
+        np.full((3, I), kkt),
+        apart,
+        np.ones(I, bool),
+        True,
+    )
+
+
+def test_path_check_rejects_the_euclidean_svm_and_needs_the_bound():
+    n = md.PATH_MIN_APART
+    good = {1.5: fake_path([md.PATH_BAR / 10] * n, [md.PATH_APART * 2] * n)}
+    assert md.path_check("lq", good).passed
+    assert not md.path_check("l2", good).passed  # the Euclidean SVM is PATH_APART away on each
+    assert not md.path_check("lq", {1.5: fake_path([md.PATH_BAR * 2] * n, [0.01] * n)}).passed
+    assert not md.path_check("lq", {1.5: fake_path([md.PATH_BAR / 10] * n, [0.01] * n, slack=-0.1)}).passed
+    assert not md.path_check("lq", {1.5: fake_path([md.PATH_BAR / 10] * n, [0.01] * n, kkt=1e-3)}).passed
+    close = {1.5: fake_path([md.PATH_BAR / 10] * n, [md.PATH_APART / 2] * n)}  # SVMs too close to tell apart
+    assert not md.path_check("lq", close).passed
+
+
+def test_psi_path_point_is_on_the_sphere_and_turns_to_the_lq_svm():
+    K = md.theorem_instances((0,))["K"][0]
+    sol = md.svm_lq.lq_att_svm(K, [0], 1.5)
+    x, resid = md.psi_path(sol.D, 1.5, 1000.0)
+    assert resid < md.PATH_KKT_TOL
+    np.testing.assert_allclose(md.svm_lq.lq_norm(x, 1.5), 1000.0, rtol=1e-9)
+    assert 1 - md.geometry.correlation(x, sol.x) < 1e-5
+    assert (sol.D @ x).min() >= 1000.0 / sol.norm - np.log(len(sol.D))  # the theorem's margin bound
+
+
+def fake_theorem(ext_lq, ext_l2, apart):
     steps = np.array([0, 100_000, 1_000_000])
-    c = lambda end: np.stack([np.zeros(4), np.full(4, 0.9), np.asarray(end, float)])
-    return md.TheoremRun(1.5, steps, c(end_lq), c(end_l2), np.ones(4, bool), np.ones(4, bool), True)
+    I = len(ext_lq)
+    c = np.stack([np.zeros(I), np.full(I, 0.9), np.full(I, 0.95)])
+    on = np.ones(I, bool)
+    f = lambda x: np.asarray(x, float)
+    return md.TheoremRun(1.5, steps, c, c, on, on.copy(), True, f(ext_lq), f(ext_l2), f(apart))
 
 
-def test_theorem_check_needs_hypotheses_and_rising_correlation():
-    good = {1.5: fake_theorem([0.99] * 4, [0.9, 0.85, 0.9, 0.89])}
-    assert md.theorem_check("lq", good).passed
-    assert not md.theorem_check("l2", good).passed
-    bad = fake_theorem([0.99] * 4, [0.9] * 4)
-    bad.descent[2] = False
-    assert not md.theorem_check("lq", {1.5: bad}).passed
+def test_plain_check_needs_hypotheses_and_a_ratio():
+    n = md.MD_MIN_KEPT
+    good = fake_theorem([1e-3] * n, [1e-2] * n, [0.02] * n)
+    assert md.plain_check("lq", {1.5: good}).passed
+    assert not md.plain_check("l2", {1.5: good}).passed
+    bad = fake_theorem([1e-3] * n, [1e-2] * n, [0.02] * n)
+    bad.descent[0] = False
+    assert not md.plain_check("lq", {1.5: bad}).passed
+    few = fake_theorem([1e-3] * n, [1e-2] * n, [0.02] * (n - 1) + [md.MD_APART / 2])
+    assert not md.plain_check("lq", {1.5: few}).passed
+    np.testing.assert_allclose(
+        md.extrapolate(np.array([10, 100]), np.array([[[1.0, 0.0]], [[1.0, 0.0]]]), 100), [[1.0, 0.0]]
+    )
+
+
+def test_extrapolate_recovers_a_one_over_log_k_law():
+    steps = np.array([1, 10_000, 100_000, 1_000_000])
+    u, c = np.array([0.6, 0.8]), np.array([0.8, -0.6])
+    P = np.stack([u + c / np.log(max(k, 2)) for k in steps])[:, None]  # (R, 1, 2), not unit: normalised inside
+    e = md.extrapolate(steps, P, 1_000_000)
+    assert 1 - e[0] @ u < 1e-3 < 1 - md.unit(P[-1, 0]) @ u
 
 
 def test_plane_directions_differ_and_fig1_check_rejects_the_euclidean_direction():
@@ -106,10 +164,11 @@ D_MD = [c for c in ledger.select(["D.md"])]
 
 
 def test_every_claim_names_a_competitor():
-    assert len(D_MD) == 4
+    assert len(D_MD) == 5
     for c in D_MD:
         assert c.competitor.strip() and callable(c.against), c.id
-    assert {c.id: c.kind for c in D_MD}["D.md.theorem"] == "theorem"
+    kinds = {c.id: c.kind for c in D_MD}
+    assert kinds["D.md.theorem"] == "theorem" and kinds["D.md.plain"] == "observation"
 
 
 @pytest.mark.slow
