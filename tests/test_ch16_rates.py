@@ -92,9 +92,43 @@ def test_local_check_and_its_competitor(small):
     assert not rt.local_check(c.rates["ngd"], fake).passed
 
 
+def test_w_instances_are_chapter_13s_draws():
+    a = rt.w_instances(range(3), (4, 4, 6))
+    data = rt.tfsvm.random_instances(3, 4, 4, 6, seed=0)
+    b = rt.tfsvm.w_problem(data["X"], data["Y"], data["v"], data["Z"])
+    np.testing.assert_array_equal(a.K.numpy(), b.K.numpy())
+    np.testing.assert_array_equal(a.gamma.numpy(), b.gamma.numpy())
+
+
+def test_w_check_passes_ngd_and_rejects_plain_gd_by_the_margin():
+    """D.rate.w_ngd on one W instance: NGD passes, plain GD (10^5 steps) fails and is rejected by the margin."""
+    s = rt.Settings(ngd_steps=2000, ps_steps=2000, every=10, w_plain_steps=100_000)
+    with config.deterministic():
+        c = rt.w_case("W", (0,), s, methods=("plain", "ngd"))
+    ngd, plain = rt.w_check(c.rates["ngd"]), rt.w_against(c.rates["plain"])
+    assert ngd.passed, ngd.value
+    assert rt.w_against(c.rates["ngd"]).passed  # NGD itself is not rejected
+    assert not plain.passed, plain.value
+    assert plain.value["steepest run above the bar by"] >= rt.W_PLAIN_MARGIN
+    # a competitor that fails the bar, but by less than the margin, is not counted as rejected
+    q = c.rates["plain"]
+    k = q.steps.astype(float)
+    close = np.where(k > 0, k, 1.0) ** (-rt.NGD_SLOPE + rt.W_PLAIN_MARGIN / 2)
+    fake = rt.Rates(**{**q.__dict__, "omc": np.broadcast_to(close[:, None, None], q.omc.shape).copy()})
+    m = rt.w_against(fake)
+    assert not rt.w_check(fake).passed and m.passed, m.value
+
+
 def test_claims_registered_with_competitors():
     ids = {c.id: c for c in ledger.select(["D.rate"])}
-    assert set(ids) == {"D.rate.ngd_direction", "D.rate.sparsify", "D.rate.polyak", "D.rate.plain_log", "D.rate.local"}
+    assert set(ids) == {
+        "D.rate.ngd_direction",
+        "D.rate.sparsify",
+        "D.rate.polyak",
+        "D.rate.plain_log",
+        "D.rate.local",
+        "D.rate.w_ngd",
+    }
     for c in ids.values():
         assert c.kind == "observation" and c.competitor.strip() and callable(c.against)
     assert ids["D.rate.polyak"].known_miss
