@@ -15,27 +15,38 @@ from mmtoken.book import competitors, ledger
 from mmtoken.chapters import ch11_cls_margin as cm
 
 
-def _main_run(c: float = cm.OFFSET, loss_excess: float = 0.0, freeze_at: float | None = None):
-    """A main run whose direction follows ``1 - corr = c^2 / (2 r^2)`` exactly, margin 0.2."""
+def _main_run(power: float = 2.0, c: float = cm.OFFSET, freeze_at: float | None = None):
+    """A main run whose direction follows ``1 - corr = c^2 / (2 r^power)`` exactly and whose margin gap falls
+    as ``1 / r``, margin 0.2."""
     margin = 0.2
     r = np.linspace(1.0, 400.0, 4000)
-    corr = 1 - c**2 / (2 * r**2)
+    corr = 1 - c**2 / (2 * r**power)
     if freeze_at is not None:
         corr = np.where(r >= freeze_at, corr[np.searchsorted(r, freeze_at)], corr)
-    loss = np.full_like(r, 0.45)
-    loss[-1] *= 1 + loss_excess
     return SimpleNamespace(
-        norm=r / margin, svm_margin=margin, corr=corr, steps=np.arange(r.size) * 10, loss=loss, loss_inf=0.45
+        norm=r / margin, svm_margin=margin, corr=corr, steps=np.arange(r.size) * 10, min_margin=margin * (1 - 0.5 / r)
     )
 
 
-def test_rate_check_passes_the_predicted_rate_and_rejects_a_frozen_direction():
-    assert cm.rate_check(_main_run()).passed
+def test_rate_check_passes_the_heuristic_rate_and_rejects_a_1_over_r_rate():
+    """B.cls.rate reads a slope: r^-2 passes whatever its constant; r^-1 (the margin gap, or 1 - corr itself
+    falling as 1/r) and a frozen direction fail, by the stated margin (half a unit of slope)."""
+    for c in (1.0, cm.OFFSET, 10.0):  # no fitted constant
+        m = cm.rate_check(_main_run(c=c))
+        assert m.passed and m.value == pytest.approx(-2.0, abs=1e-2)
+    competitor = cm.rate_check(_main_run(), cm.margin_gap(_main_run()))
+    assert not competitor.passed and competitor.value == pytest.approx(-1.0, abs=1e-2)
+    assert competitor.value - cm.MAX_SLOPE >= 0.45  # the margin by which the 1/r rate is rejected
+    assert not cm.rate_check(_main_run(power=1.0)).passed
+    assert not cm.rate_check(_main_run(power=1.4)).passed
+    assert cm.rate_check(_main_run(power=1.6)).passed
     assert not cm.rate_check(_main_run(freeze_at=cm.TWO_NORMS[0])).passed
-    assert not cm.rate_check(_main_run(c=3 * cm.OFFSET)).passed  # a slower rate
-    assert not cm.rate_check(_main_run(loss_excess=1e-4)).passed  # the loss short of its infimum
-    frozen = cm.frozen_direction(_main_run())
-    assert not cm.rate_check(_main_run(), frozen).passed
+
+
+def test_rate_bar_lies_between_the_trial_runs_and_their_competitor():
+    """The bar was set on the trial runs: all of their slopes are below it, all of their margin gaps' above."""
+    assert max(cm.TRIAL_SLOPES) < cm.MAX_SLOPE < min(cm.TRIAL_MARGIN_SLOPES)
+    assert ledger.REGISTRY["B.cls.rate"].kind == "observation"  # a heuristic rate, not a theorem
 
 
 def test_rate_check_needs_the_second_norm():

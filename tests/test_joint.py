@@ -295,6 +295,30 @@ def test_divergence_test_finds_the_finite_stationary_point():
     assert not out["loss_falls"][0] and out["loss_falls"][1] and out["norm_grows"][1]
 
 
+def test_neighbour_swaps_the_token_of_the_minimum_gap():
+    """The neighbouring selection (A.random.score_gap's competitor) replaces alpha_i by the SVM-neighbour of the
+    smallest score gap; non-neighbours (slack) are never chosen, whatever their scores."""
+    K = np.array([[[1.0, 0.0], [0.0, 1.0], [-3.0, 0.0]]])  # token 2 is far: not an SVM-neighbour of alpha = (0)
+    gamma = np.array([[1.0, 0.5, 5.0]])
+    alpha = np.array([0])
+    x = ch08_random.svm_direction(K, alpha)
+    assert np.allclose(x, [0.5, -0.5])  # the constraint of token 1 is active, token 2's has slack
+    assert ch08_random.neighbour(K, gamma, alpha, x).tolist() == [1]
+    assert ch08_random.svm_direction(np.array([[[0.5, 0.5], [1.0, 1.0], [0.0, 0.0]]]), alpha) is None
+
+
+def test_continued_runs_judge_selection_and_rate():
+    """Continuing a run to twice its steps: converged means the selection kept and 1 - corr with p_mm(alpha)
+    falling MIN_FALL-fold; on a small grid GD converges to its own selection and never to the neighbour's."""
+    s = ch08_random.Settings(n=2, T=3, d=(8,), count=6, steps=600, cross_check=0)
+    c = ch08_random.continued(s)
+    sat = ch08_random.run(s).saturated
+    assert list(c.index) == list(sat.index) and len(c) > 0
+    assert (c.converged == (c.kept & (c.fall >= ch08_random.MIN_FALL))).all()
+    assert c.converged.mean() > 0.5 and not c.converged_beta.any()
+    assert (c.fall_beta < ch08_random.MIN_FALL).all()
+
+
 def test_analyse_reports_gap_and_infeasible():
     K = np.array([[[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]])
     gamma = np.array([[1.0, 2.0, 0.0]])
