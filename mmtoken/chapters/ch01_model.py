@@ -2,9 +2,9 @@
 
 # %% auto #0
 __all__ = ['CHAPTER', 'EQ_MIN_STEPS', 'EQ_LOGIT_TOL', 'EQ_SV_RATIO', 'E2', 'W_DIR_MIN_CORR', 'W_PLAIN_MIN_CORR', 'W_INC_MAX_ERR',
-           'W_INC_MAX_RATIO', 'COMPETITOR_SLACK', 'FIGURES', 'Settings', 'settings', 'w_run', 'PairRun', 'pair_run',
-           'WEqualsPResult', 'run', 'plot_logits', 'plot_gap', 'frobenius_correlation', 'normalized_gd_on_w',
-           'WDirectionRun', 'w_direction', 'plot_w_direction']
+           'W_INC_MAX_RATIO', 'COMPETITOR_SLACK', 'LN10', 'FIGURES', 'Settings', 'settings', 'w_run', 'PairRun',
+           'pair_run', 'WEqualsPResult', 'run', 'plot_logits', 'plot_gap', 'frobenius_correlation',
+           'normalized_gd_on_w', 'WDirectionRun', 'w_direction', 'plot_w_direction']
 
 # %% book/part1/01_model.ipynb #67191a3c
 import functools
@@ -439,6 +439,7 @@ W_PLAIN_MIN_CORR = 0.97  # A.model.w_plain_gd: chapter 2's bar for plain GD (A.g
 W_INC_MAX_ERR = 0.15  # ... the last decade's increment within this relative error of ln(10) W_mm (chapter 2's bar,
 W_INC_MAX_RATIO = 0.65  # ... and at most this fraction of its error against ln(10) W_e2; set on chapter 2's trial
 COMPETITOR_SLACK = 2  # ... starts before this run); the competitor must fail with both bars times this
+LN10 = float(np.log(10))  # a decade of steps adds ln 10 to log k: plain GD's W grows by LN10 W_mm per decade
 
 
 def _w_plain_check(ref, rival, slack: float = 1.0) -> Measured:
@@ -458,7 +459,7 @@ def _w_plain_check(ref, rival, slack: float = 1.0) -> Measured:
     inc = W_end - W_before  # ||.||_F of (q_end - q_before) pbar^T is ||q_end - q_before|| (||pbar|| = 1)
 
     def err(q):
-        G = np.log(10) * np.outer(long_paths.margin_one(inst.X, opt, q), r.pbar)
+        G = LN10 * np.outer(long_paths.margin_one(inst.X, opt, q), r.pbar)
         return float(np.linalg.norm(inc - G) / np.linalg.norm(G))
 
     e_ref, e_rival = err(ref), err(rival)
@@ -486,15 +487,15 @@ def _w_plain_check(ref, rival, slack: float = 1.0) -> Measured:
     "whose iterates are W(k) = q(k) pbar^T with q(k) plain GD on p (A.model.w_equals_p checks the map)",
     statement=f"Plain GD on W (step {Settings.plain_lr:g}, eta ||pbar||^2 <= 1/L_p, raw Fig. 1 (global) tokens, "
     f"pbar fixed, W(0) = 0), {report.power_of_ten(Settings.plain_steps)} steps, converges in direction to W_mm "
-    "while W(k) grows like W_mm log k: over the last decade its increment is ln(10) W_mm, not ln(10) W_e2 (the "
-    "growth of a run heading to e2 pbar^T, the competitor).",
+    f"while W(k) grows like W_mm log k: its increment over the last decade is {LN10:.4f} W_mm (ln of the decade's "
+    f"step ratio times W_mm), not {LN10:.4f} W_e2 (the growth of a run heading to e2 pbar^T, the competitor).",
     threshold="chapter 2's check of plain GD (A.global.plain_gd), its bars set there on trial starts before this "
     f"run: Frobenius correlation with W_mm >= {W_PLAIN_MIN_CORR} at {report.power_of_ten(Settings.plain_steps)} "
     f"steps and higher than at {report.power_of_ten(Settings.plain_steps // 10)}; the last decade's increment "
-    f"within relative error {W_INC_MAX_ERR} of ln(10) W_mm and at most {W_INC_MAX_RATIO} of its error against "
-    f"ln(10) W_e2; step within the bound; the competitor must fail the same check with both bars times "
+    f"within relative error {W_INC_MAX_ERR} of {LN10:.4f} W_mm and at most {W_INC_MAX_RATIO} of its error against "
+    f"{LN10:.4f} W_e2; step within the bound; the competitor must fail the same check with both bars times "
     f"{COMPETITOR_SLACK}",
-    competitor="a run heading to W = e2 pbar^T (chapter 2's e2 axis mapped to W), growing by ln(10) W_e2 per "
+    competitor=f"a run heading to W = e2 pbar^T (chapter 2's e2 axis mapped to W), growing by {LN10:.4f} W_e2 per "
     "decade, W_e2 = q_e2 pbar^T with q_e2 = e2 at margin one",
     against=lambda: _w_plain_check(E2, w_direction(settings()).q_mm, slack=COMPETITOR_SLACK),
 )
