@@ -150,6 +150,45 @@ def test_decade_summary_on_known_curves():
     assert not s2["rising"] and not s2["log_growth"]
 
 
+def test_margin_one_scales_a_direction_to_its_smallest_margin():
+    """The GMM is its own margin-one vector; e2 on Fig. 1 (global) has margins (1, 1): p_e2 = e2, ||p_e2|| = 1."""
+    inst = instances.fig1("global")
+    opt = [0]
+    gmm = inst.gmm().x
+    np.testing.assert_allclose(long_paths.margin_one(inst.K, opt, 3 * gmm), gmm, atol=1e-7)
+    np.testing.assert_allclose(long_paths.margin_one(inst.K, opt, [0.0, 2.0]), [0.0, 1.0], atol=1e-15)
+    with pytest.raises(ValueError, match="does not select"):
+        long_paths.margin_one(inst.K, opt, [0.0, -1.0])
+
+
+def test_increment_error_is_zero_for_the_predicted_growth_and_sees_another_direction():
+    """p(k) = pred log k + c: error 0 against pred; against e2 at margin one, ||pred - e2|| / ||pred||."""
+    steps = np.array([0, 10, 100, 1000, 10_000])
+    pred = np.array([-0.1, 1.0]) / 1.01
+    p = (np.log(np.maximum(steps, 1.0))[:, None] * pred + np.array([0.3, -0.2]))[:, None]
+    run = long_paths.PlainRun(steps, p, np.linalg.norm(p, axis=-1), 1.0)
+    assert long_paths.increment_error(run, pred)[0] < 1e-12
+    e2 = np.array([0.0, 1.0])
+    np.testing.assert_allclose(
+        long_paths.increment_error(run, e2)[0], np.linalg.norm(pred - e2) / np.linalg.norm(e2), rtol=1e-12
+    )
+
+
+def test_plain_gd_claim_rejects_e2_on_the_increment_alone():
+    """A.global.plain_gd's competitor fails on the increment (rate and direction), even with the bars doubled,
+    on a synthetic run heading to the GMM at its predicted rate: the direction bar alone would not reject e2."""
+    gmm = instances.fig1("global").gmm().x
+    e2 = np.array([0.0, 1.0])
+    steps = np.array([0, 10, 100, 1000, 10_000])
+    p = (np.log(np.maximum(steps, 1.0))[:, None] * gmm)[:, None]
+    run = long_paths.PlainRun(steps, p, np.linalg.norm(p, axis=-1), 1.0)
+    err_mm, err_e2 = long_paths.increment_error(run, gmm)[0], long_paths.increment_error(run, e2)[0]
+    slack = ch02_global.COMPETITOR_SLACK
+    assert err_mm <= ch02_global.INC_MAX_ERR and err_mm <= ch02_global.INC_MAX_RATIO * err_e2
+    assert err_e2 > slack * ch02_global.INC_MAX_RATIO * err_mm  # the competitor's ratio fails, bars doubled
+    assert ch02_global.E2_CORR > ch02_global.PLAIN_MIN_CORR  # while its angle passes the correlation bar
+
+
 def test_equal_scores_make_p_mm_a_descent_direction():
     """Theorem 2's argument: <grad L(p), p_mm> <= l'(u)(g0 - g')s0(1 - s0) < 0 at every p."""
     rng = np.random.default_rng(5)

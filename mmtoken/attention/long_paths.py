@@ -14,6 +14,8 @@ __all__ = [
     "PlainRun",
     "plain_gd",
     "decade_summary",
+    "margin_one",
+    "increment_error",
     "Smoothness",
     "smoothness_of",
     "planar_reg_path",
@@ -102,6 +104,37 @@ def decade_summary(r: PlainRun, ref, growth_tol: float = LOG_GROWTH_TOL) -> dict
         "inc_prev": inc_prev,
         "log_growth": bool(np.all(np.abs(inc_last - inc_prev) <= growth_tol * inc_prev)),
     }
+
+
+def margin_one(K, opt, direction) -> np.ndarray:
+    """``direction`` scaled so that its smallest ATT-SVM(``opt``) margin ``(k_{i opt_i} - k_{it})^T p`` is one.
+
+    Plain GD heading to a direction grows along this vector by its length times ``ln 10`` per decade of steps
+    (``p(k) ~ margin_one(d) log k``); for the GMM direction it is ``p^mm`` itself, the shortest such vector.
+    ``K``: ``(n, T, m)`` keys; ``opt``: ``(n,)`` the selected tokens."""
+    K, opt, d = np.asarray(K, float), np.asarray(opt), np.asarray(direction, float)
+    rows = np.arange(len(K))
+    m = np.einsum("itm,m->it", K[rows, opt][:, None, :] - K, d)
+    others = np.ones(m.shape, bool)
+    others[rows, opt] = False
+    low = m[others].min()
+    if low <= 0:
+        raise ValueError(
+            f"direction {d.tolist()} does not select the tokens {opt.tolist()} (smallest margin {low:.3g})"
+        )
+    return d / low
+
+
+def increment_error(r: PlainRun, pred) -> np.ndarray:
+    """Per start, ``||(p(k) - p(k/10)) - ln(10) pred|| / (ln(10) ||pred||)`` over the last decade of steps ``k/10 .. k``.
+
+    If ``p(k) = pred log k + (a bounded term that converges)``, as for plain GD heading to ``pred``'s direction
+    with ``pred`` :func:`margin_one` of it, this tends to zero; it tests the growth rate and the direction together.
+    """
+    k = int(r.steps[-1])
+    inc = r.p[r.at(k)] - r.p[r.at(k // 10)]
+    pred = np.asarray(pred, float)
+    return np.linalg.norm(inc - np.log(10) * pred, axis=-1) / (np.log(10) * np.linalg.norm(pred))
 
 
 @dataclass

@@ -18,9 +18,12 @@ written down before measuring. ``kind`` is one of
     what a result guarantees under its stated hypotheses, checked with the algorithm the theorem is
     about; must pass;
 ``"observation"``
-    what an experiment shows that no theorem guarantees (real data, or an algorithm beyond the theorems'
-    own, e.g. normalized GD on ``(K, Q)``); judged on the worst of held-out seeds or instances; a miss may
-    be declared with ``known_miss=`` (its evidence, written after measuring), never by moving the threshold;
+    what an experiment shows beyond the theorems, which no theorem guarantees: an algorithm the theorems do
+    not cover (e.g. normalized GD), real data, optima that are not certified (the best of a multi-start
+    search), or a heuristic rate; judged on the worst of held-out seeds or instances (its bars set on trial
+    seeds or instances before the judged ones run; on real data every choice made on a validation split); a
+    miss may be declared with ``known_miss=`` (its evidence, written after measuring), never by moving the
+    threshold (the claims appendix, ``book/appendix/claims.md``, gives the same definition);
 ``"consistency"``
     an identity the code must satisfy (a closed form against an independent computation of the same
     quantity); must pass, but is not evidence for a paper's result.

@@ -272,8 +272,10 @@ STALL_NORM = 17  # ... the ||p|| near which the public code stalls: observed (fl
 @ledger.claim(
     "core.stable_direction",
     chapter=CHAPTER,
-    checks="saturation-safe gradient against the public code; Fig. 1 (global), normalized GD (an extension "
-    "beyond Thm 2, which is about GD with a small step)",
+    kind="observation",  # normalized GD: an algorithm beyond Thm 2, which is about plain GD with a small step
+    checks="saturation-safe gradient against the public code; Fig. 1 (global), normalized GD: an observation "
+    "(an algorithm beyond Thm 2, which is about plain GD with a small step), judged on the worst of the six "
+    "published starts",
     statement="With the stable gradient all six Fig. 1 starts reach the GMM direction at "
     f"||p|| >= {STABLE_MIN_NORM}, while the public code (float32 autograd, g / (||g|| + {report.sci(Settings().eps)}), "
     f"torch.optim.SGD) at the same step count does not: its norm stalls near {STALL_NORM} and its direction drifts.",
