@@ -2,14 +2,14 @@
 
 # %% auto #0
 __all__ = ['CHAPTER', 'PENALTY', 'RANK_STARTS', 'RANK_TOL', 'NUCLEAR_SOLVER', 'NUCLEAR_TOL', 'PENALTY_NEGLIGIBLE', 'CORR_W',
-           'CORR_KQ', 'CORR_GAIN', 'PLAIN_CONE', 'PLAIN_TRIAL_SEEDS', 'PLAIN_TRIAL_LOWEST', 'PLAIN_FIRST_NORM',
-           'RANK_AGREE', 'RANK_TRIAL', 'FIGURES', 'QUICK', 'PAPER', 'Settings', 'settings', 'NuclearSolution',
-           'numerical_rank', 'nuclear_certificate', 'nuclear_svm', 'kq_grad', 'train_kq', 'starts', 'imbalance', 'flat',
-           'corr', 'SizeResult', 'one_size', 'contrast', 'WvsKQ', 'run', 'plot_correlations', 'summary',
-           'summary_table', 'slow_instances', 'PlainCone', 'plain_cone', 'plain_cone_run', 'plot_singular_values',
-           'RankSolution', 'truncate', 'balanced_factors', 'local_search', 'rank_svm', 'polish', 'RankRun',
-           'finite_corr', 'rank_run', 'naive_grad', 'train_w_naive', 'NaiveRun', 'naive_run', 'plot_naive', 'w_check',
-           'kq_check', 'rank_check', 'constrained_check', 'either', 'plain_check']
+           'CORR_KQ', 'CORR_GAIN', 'PLAIN_DECADE', 'PLAIN_RATE_TOL', 'PLAIN_TRIAL', 'RANK_AGREE', 'RANK_TRIAL',
+           'FIGURES', 'QUICK', 'PAPER', 'Settings', 'settings', 'NuclearSolution', 'numerical_rank',
+           'nuclear_certificate', 'nuclear_svm', 'kq_grad', 'train_kq', 'starts', 'imbalance', 'flat', 'corr',
+           'SizeResult', 'one_size', 'contrast', 'WvsKQ', 'run', 'plot_correlations', 'summary', 'summary_table',
+           'slow_instances', 'PlainCone', 'plain_cone', 'plain_cone_run', 'plot_singular_values', 'RankSolution',
+           'truncate', 'balanced_factors', 'local_search', 'rank_svm', 'polish', 'RankRun', 'finite_corr', 'rank_run',
+           'naive_grad', 'train_w_naive', 'NaiveRun', 'naive_run', 'plot_naive', 'w_check', 'kq_check', 'rank_check',
+           'constrained_check', 'either', 'plain_check']
 
 # %% book/part3/13_w_vs_kq.ipynb #7873d6d2
 import functools
@@ -50,10 +50,10 @@ class Settings:
     record_every: int = 100
     penalty: float = PENALTY  # lambda of the public code's lambda (||K||^2 + ||Q||^2): 2.2e-16
     naive_dtypes: tuple = ("float64", "float32")  # the plain-softmax runs ("What naive autograd does")
-    cone_corr: float = 0.99  # plain GD in the cone: starts at this correlation with W^mm_alpha ...
-    # ... and this many times its norm (the start C.w.plain_gd's threshold names): a first design started at
-    # PLAIN_FIRST_NORM times and failed (see "What we check"); this one was then chosen on the trial (PLAIN_TRIAL_SEEDS)
-    cone_norm: float = 10.0
+    cone_corr: float = 0.9  # plain GD in the cone: starts at this correlation with W^mm_alpha ...
+    # ... and this many times its norm (the start C.w.plain_gd names; chosen on its trial, PLAIN_TRIAL, before the
+    # judged instances ran: from 10 times, an earlier design's start, plain GD barely moves in plain_steps steps)
+    cone_norm: float = 1.0
     plain_steps: int = 100_000  # plain GD's steps (its step size is 1/L_W of the instances)
     rank_m: int = 2  # "Rank-constrained factors (m < d)": K, Q are d x rank_m there ...
     rank_size: tuple = (6, 8, 10)  # ... on the public code's local_converge size ...
@@ -419,15 +419,23 @@ def imbalance(K, Q) -> np.ndarray:
 CORR_W = 0.9999  # C.w.frobenius: every W run's correlation with the Frobenius Att-SVM of its selection
 CORR_KQ = 0.99  # C.kq.nuclear: every K Q^T's correlation with the nuclear-norm Att-SVM* of its selection ...
 CORR_GAIN = 0.02  # ... and at least this much above its correlation with the Frobenius one
-# C.w.plain_gd: plain GD stays at correlation >= PLAIN_CONE with W^mm_alpha at every recorded step (a cone of twice
-# the start's aperture). Set on a trial run before the judged instances (the public draws of PLAIN_TRIAL_SEEDS, first
-# size, selection from normalized GD): its lowest correlation from starts at each multiple of ||W^mm|| is
-# PLAIN_TRIAL_LOWEST; 1 - corr changed by a factor 0.54-1.06 in 10^5 steps, so a check that the direction converges
-# cannot run here.
-PLAIN_CONE = 0.98
-PLAIN_TRIAL_SEEDS = (10, 11, 12)  # C.w.plain_gd's trial: the public draws of these seeds, first size
-PLAIN_TRIAL_LOWEST = {3.0: 0.987, 10.0: 0.990}  # ... start norm (times ||W^mm||) -> lowest correlation on the trial
-PLAIN_FIRST_NORM = 3.0  # ... the first design's start norm, which failed on the judged instances (see cone_norm)
+# C.w.plain_gd, on every instance: over the last decade of plain GD's steps (plain_steps / 10 to plain_steps) the
+# direction's error 1 - corr(W, W^mm_alpha) shrinks by at least the factor PLAIN_DECADE (a gap that tends to zero
+# like 1/log^2 k shrinks by (ln 10^4 / ln 10^5)^2 = 0.64 there; one that tends to a positive limit, as with any other
+# matrix, by a factor that tends to 1), and ||W|| grows by ||W^mm_alpha|| ln 10 (the log rate of plain GD on an
+# exponentially-tailed loss) within the relative tolerance PLAIN_RATE_TOL. Both bars were set on a trial before the
+# judged instances ran: PLAIN_TRIAL, the public draws of seeds 10-19 and 20-29 (first size, selection from normalized
+# GD), starts as in Settings (cone_corr, cone_norm). An earlier design (correlation 0.98 kept from starts at 10
+# ||W^mm||) was passed by a run that hardly moves: 1 - corr changed by a factor 0.77-1.05 in 10^5 steps.
+PLAIN_DECADE = 0.85
+PLAIN_RATE_TOL = 0.3
+PLAIN_TRIAL = {  # the trial that set the two bars: range over its 20 instances
+    "seeds": (10, 29),
+    "decade_fro": (0.368, 0.741),  # (1 - corr) at 10^5 / at 10^4 steps, with W^mm_alpha (Frobenius)
+    "decade_nuc": (0.789, 0.997),  # ... with the nuclear-norm SVM of the same selection (17 of 20 above 0.85)
+    "rate_fro": (0.952, 1.237),  # norm growth over the last decade / (||W^mm_alpha|| ln 10)
+    "rate_nuc": (0.750, 1.121),  # ... / (||W^mm_star_alpha||_F ln 10)
+}
 
 # %% book/part3/13_w_vs_kq.ipynb #2a12e6b1
 def flat(A) -> np.ndarray:
@@ -650,14 +658,22 @@ class PlainCone:
     """Plain GD ``W <- W - eta grad L(W)`` from cone starts around ``W^mm_alpha`` (``B`` instances)."""
 
     lr: float  # the smallest 1/L of the instances (the book's smoothness bound)
-    gap_start: np.ndarray  # (B,) 1 - corr(W0, W^mm_alpha)
-    gap_end: np.ndarray  # (B,) 1 - corr(W_end, W^mm_alpha)
-    corr_min: np.ndarray  # (B,) lowest corr(W, W^mm_alpha) over the recorded steps
-    corr_nuc_max: np.ndarray  # (B,) highest corr(W, W^mm_star_alpha) over the recorded steps
-    corr_nuc: np.ndarray  # (B,) corr(W_end, W^mm_star_alpha)
-    gap_nuc_start: np.ndarray  # (B,) 1 - corr(W0, W^mm_star_alpha)
+    gap: np.ndarray  # (3, B) 1 - corr(W, W^mm_alpha) at the start, at plain_steps/10 and at the end
+    gap_nuc: np.ndarray  # (3, B) the same with W^mm_star_alpha (the nuclear-norm SVM of the same selection)
     kept: np.ndarray  # (B,) the selection stayed alpha
-    norm: np.ndarray  # (2, B) ||W|| at plain_steps/10 and at the end
+    norm: np.ndarray  # (3, B) ||W|| at the start, at plain_steps/10 and at the end
+    norm_fro: np.ndarray  # (B,) ||W^mm_alpha||_F
+    norm_nuc: np.ndarray  # (B,) ||W^mm_star_alpha||_F
+
+    def decade(self, nuclear: bool = False) -> np.ndarray:
+        """``(B,)`` (1 - corr) at the end over (1 - corr) at plain_steps/10, with W^mm_alpha (or W^mm_star)."""
+        g = self.gap_nuc if nuclear else self.gap
+        return g[2] / g[1]
+
+    def rate(self, nuclear: bool = False) -> np.ndarray:
+        """``(B,)`` growth of ``||W||`` over the last decade divided by its prediction ``||W^mm|| ln 10`` (the
+        Frobenius SVM's norm, or the nuclear SVM's Frobenius norm)."""
+        return (self.norm[2] - self.norm[1]) / ((self.norm_nuc if nuclear else self.norm_fro) * np.log(10))
 
 
 def plain_cone(data: dict, alpha, fro, nuc, s: Settings = Settings()) -> PlainCone:
@@ -677,17 +693,16 @@ def plain_cone(data: dict, alpha, fro, nuc, s: Settings = Settings()) -> PlainCo
     with torch.inference_mode():
         h = train.train_p(problem, W0, steps=s.plain_steps, lr=lr, method="gd", record_every=every)
     P = h.p.numpy()
+    at = P[[0, int(np.flatnonzero(h.steps == every)[0]), -1]]  # W(0), W(plain_steps / 10), W(plain_steps)
     cf = lambda A, ref: geometry.correlation(A, flat(ref))
     return PlainCone(
         lr,
-        1 - cf(W0, fro),
-        1 - cf(P[-1], fro),
-        cf(P, fro).min(0),
-        cf(P, nuc).max(0),
-        cf(P[-1], nuc),
-        1 - cf(W0, nuc),
+        1 - cf(at, fro),
+        1 - cf(at, nuc),
         (h.probs[-1].argmax(-1).numpy() == np.asarray(alpha)).all(-1),
-        np.linalg.norm(P[[int(np.flatnonzero(h.steps == every)[0]), -1]], axis=-1),
+        np.linalg.norm(at, axis=-1),
+        np.linalg.norm(flat(fro), axis=-1),
+        np.linalg.norm(flat(nuc), axis=-1),
     )
 
 
@@ -727,7 +742,8 @@ RANK_AGREE = 1e-6
 
 @dataclass
 class RankSolution:
-    """The rank-constrained nuclear-norm Att-SVM {eq}`eq-wkq-rank` of one selection (best of a local search).
+    """The rank-constrained nuclear-norm Att-SVM (the chapter's equation eq-wkq-rank) of one selection (best of
+    a local search).
 
     W : ``(d, d)`` ``= K Q^T`` at the best end point (NaN where no start ended feasible); K, Q : ``(d, m)``;
     objective : ``(||K||_F^2 + ||Q||_F^2) / 2`` there; values : ``(starts,)`` objective at each start's end point
@@ -812,7 +828,8 @@ def local_search(relax: NuclearSolution, m: int, x0s) -> RankSolution:
 
 
 def rank_svm(X, Z, alpha, m: int, n_starts: int = RANK_STARTS, seed: int = 0) -> RankSolution:
-    """Rank-constrained Att-SVM* {eq}`eq-wkq-rank`: ``min (||K||^2 + ||Q||^2) / 2`` s.t. the margins of ``K Q^T``.
+    """Rank-constrained Att-SVM* (the chapter's equation eq-wkq-rank): ``min (||K||^2 + ||Q||^2) / 2`` s.t. the
+    margins of ``K Q^T``.
 
     Parameters
     ----------
@@ -837,9 +854,9 @@ def rank_svm(X, Z, alpha, m: int, n_starts: int = RANK_STARTS, seed: int = 0) ->
 
 
 def polish(X, Z, alpha, W, m: int) -> RankSolution:
-    """The local search of {eq}`eq-wkq-rank` from one start: ``W (d, d)`` scaled to smallest margin 1 (a run's
-    direction), in balanced rank-``m`` factors, ``1 <= m <= d``. Its end point is the local solution nearest that
-    direction."""
+    """The local search of the chapter's equation eq-wkq-rank from one start: ``W (d, d)`` scaled to smallest
+    margin 1 (a run's direction), in balanced rank-``m`` factors, ``1 <= m <= d``. Its end point is the local
+    solution nearest that direction."""
     d = validate.real_array(X, "X", ndim=3).shape[2]
     m = validate.count(m, "m", minimum=1)
     if m > d:
@@ -1097,24 +1114,35 @@ def either(*checks: Measured) -> Measured:
     return Measured([m.value for m in checks], any(m.passed for m in checks))
 
 
-def plain_check(c: PlainCone, against_nuclear: bool = False) -> Measured:
-    """Plain GD stays in the cone ``corr >= PLAIN_CONE`` around the Frobenius SVM (or, for the competitor,
-    around the nuclear one), keeps the selection and grows in norm."""
-    cone = c.corr_nuc_max if against_nuclear else c.corr_min
-    ok = bool((cone >= PLAIN_CONE).all() and c.kept.all() and (c.norm[-1] > c.norm[0]).all())
-    return Measured(
+def plain_check(c: PlainCone, against: str | None = None) -> Measured:
+    """On every instance: the selection kept, the direction's error over the last decade shrunk by at least the
+    factor PLAIN_DECADE and the norm's growth over it within PLAIN_RATE_TOL of ``||W^mm|| ln 10``. ``against``:
+    ``None`` (the claim: W^mm_alpha, the Frobenius SVM), ``"nuclear"`` (the nuclear-norm SVM of the same selection,
+    its error and its norm) or ``"static"`` (a run that does not move: W(k) = W(0), ratio 1, growth 0)."""
+    if against not in (None, "nuclear", "static"):
+        raise ValueError(f"against must be None, 'nuclear' or 'static', got {against!r}")
+    nuclear = against == "nuclear"
+    decade, rate = c.decade(nuclear), c.rate(nuclear)
+    if against == "static":
+        decade, rate = np.ones_like(decade), np.zeros_like(rate)
+    ok = bool(c.kept.all() and (decade <= PLAIN_DECADE).all() and (np.abs(rate - 1) <= PLAIN_RATE_TOL).all())
+    return Measured(  # recorded to 2 decimals (judged above on the raw values)
         {
-            "min_corr": round(float(cone.min()), 4),
             "selection_kept": bool(c.kept.all()),
-            "norm_growing": bool((c.norm[-1] > c.norm[0]).all()),
+            "largest_decade_ratio": round(float(decade.max()), 2),
+            "rate_range": [round(float(rate.min()), 2), round(float(rate.max()), 2)],
             "step": round(c.lr, 3),
-            "gap_ratio_end_over_start": [round(float(x), 2) for x in c.gap_end / c.gap_start],
         },
         ok,
     )
 
 
 QUICK, PAPER = settings("quick"), settings("paper")  # the settings the claims' texts name (the checks: settings())
+
+
+def _span(lo_hi) -> str:
+    """A range as the claims write it: ``0.368 to 0.741``."""
+    return report.numbers(lo_hi, sep=" to ", brackets="")
 
 
 def _size(n: int, T: int, d: int) -> str:
@@ -1225,20 +1253,26 @@ def _claim_rank_constrained() -> Measured:
     kind="theorem",
     checks="Transformers as SVMs (2308.16898), GD on W (reconstructed; paper A's local theorem on the keys "
     "vec(x z^T)): plain GD with a step within the book's smoothness bound, started in a cone around W^mm_alpha "
-    "of a locally optimal selection",
+    "of a locally optimal selection (the statement gives no numbers for the cone's angle and the start's norm: the "
+    "start below is not certified to meet them, and the run is judged by what the conclusion predicts)",
     statement=f"On the first size's instances ({_size(*QUICK.sizes[0])}), plain GD on W (step the smallest 1/L, "
     f"{report.power_of_ten(QUICK.plain_steps)} steps) from starts at correlation {QUICK.cone_corr:g} with the "
-    "Frobenius "
-    f"Att-SVM of the W run's (locally optimal) selection, at {QUICK.cone_norm:g} times its norm, keeps the "
-    "selection, grows in norm and stays in a cone around that SVM (the first half of the theorem; its directional "
-    "limit is too slow for plain GD to show here).",
-    threshold=f"every instance: the selection kept, ||W|| growing over the last decade, correlation >= {PLAIN_CONE} "
-    f"with the Frobenius SVM at every recorded step; set on a trial (seeds {PLAIN_TRIAL_SEEDS[0]}-"
-    f"{PLAIN_TRIAL_SEEDS[-1]}: lowest "
-    + ", ".join(f"{low:.3f} from {norm:g} ||W^mm||" for norm, low in PLAIN_TRIAL_LOWEST.items())
-    + f"; the start at {PLAIN_FIRST_NORM:g} ||W^mm|| failed on the judged instances; see Settings.cone_norm)",
-    competitor="the nuclear-norm Att-SVM* of the same selection (the same cone around it)",
-    against=lambda: plain_check(plain_cone_run(settings()), against_nuclear=True),
+    f"Frobenius Att-SVM W^mm_alpha of the W run's (locally optimal) selection, at {QUICK.cone_norm:g} times its "
+    "norm, keeps the selection and turns towards W^mm_alpha, not towards the nuclear-norm SVM of the same "
+    "selection, while its norm grows at the log rate ||W^mm_alpha|| ln 10 per decade.",
+    threshold=f"every instance, over the last decade ({report.power_of_ten(QUICK.plain_steps // 10)} to "
+    f"{report.power_of_ten(QUICK.plain_steps)} steps): the selection kept; (1 - corr with W^mm_alpha) at the end <= "
+    f"{PLAIN_DECADE} times that at the decade's start; norm growth within {PLAIN_RATE_TOL} (relative) of "
+    f"||W^mm_alpha|| ln 10. Set on a trial (seeds {PLAIN_TRIAL['seeds'][0]}-{PLAIN_TRIAL['seeds'][1]}, before the "
+    f"judged instances ran): decade ratio {_span(PLAIN_TRIAL['decade_fro'])}, growth "
+    f"{_span(PLAIN_TRIAL['rate_fro'])}; the nuclear SVM's decade ratio {_span(PLAIN_TRIAL['decade_nuc'])}",
+    competitor=f"the nuclear-norm Att-SVM* of the same selection (its error levels off: on the trial its largest "
+    f"decade ratio {PLAIN_TRIAL['decade_nuc'][1]}, above the bar {PLAIN_DECADE} by "
+    f"{PLAIN_TRIAL['decade_nuc'][1] - PLAIN_DECADE:.2f}), and a run that does not move (ratio 1, growth 0: what "
+    "plain GD nearly does from starts at 10 ||W^mm||)",
+    against=lambda: either(
+        plain_check(plain_cone_run(settings()), "nuclear"), plain_check(plain_cone_run(settings()), "static")
+    ),
 )
 def _claim_plain() -> Measured:
     return plain_check(plain_cone_run(settings()))

@@ -2,14 +2,14 @@
 
 # %% auto #0
 __all__ = ['CHAPTER', 'HIGH', 'LOW', 'LOG_UNDERFLOW', 'SCORES', 'RANK_TOL', 'ACTIVE_TOL', 'GENERIC', 'FIGURES', 'PUBLIC_CHUNK',
-           'REJECTIONS', 'DESIGNED_CORR', 'GENERIC_TIED_CORR', 'GENERIC_TRIAL', 'GENERIC_TRIAL_MET', 'QUICK',
-           'PUBLIC_GAP', 'PUBLIC_TRIAL', 'PUBLIC_TRIAL_WORST', 'PUBLIC_TRIAL_BELOW', 'PAPER', 'Settings', 'settings',
-           'check_sets', 'GenSVMSolution', 'constraint_rows', 'gen_svm', 'w_gen_svm', 'simplex_projection',
-           'simplex_qp', 'MultiInstance', 'make_instance', 'generic_instance', 'sets_from_probs', 'Objective',
-           'train_w', 'MultiResult', 'run', 'generic_corr', 'summary', 'max_nonselected', 'plot_corr', 'plot_generic',
-           'public_draw', 'public_init', 'PublicBatch', 'ReluObjective', 'public_fit', 'projection_residual',
-           'public_runs', 'PublicResult', 'public_run', 'plot_public', 'plot_public_scatter', 'gen_svm_check',
-           'public_check']
+           'UNDEFINED_GAP', 'PUBLIC_MEDIAN', 'PUBLIC_RATIO', 'PUBLIC_TRIAL', 'PUBLIC_TRIAL_WORST',
+           'PUBLIC_TRIAL_ONE_LOW', 'PUBLIC_TRIAL_RATIO', 'DESIGNED_CORR', 'GENERIC_TIED_CORR', 'GENERIC_TRIAL',
+           'GENERIC_TRIAL_MET', 'QUICK', 'PAPER', 'Settings', 'settings', 'check_sets', 'GenSVMSolution',
+           'constraint_rows', 'gen_svm', 'w_gen_svm', 'simplex_projection', 'simplex_qp', 'MultiInstance',
+           'make_instance', 'generic_instance', 'sets_from_probs', 'Objective', 'train_w', 'MultiResult', 'run',
+           'generic_corr', 'summary', 'max_nonselected', 'plot_corr', 'plot_generic', 'public_draw', 'public_init',
+           'PublicBatch', 'ReluObjective', 'public_fit', 'projection_residual', 'public_runs', 'PublicResult',
+           'public_run', 'plot_public', 'plot_public_scatter', 'gen_svm_check', 'public_check']
 
 # %% book/part3/15_multi_token.ipynb #98829503
 import dataclasses
@@ -65,11 +65,11 @@ class Settings:
     pub_n: int = 3  # n: inputs per instance
     pub_T: int = 4  # T: tokens per input
     pub_steps: int = 2001  # ITN: normalized GD steps (step lr, as above)
-    pub_runs: int = 10  # RUN: accepted runs per dimension (the public code's 500 at paper scale)
+    pub_runs: int = 40  # runs per dimension: the first pub_runs draws with a negative label (500 at paper scale)
     pub_every: int = 100  # feq: iterates recorded every pub_every steps
-    pub_low: float = 1e-6  # THRED_L: a run is kept only if some token ends at or below this
+    pub_low: float = 1e-6  # THRED_L: the public code keeps a run only if some token ends at or below this
     pub_high: float = 1e-3  # THRED_H: selected tokens hold at least this; none may end in (low, high]
-    pub_first_seed: int = 1  # the public loop's first seed (then 2, 3, ... until pub_runs are kept)
+    pub_first_seed: int = 1  # the public loop's first seed (then 2, 3, ...: draws with no negative label skipped)
     pub_init_seed: int = 0  # of W(0) (the public code's came from torch's unseeded generator)
 
     def __post_init__(self):  # every field checked (and lists made tuples) before any computing
@@ -94,7 +94,7 @@ def settings(scale: str | None = None) -> Settings:
     return Settings(
         steps=config.pick(quick=3000, paper=20000, which=scale),
         starts=config.pick(quick=4, paper=16, which=scale),
-        pub_runs=config.pick(quick=10, paper=500, which=scale),
+        pub_runs=config.pick(quick=40, paper=500, which=scale),
     )
 
 # %% book/part3/15_multi_token.ipynb #cb2161a8
@@ -717,70 +717,93 @@ def projection_residual(X, Z, sets, W_fin, W) -> float:
 
 
 PUBLIC_CHUNK = 400
-"""Largest number of candidate seeds trained in one batch (each run is independent of the others)."""
-REJECTIONS = ("no negative label", "not clean", "nothing below low", "infeasible SVM")
+"""Largest number of draws trained in one batch (each run is independent of the others)."""
+UNDEFINED_GAP = 2.0
+"""``1 - corr`` counted for a run whose matrix cannot be formed (its sets admit no SVM): the largest value."""
+PUBLIC_MEDIAN = 0.1
+"""C.multi.public, for every ``d``: the median over the runs of ``1 - corr(W(steps), W_fin + R W_mm)`` is at most this
+and at most :data:`PUBLIC_RATIO` times the same median for the one-token Att-SVM. Both bars were written after a trial
+on draws the quick scale does not judge (:data:`PUBLIC_TRIAL`), before the judged draws ran under this rule."""
+PUBLIC_RATIO = 0.5
+PUBLIC_TRIAL = {
+    10001: {4: (0.0148, 0.1264), 6: (0.0225, 0.1696), 8: (0.0262, 0.2296), 10: (0.0307, 0.2030)},
+    20001: {4: (0.0333, 0.2077), 6: (0.0291, 0.2341), 8: (0.0247, 0.2392), 10: (0.0286, 0.2519)},
+    30001: {4: (0.0706, 0.2349), 6: (0.0224, 0.2293), 8: (0.0261, 0.2048), 10: (0.0351, 0.2293)},
+}
+"""The trial: ``public_run`` at the quick settings with ``pub_first_seed`` = key; per ``d`` the median ``1 - corr`` at
+the last step with the prediction and with the one-token Att-SVM (4 decimals; they move in the second decimal with
+the numeric environment: the one-token median at d = 6 from seed 10001 is 0.1810 with OMP_NUM_THREADS=1,
+ATEN_CPU_CAPABILITY=default, OPENBLAS_CORETYPE=Haswell)."""
+PUBLIC_TRIAL_WORST = max(eq for trial in PUBLIC_TRIAL.values() for eq, _ in trial.values())
+PUBLIC_TRIAL_ONE_LOW = min(one for trial in PUBLIC_TRIAL.values() for _, one in trial.values())
+PUBLIC_TRIAL_RATIO = max(eq / one for trial in PUBLIC_TRIAL.values() for eq, one in trial.values())
 
 
 def public_runs(s: Settings, d: int) -> tuple[dict, dict]:
-    """The public loop at dimension ``d``: seeds ``s.pub_first_seed, +1, ...`` until ``s.pub_runs`` runs are kept.
+    """The public experiment at dimension ``d`` on the first ``s.pub_runs`` draws with a negative label from seed
+    ``s.pub_first_seed`` on (a set of seeds fixed by the draws alone, not by the runs): every run is kept.
 
-    Returns ``(arrays, meta)``: per kept run its seed, the correlation of every record with the prediction
-    (``eq``), with ``W_mm`` alone (``mm``) and with the one-token Att-SVM (``one``), the log10 of its largest
-    attention outside the sets, its smallest log-probability and :func:`projection_residual`; the record steps;
-    and in ``meta`` the sets and how many seeds were rejected for each reason of :data:`REJECTIONS`."""
-    rows = {k: [] for k in ("seed", "eq", "mm", "one", "log10_out", "min_log_s", "fin_residual")}
-    sets_kept, rejected = [], dict.fromkeys(REJECTIONS, 0)
-    seed, tried = s.pub_first_seed, 0
-    while len(rows["seed"]) < s.pub_runs:
-        left = s.pub_runs - len(rows["seed"])
-        rate = (len(rows["seed"]) + 1) / (tried + 1)  # kept per candidate so far (a size for the next batch)
-        draws = []
-        while len(draws) < min(PUBLIC_CHUNK, max(4 * left, int(1.5 * left / rate))):
-            X, Y, Z, V = public_draw(seed, s.pub_n, s.pub_T, d)
+    Returns ``(arrays, meta)``: per run its seed, the correlation of every record with the prediction (``eq``), with
+    ``W_mm`` alone (``mm``) and with the one-token Att-SVM (``one``), NaN where that matrix cannot be formed (the
+    sets, tokens with last attention ``>= s.pub_high``, admit no SVM); whether the public rule would keep it
+    (``clean``: nothing in ``(pub_low, pub_high)``, something at most ``pub_low``); the log10 of its largest
+    attention outside the sets, its smallest log-probability and :func:`projection_residual` (NaN where
+    undefined); the record steps; and in ``meta`` the sets and how many seeds had no negative label."""
+    rows = {k: [] for k in ("seed", "eq", "mm", "one", "clean", "log10_out", "min_log_s", "fin_residual")}
+    sets_kept, skipped, seed = [], 0, s.pub_first_seed
+    draws = []
+    while len(draws) < s.pub_runs:
+        X, Y, Z, V = public_draw(seed, s.pub_n, s.pub_T, d)
+        if (Y < 0).any():  # the public loop skips a draw with no negative label
             draws.append((seed, X, Y, Z, V))
-            seed += 1
-        cand = [dr for dr in draws if (dr[2] < 0).any()]  # the public loop skips a draw with no negative label
-        if cand:
-            batch = PublicBatch(*(np.stack([dr[k] for dr in cand]) for k in range(1, 5)))
-            W0 = np.stack([public_init(dr[0], d, s.pub_init_seed) for dr in cand])
-            st, Ws, log_s = train_w(batch, W0, s.pub_steps - 1, s.lr, s.pub_every)  # attention at W(steps - 1)
-            _, W_end, _ = train_w(batch, Ws[-1], 1, s.lr, 1)
-            Ws = np.concatenate([Ws, W_end[-1:]])  # ..., W(steps - 1), W(steps)
-        j = 0
-        for sd, X, Y, Z, _V in draws:
-            if len(rows["seed"]) == s.pub_runs:
-                break
-            tried += 1
-            if not (Y < 0).any():
-                rejected["no negative label"] += 1
-                continue
+        else:
+            skipped += 1
+        seed += 1
+    for c0 in range(0, len(draws), PUBLIC_CHUNK):
+        chunk = draws[c0 : c0 + PUBLIC_CHUNK]
+        batch = PublicBatch(*(np.stack([dr[k] for dr in chunk]) for k in range(1, 5)))
+        W0 = np.stack([public_init(dr[0], d, s.pub_init_seed) for dr in chunk])
+        st, Ws, log_s = train_w(batch, W0, s.pub_steps - 1, s.lr, s.pub_every)  # attention at W(steps - 1)
+        _, W_end, _ = train_w(batch, Ws[-1], 1, s.lr, 1)
+        Ws = np.concatenate([Ws, W_end[-1:]])  # ..., W(steps - 1), W(steps)
+        for j, (sd, X, _Y, Z, _V) in enumerate(chunk):
             P, ls, Wk = np.exp(log_s[j]), log_s[j], Ws[:, j]
-            j += 1
-            try:
-                sets = sets_from_probs(P, s.pub_high, s.pub_low)
-            except ValueError:
-                rejected["not clean"] += 1
-                continue
-            if not (P <= s.pub_low).any():
-                rejected["nothing below low"] += 1
+            flat = Wk.reshape(len(Wk), -1)
+            sets = [tuple(int(t) for t in np.flatnonzero(row >= s.pub_high)) for row in P]
+            none = np.full(len(Wk), np.nan)
+            if not np.isfinite(Wk).all():  # the gradient vanished (every ReLU unit off): 0/0 in the step
+                eq = mm = one = none
+                rows["seed"].append(sd)
+                for key, v in (("eq", eq), ("mm", mm), ("one", one), ("clean", False)):
+                    rows[key].append(v)
+                for key in ("log10_out", "min_log_s", "fin_residual"):
+                    rows[key].append(np.nan)
+                sets_kept.append([])
                 continue
             try:
                 W_mm, W_fin, R = public_fit(X, Z, ls, sets, Wk[-1])
-                W_one = w_gen_svm(X, Z, [[int(t)] for t in P.argmax(-1)])
+                eq, mm = (geometry.correlation(flat, M.ravel()) for M in (W_fin + R * W_mm, W_mm))
+                residual = projection_residual(X, Z, sets, W_fin, Wk[-2])
+            except (svm.InfeasibleSVM, ValueError):  # no SVM for these sets (a set may hold all T tokens)
+                eq, mm, residual = none, none, np.nan
+            try:
+                one = geometry.correlation(flat, w_gen_svm(X, Z, [[int(t)] for t in P.argmax(-1)]).ravel())
             except svm.InfeasibleSVM:
-                rejected["infeasible SVM"] += 1
-                continue
-            flat = Wk.reshape(len(Wk), -1)
+                one = none
+            grey = ((P > s.pub_low) & (P < s.pub_high)).any()
+            outside = ls[P < s.pub_high]
             rows["seed"].append(sd)
-            for key, M in (("eq", W_fin + R * W_mm), ("mm", W_mm), ("one", W_one)):
-                rows[key].append(geometry.correlation(flat, M.ravel()))
-            rows["log10_out"].append(float(ls[P < s.pub_high].max() / np.log(10)))
+            rows["eq"].append(eq)
+            rows["mm"].append(mm)
+            rows["one"].append(one)
+            rows["clean"].append(bool(not grey and (P <= s.pub_low).any()))
+            rows["log10_out"].append(float(outside.max() / np.log(10)) if outside.size else np.nan)
             rows["min_log_s"].append(float(ls.min()))
-            rows["fin_residual"].append(projection_residual(X, Z, sets, W_fin, Wk[-2]))
+            rows["fin_residual"].append(residual)
             sets_kept.append([list(o) for o in sets])
     arrays = {k: np.asarray(v) for k, v in rows.items()}
     arrays["steps"] = np.append(st, s.pub_steps)
-    return arrays, {"sets": sets_kept, "rejected": rejected, "tried": tried}
+    return arrays, {"sets": sets_kept, "skipped": skipped, "last_seed": seed - 1}
 
 
 @dataclass
@@ -789,17 +812,22 @@ class PublicResult:
 
     ds: tuple
     runs: dict  # d -> arrays
-    meta: dict  # d -> {"sets", "rejected", "tried"}
+    meta: dict  # d -> {"sets", "skipped", "last_seed"}
 
-    def gap(self, d: int, ref: str = "eq") -> np.ndarray:
-        """``(records,)`` one minus the mean correlation over the runs with ``ref`` (``eq``, ``mm`` or ``one``)."""
+    def gaps(self, d: int, ref: str = "eq") -> np.ndarray:
+        """``(runs, records)`` one minus the correlation with ``ref`` (``eq``, ``mm`` or ``one``), UNDEFINED_GAP
+        where that matrix cannot be formed."""
         if ref not in ("eq", "mm", "one"):
             raise ValueError(f"ref must be 'eq', 'mm' or 'one', got {ref!r}")
-        return 1.0 - self.runs[d][ref].mean(0)
+        return np.nan_to_num(1.0 - self.runs[d][ref], nan=UNDEFINED_GAP)
+
+    def gap(self, d: int, ref: str = "eq") -> np.ndarray:
+        """``(records,)`` the median over the runs of :meth:`gaps`."""
+        return np.median(self.gaps(d, ref), axis=0)
 
     def mixed(self, d: int) -> int:
-        """How many kept runs select more than one token in some input."""
-        return sum(max(len(o) for o in sets) > 1 for sets in self.meta[d]["sets"])
+        """How many runs select more than one token in some input."""
+        return sum(bool(sets) and max(len(o) for o in sets) > 1 for sets in self.meta[d]["sets"])
 
 
 @functools.lru_cache(maxsize=None)
@@ -821,7 +849,7 @@ def public_run(s: Settings = Settings()) -> PublicResult:
 
 # %% book/part3/15_multi_token.ipynb #132ef4bf
 def plot_public(p: PublicResult):
-    """One minus the mean correlation over the kept runs, against the step, with the prediction ``W_fin + R W_mm``,
+    """One minus the correlation, median over the runs, against the step, with the prediction ``W_fin + R W_mm``,
     the direction ``W_mm`` alone and the one-token Att-SVM; one panel per dimension."""
     rows = -(-len(p.ds) // 2)
     fig, axes = subplots(2, rows, sharey=True)
@@ -837,20 +865,22 @@ def plot_public(p: PublicResult):
     for ax in flat[len(p.ds) :]:
         ax.set_visible(False)
     for ax in flat[::2]:
-        ax.set_ylabel("1 - mean correlation")
+        ax.set_ylabel("1 - corr (median)")
     flat[0].legend(loc="upper right", fontsize=7)
     panel_titles(flat[: len(p.ds)], [f"d = {d}" for d in p.ds])
     return fig
 
 
 def plot_public_scatter(p: PublicResult):
-    """Each kept run's last ``1 - corr`` with the prediction against its largest attention outside the sets."""
+    """Each run's last ``1 - corr`` with the prediction against its largest attention outside the sets (runs
+    with no SVM for their sets left out)."""
     fig, ax = one_panel()
     for k, d in enumerate(p.ds):
         st = style(k, marker=True)
         r = p.runs[d]
-        y = np.clip(1 - r["eq"][:, -1], 1e-12, None)
-        ax.scatter(r["log10_out"], y, color=st["color"], marker=st["marker"], s=18, label=f"d = {d}")
+        ok = np.isfinite(r["eq"][:, -1]) & np.isfinite(r["log10_out"])
+        y = np.clip(1 - r["eq"][ok, -1], 1e-12, None)
+        ax.scatter(r["log10_out"][ok], y, color=st["color"], marker=st["marker"], s=18, label=f"d = {d}")
     ax.set_yscale("log")
     ax.set_xlabel("log10 of the largest attention outside the selected sets")
     ax.set_ylabel("1 - correlation with the prediction")
@@ -926,33 +956,21 @@ def _claim_gen_svm() -> Measured:
     return gen_svm_check(run(settings()))
 
 
-PUBLIC_GAP = 0.25
-"""Paper C's experiment: for every ``d``, the mean over the kept runs of ``1 - corr(W(steps), W_fin + R W_mm)`` is at
-most this, and below the same mean for the one-token Att-SVM. Written after a trial on seeds the quick scale does not
-judge (:data:`PUBLIC_TRIAL`), before the judged runs."""
-PUBLIC_TRIAL = {
-    10001: {4: (0.0686, 0.1228), 6: (0.0650, 0.1280), 8: (0.0351, 0.1261), 10: (0.0095, 0.1235)},
-    20001: {4: (0.1652, 0.1711), 6: (0.0488, 0.1035), 8: (0.1049, 0.1629), 10: (0.0225, 0.0811)},
-    30001: {4: (0.0408, 0.1077), 6: (0.1309, 0.1659), 8: (0.0776, 0.1542), 10: (0.0773, 0.1300)},
-}
-"""The trial: ``public_run`` at the quick settings with ``pub_first_seed`` = key; per ``d`` the mean ``1 - corr`` at
-the last step with the prediction and with the one-token Att-SVM (4 decimals)."""
-PUBLIC_TRIAL_WORST = max(eq for trial in PUBLIC_TRIAL.values() for eq, _ in trial.values())
-PUBLIC_TRIAL_BELOW = sum(eq < one for trial in PUBLIC_TRIAL.values() for eq, one in trial.values())
 PAPER = settings("paper")
 
 
 def public_check(p: PublicResult, ref: str = "eq") -> Measured:
     """The claim's check with ``ref`` (``"eq"``: the prediction, the claim; ``"one"``: the one-token Att-SVM, the
-    competitor) against the other: for every ``d``, ``ref``'s mean gap <= PUBLIC_GAP and below the other's."""
+    competitor) against the other: for every ``d``, ``ref``'s median gap <= PUBLIC_MEDIAN and <= PUBLIC_RATIO times
+    the other's. Recorded as the two comparisons per ``d`` (the medians' digits move with the numeric environment)."""
     other = {"eq": "one", "one": "eq"}[ref]
     mine = {d: float(p.gap(d, ref)[-1]) for d in p.ds}
     theirs = {d: float(p.gap(d, other)[-1]) for d in p.ds}
-    ok = all(mine[d] <= PUBLIC_GAP and mine[d] < theirs[d] for d in p.ds)
-    value = {f"d{d}": round(mine[d], 3) for d in p.ds}
-    value.update({f"d{d}_other": round(theirs[d], 3) for d in p.ds})
-    value.update({f"d{d}_direction_alone": round(float(p.gap(d, "mm")[-1]), 3) for d in p.ds})
-    return Measured(value, bool(ok))
+    below = {d: mine[d] <= PUBLIC_MEDIAN for d in p.ds}
+    ratio = {d: mine[d] <= PUBLIC_RATIO * theirs[d] for d in p.ds}
+    value = {f"d{d}_median_at_most_{PUBLIC_MEDIAN:g}": below[d] for d in p.ds}
+    value.update({f"d{d}_at_most_{PUBLIC_RATIO:g}_of_other": ratio[d] for d in p.ds})
+    return Measured(value, all(below[d] and ratio[d] for d in p.ds))
 
 
 @claim(
@@ -961,20 +979,23 @@ def public_check(p: PublicResult, ref: str = "eq") -> Measured:
     kind="observation",
     checks="Transformers as SVMs, Sec. 6 and its public code (TFasSVM/multi_token_converge.ipynb): the generalised "
     "SVM equivalence for nonlinear heads, a conjecture there; normalized GD on W with a ReLU head (beyond any "
-    "theorem), on the public code's random instances and seeds with its rule for which runs count, our "
-    "saturation-safe gradient and our seeded draw of W(0). Before the threshold was written, the d = 4 runs of "
-    "seeds 1-12 had been seen once, in a check of this code against the public code (4 kept runs)",
+    "theorem, and chaotic at the public step), on the public code's random instances and seeds, our "
+    "saturation-safe gradient and our seeded draw of W(0); the runs are the first draws with a negative label "
+    "(fixed by the draws alone), not the public rule's (which reads the chaotic last attention). The judged draws "
+    "had been seen under the public rule (this claim's first version) before these bars were written",
     statement=f"On the public code's random instances (ReLU head, n = {QUICK.pub_n}, T = {QUICK.pub_T}, d in "
-    f"{report.numbers(QUICK.pub_ds, brackets='{}')}, its seeds from {QUICK.pub_first_seed} and its rule for which "
-    f"runs count), normalized GD on W (step {QUICK.lr:g}, {report.spaced(QUICK.pub_steps)} steps) ends, on average "
-    "over the runs of each d, closer in direction to the finite part plus direction W^fin + R W^mm than to the "
-    "one-token Att-SVM of its most attended tokens.",
-    threshold=f"for every d: the mean over the {QUICK.pub_runs} kept runs ({PAPER.pub_runs} at paper scale) of "
-    f"1 - corr(W({QUICK.pub_steps}), W^fin + R W^mm) <= {PUBLIC_GAP} and below the same mean for the one-token "
-    f"Att-SVM (written after a trial on the runs from seeds {report.numbers(PUBLIC_TRIAL, brackets='')}, which the "
-    f"quick scale does not judge: worst mean {PUBLIC_TRIAL_WORST}, below the one-token mean in "
-    f"{PUBLIC_TRIAL_BELOW} of {sum(map(len, PUBLIC_TRIAL.values()))} cases)",
-    competitor="the one-token Att-SVM of each input's most attended token (the linear-head answer)",
+    f"{report.numbers(QUICK.pub_ds, brackets='{}')}, the first {QUICK.pub_runs} draws with a negative label from "
+    f"seed {QUICK.pub_first_seed}), normalized GD on W (step {QUICK.lr:g}, {report.spaced(QUICK.pub_steps)} steps) "
+    "ends, in the median run of each d, close in direction to the finite part plus direction W^fin + R W^mm, and "
+    "much closer than to the one-token Att-SVM of its most attended tokens.",
+    threshold=f"for every d: the median over the {QUICK.pub_runs} runs ({PAPER.pub_runs} at paper scale) of "
+    f"1 - corr(W({QUICK.pub_steps}), W^fin + R W^mm) <= {PUBLIC_MEDIAN} and <= {PUBLIC_RATIO} times the same median "
+    f"for the one-token Att-SVM (a run with no SVM for its sets counts {UNDEFINED_GAP:g}); written after a trial on "
+    f"the draws from seeds {report.numbers(PUBLIC_TRIAL, brackets='')}, which the quick scale does not judge: "
+    f"medians at most {PUBLIC_TRIAL_WORST}, ratio at most {PUBLIC_TRIAL_RATIO:.2f}",
+    competitor=f"the one-token Att-SVM of each input's most attended token (the linear-head answer; on the trial its "
+    f"median was at least {PUBLIC_TRIAL_ONE_LOW}, above the bar {PUBLIC_MEDIAN}, and at least "
+    f"{1 / PUBLIC_TRIAL_RATIO:.1f} times the prediction's, where the bar asks at most {PUBLIC_RATIO})",
     against=lambda: public_check(public_run(settings()), "one"),
 )
 def _claim_public() -> Measured:
