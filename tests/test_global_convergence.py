@@ -276,3 +276,11 @@ def test_run_with_other_settings_uses_them(tmp_path, monkeypatch):
     from mmtoken.book import resultcache
 
     assert resultcache.path_of(ch02_global.CHAPTER, "published", s).is_file()
+
+
+def test_the_chapters_nnls_gmm_is_the_att_svm():
+    """Chapter 2's import-time GMM (NNLS, so that importing the chapter loads no cvxpy) is ATT-SVM's solution."""
+    from mmtoken.attention import instances
+    from mmtoken.chapters import ch02_global
+
+    np.testing.assert_allclose(ch02_global.GMM, instances.fig1("global").gmm().x, atol=1e-6)

@@ -1259,11 +1259,12 @@ def _claim_rank_constrained() -> Measured:
     f"{report.power_of_ten(QUICK.plain_steps)} steps) from starts at correlation {QUICK.cone_corr:g} with the "
     f"Frobenius Att-SVM W^mm_alpha of the W run's (locally optimal) selection, at {QUICK.cone_norm:g} times its "
     "norm, keeps the selection and turns towards W^mm_alpha, not towards the nuclear-norm SVM of the same "
-    "selection, while its norm grows at the log rate ||W^mm_alpha|| ln 10 per decade.",
+    f"selection, while its norm grows at the log rate: by ||W^mm_alpha|| ln(decade's step ratio) = {np.log(10):.4f} "
+    "||W^mm_alpha|| per decade.",
     threshold=f"every instance, over the last decade ({report.power_of_ten(QUICK.plain_steps // 10)} to "
     f"{report.power_of_ten(QUICK.plain_steps)} steps): the selection kept; (1 - corr with W^mm_alpha) at the end <= "
     f"{PLAIN_DECADE} times that at the decade's start; norm growth within {PLAIN_RATE_TOL} (relative) of "
-    f"||W^mm_alpha|| ln 10. Set on a trial (seeds {PLAIN_TRIAL['seeds'][0]}-{PLAIN_TRIAL['seeds'][1]}, before the "
+    f"{np.log(10):.4f} ||W^mm_alpha||. Set on a trial (seeds {PLAIN_TRIAL['seeds'][0]}-{PLAIN_TRIAL['seeds'][1]}, before the "
     f"judged instances ran): decade ratio {_span(PLAIN_TRIAL['decade_fro'])}, growth "
     f"{_span(PLAIN_TRIAL['rate_fro'])}; the nuclear SVM's decade ratio {_span(PLAIN_TRIAL['decade_nuc'])}",
     competitor=f"the nuclear-norm Att-SVM* of the same selection (its error levels off: on the trial its largest "
