@@ -80,7 +80,7 @@ E2 = np.array([0.0, 1.0])
 direction: where the optimal key (-0.1, 1) mostly points)."""
 _FIG1 = instances.fig1("global")  # one input, three tokens: ATT-SVM's rows are k_opt - k_t, t != opt
 # The GMM for the claims' texts by NNLS (svm.min_norm_nnls, SciPy only): importing the chapter stays free of
-# cvxpy, which svm.att_svm loads; tests/test_global_convergence.py checks it against the Clarabel GMM.
+# cvxpy, which svm.att_svm loads; a unit test checks it against the Clarabel GMM.
 _OPT = int(geometry.optimal_tokens(_FIG1.gamma)[0])
 GMM = svm.min_norm_nnls(_FIG1.K[0, _OPT] - np.delete(_FIG1.K[0], _OPT, axis=0), np.ones(2), data="Fig. 1 keys")
 GMM_NORM = float(np.linalg.norm(GMM))  # ||p_mm|| of Fig. 1 (global), for the claims' texts
