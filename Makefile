@@ -17,7 +17,7 @@ export MMTOKEN_PROGRESS ?= off
 RECORD := MMTOKEN_RECORD=1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup book build pdf test unit slow lint nbval strict sync claims figures bench clean reader meta trained reproduce
+.PHONY: setup book build pdf test unit slow lint nbval strict sync claims figures bench clean reader meta trained reproduce scale-times
 
 setup:
 	bash scripts/setup.sh
@@ -118,6 +118,12 @@ reproduce: setup  ## the whole book again from nothing, compared with what the r
 
 bench: setup  ## benchmarks (not part of the tests): results in benchmarks/results/
 	$(PY) benchmarks/run_all.py
+
+# Each chapter as a reader runs it (fresh kernel, empty data folder), timed at both scales; about an hour at paper
+# scale on 2 cores (a chapter is stopped at 10 minutes). Results in benchmarks/results/paper_scale.json.
+scale-times: setup  ## time every theory chapter at quick and at paper scale (not part of the tests)
+	$(PY) benchmarks/paper_scale.py --scale quick
+	$(PY) benchmarks/paper_scale.py --scale paper
 
 clean:
 	rm -rf _build figures

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -52,7 +53,13 @@ def test_snippet_lists_each_heavy_chapter_with_its_measured_time():
         row = next(line for line in text.splitlines() if line.startswith(f"| {label} |"))
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[1] == cc.human(cc.MEASURED[ch]), row
-        assert all(re.fullmatch(r"\d+(\.\d)? (s|min|h|days)", c) for c in cells[1:]), row
+        assert all(re.fullmatch(r"\d+(\.\d)? (s|min|h|days)", c) for c in cells[1:2] + cells[3:]), row
+        # the paper-scale CPU cell: paper_scale.py's measurement where it has one, else the estimate
+        measured = cc.measured_paper(ch)
+        if measured:
+            assert cells[2] == f"{measured} (measured)", row
+        else:  # the estimate (test_snippet_is_up_to_date recounts it)
+            assert re.fullmatch(r"\d+(\.\d)? (s|min|h|days)", cells[2]), row
     for chapter in ("part1/08_random", "part1/09_vit_sparsity", "part2/12_real_reviews"):
         md = (ROOT / "book" / f"{chapter}.md").read_text()
         assert "../_snippets/gpu.md" in md and "config.device_report()" in md, chapter
@@ -65,3 +72,23 @@ def test_snippet_is_up_to_date():
     assert (ROOT / "book" / "_snippets" / "gpu.md").read_text() == cc.note(rows), (
         "run `python scripts/chapter_costs.py`"
     )
+
+
+def test_a_stopped_run_is_a_lower_bound_and_an_error_is_no_measurement(tmp_path):
+    runs = tmp_path / "paper_scale.json"
+    meta = {"meta": {}, "cpu_s": 1.0}
+    runs.write_text(
+        json.dumps(
+            {
+                "paper": {
+                    "part1/08_random": {"status": "timeout", "wall_s": 600.4, "limit_s": 600.0, **meta},
+                    "part1/09_vit_sparsity": {"status": "error", "wall_s": 3.0, **meta},
+                    "part2/12_real_reviews": {"status": "finished", "wall_s": 125.0, **meta},
+                }
+            }
+        )
+    )
+    assert cc.measured_paper("08_random", runs) == "> 10 min"
+    assert cc.measured_paper("09_vit_sparsity", runs) is None
+    assert cc.measured_paper("12_real_reviews", runs) == "2 min"
+    assert cc.measured_paper("08_random", tmp_path / "absent.json") is None

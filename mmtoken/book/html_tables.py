@@ -241,7 +241,52 @@ def benchmark_tables(results_dir: Path, root: Path = ROOT) -> dict[str, tuple[st
         rows += [{"page": doc, "execution (s)": s} for doc, s in chapters.items()]
         rows.append({"page": "whole book", "execution (s)": data["total_s"]})
         out["book"] = (_meta_line(data.get("meta")), pd.DataFrame(rows))
+    if (data := load("paper_scale")) is not None:
+        out["paper_scale"] = _scale_table(data, root)
     return out
+
+
+def _time_cell(row: dict | None, key: str) -> str:
+    """A measured time, a lower bound where the run was stopped, or why there is none."""
+    if row is None:
+        return "not measured"
+    if row["status"] == "timeout":
+        return f"> {row[key]:.0f} (stopped)"  # what it had used when it was stopped at the script's limit
+    if row["status"] == "error":
+        return "failed"
+    return f"{row[key]:.0f}"
+
+
+def _claims_cell(row: dict | None) -> str:
+    """``12 pass, 1 known miss`` and the ids of any other verdict, from the run's printed claims."""
+    if row is None or not row.get("claims"):
+        return "" if row is None or row["status"] == "finished" else "not reached"
+    verdicts = row["claims"].values()
+    text = ", ".join(f"{sum(v == k for v in verdicts)} {k}" for k in ("pass", "known miss") if k in verdicts)
+    other = sorted(f"{i}: {v}" for i, v in row["claims"].items() if v not in ("pass", "known miss"))
+    return "; ".join([text, *other]) if text else "; ".join(other)
+
+
+def _scale_table(data: dict, root: Path) -> tuple[str, Any]:
+    """``benchmarks/paper_scale.py``'s runs: each chapter at both scales, from an empty data folder."""
+    import pandas as pd
+
+    quick, paper = data.get("quick", {}), data.get("paper", {})
+    titles = {p.doc.removeprefix("book/"): p.heading for p in book_order(root)}
+    rows = [
+        {
+            "chapter": titles.get(name, name),
+            "quick: CPU (s)": _time_cell(quick.get(name), "cpu_s"),
+            "paper: wall (s)": _time_cell(paper.get(name), "wall_s"),
+            "paper: CPU (s)": _time_cell(paper.get(name), "cpu_s"),
+            "paper: claims": _claims_cell(paper.get(name)),
+        }
+        for name in sorted(set(quick) | set(paper), key=lambda n: list(titles).index(n) if n in titles else 1e9)
+    ]
+    metas = [r["meta"] for runs in (quick, paper) for r in runs.values() if "meta" in r]
+    commits = sorted({m.get("commit", "?") for m in metas})
+    caption = _meta_line(metas[-1] if metas else None) + f"; commit {', '.join(commits)}; empty data folder each"
+    return caption, pd.DataFrame(rows)
 
 
 def table_html(caption: str, frame) -> str:
