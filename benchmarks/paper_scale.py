@@ -121,7 +121,8 @@ def time_chapter(name: str, scale: str, timeout: float) -> dict:
     wall, cpu = time.perf_counter() - t0, _children_cpu() - cpu0
     row = {"status": status, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
     if status == "timeout":
-        row["limit_s"] = timeout
+        # a killed kernel is no child this process waited for, so RUSAGE_CHILDREN misses its CPU: none is recorded
+        row.update(cpu_s=None, limit_s=timeout)
     if status == "error":
         row["error"] = (log or "").strip().splitlines()[-5:]
     if executed.is_file():
@@ -157,8 +158,9 @@ def main(argv: list[str] | None = None) -> None:
         runs[name] = row
         bad = {k: v for k, v in row.get("claims", {}).items() if v not in ("pass", "known miss")}
         print(
-            f"  {row['status']}: {row['wall_s']:.0f} s wall, {row['cpu_s']:.0f} s CPU; "
-            f"{len(row.get('claims', {}))} claims" + (f", not passing: {bad}" if bad else ""),
+            f"  {row['status']}: {row['wall_s']:.0f} s wall, "
+            + (f"{row['cpu_s']:.0f} s CPU; " if row["cpu_s"] is not None else "CPU not measured; ")
+            + f"{len(row.get('claims', {}))} claims" + (f", not passing: {bad}" if bad else ""),
             flush=True,
         )
         RESULTS.parent.mkdir(exist_ok=True)

@@ -250,8 +250,8 @@ def _time_cell(row: dict | None, key: str) -> str:
     """A measured time, a lower bound where the run was stopped, or why there is none."""
     if row is None:
         return "not measured"
-    if row["status"] == "timeout":
-        return f"> {row[key]:.0f} (stopped)"  # what it had used when it was stopped at the script's limit
+    if row["status"] == "timeout":  # stopped at the script's limit: the wall is a lower bound, the CPU unknown
+        return "not measured (stopped)" if row.get(key) is None else f"> {row[key]:.0f} (stopped)"
     if row["status"] == "error":
         return "failed"
     return f"{row[key]:.0f}"
