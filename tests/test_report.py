@@ -275,9 +275,45 @@ def test_benchmark_tables(tmp_path):
     assert "{" not in html and "bench-meta" in html, "no raw JSON on the page"
 
 
+def test_paper_scale_table(tmp_path):
+    meta = {"date": "2026-01-02", "cpu": "Some CPU", "cores": 2, "commit": "abc1234"}
+    runs = {
+        "quick": {"tour": {"status": "finished", "wall_s": 9.0, "cpu_s": 14.6, "meta": meta}},
+        "paper": {
+            "tour": {"status": "finished", "wall_s": 33.2, "cpu_s": 50.4, "claims": {"a.b": "pass"}, "meta": meta},
+            "part1/08_random": {"status": "timeout", "wall_s": 601.7, "cpu_s": None, "limit_s": 600, "meta": meta},
+            "part1/04_inputs": {
+                "status": "error",
+                "wall_s": 8.0,
+                "cpu_s": 9.0,
+                "claims": {"c.d": "FAIL", "e.f": "known miss", "g.h": "pass"},
+                "meta": meta,
+            },
+        },
+    }
+    (tmp_path / "paper_scale.json").write_text(json.dumps(runs))
+    caption, frame = html_tables.benchmark_tables(tmp_path, ROOT)["paper_scale"]
+    assert caption.startswith("measured 2026-01-02 on Some CPU (2 cores)") and "commit abc1234" in caption
+    rows = frame.set_index("chapter")
+    assert list(rows.index) == [  # book order, under the titles the reader sees
+        "A quick tour: one figure, end to end",
+        "4. Many inputs, sparsity and the step size",
+        "8. Random instances",
+    ]
+    tour = rows.iloc[0]
+    assert (tour["quick: CPU (s)"], tour["paper: wall (s)"], tour["paper: claims"]) == ("15", "33", "1 pass")
+    stopped = frame[frame["chapter"].str.startswith("8")].iloc[0]
+    assert stopped["paper: wall (s)"] == "> 602 (stopped)", "a stopped run's wall is a lower bound"
+    assert stopped["paper: CPU (s)"] == "not measured (stopped)", "its CPU was not measured"
+    assert stopped["quick: CPU (s)"] == "not measured" and stopped["paper: claims"] == "not reached"
+    failed = frame[frame["chapter"].str.startswith("4")].iloc[0]
+    assert failed["paper: wall (s)"] == "failed"
+    assert failed["paper: claims"] == "1 pass, 1 known miss; c.d: FAIL", "a verdict other than pass is named"
+
+
 def test_real_benchmark_results_are_dated():
     tables = html_tables.benchmark_tables(ROOT / "benchmarks" / "results", ROOT)
-    assert set(tables) == {"figures", "random", "book", "whole_process"}
+    assert set(tables) == {"figures", "random", "book", "whole_process", "paper_scale"}
     for name, (caption, _frame) in tables.items():
         assert caption.startswith("measured 20"), f"{name}: {caption}"
 
