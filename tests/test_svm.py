@@ -195,3 +195,76 @@ def test_svm_exports_the_solvers_types_and_errors():
     for name in ("SVMSolution", "InfeasibleSVM", "SolverFailed", "KKT_TOL", "SOLVER", "min_norm_nnls"):
         assert getattr(svm, name) is getattr(svm_solvers, name), name
     assert isinstance(svm.att_svm(np.array([[[1.0, 0.0], [0.0, 1.0]]]), [0]), svm_solvers.SVMSolution)
+
+
+# ----------------------------------------------------------------------------- certificates at their own rounding
+# Chapter 14 at paper scale (d = 2, instance 194, selection (3, 2, 1)): rows (x_a - x_t) (x) z_i of the W model.
+# Input 0's selected token lies inside its other tokens' hull (its rows are rank 2 but for rounding) and input 1's
+# query is small, so its rows, 100 times shorter, set the normalisation: the Farkas multipliers sum to 47 times
+# h^T u, and ||G^T u|| = 0.6 eps sum u_j leaves a margin bound of 6.5e-15, above 16 eps (3.6e-15).
+CH14_ROWS = np.array([
+    [0.2381169534282309, -0.3269135714141391, -0.3739114138428813, 0.5133473863662924],
+    [-0.3042171203392088, 0.41766326951344523, -0.42254657769656134, 0.5801191759545988],
+    [-0.10318759709621843, 0.14166746805172512, 0.16243103308320692, -0.22300347946339785],
+    [0.0021801743529966675, 0.001648282408643105, -0.006695878965119369, -0.0050623013216532994],
+    [0.0007769906804845229, 0.0005874301147346045, -0.014499818262099241, -0.01096233213508349],
+    [0.02035976236017828, 0.015392639628252332, 0.015350816096451897, 0.011605714054620731],
+    [0.19183160361016832, 0.7409737544439752, 0.3743668921190903, 1.4460393197604546],
+    [-0.04610753513938812, -0.17809616756276228, 0.19503389266048515, 0.7533429996349295],
+    [-0.10627307335264025, -0.4104931443852654, 0.39483766023016836, 1.5251102424768277],
+])  # fmt: skip
+
+
+def _inside_hull_rows(seed: int = 52, small: float = 1e-2) -> np.ndarray:
+    """The same degeneracy, drawn: input 0's token 3 a convex combination of its tokens 0..2 (exactly infeasible
+    but for rounding), input 1's query ``small`` times input 0's; keys ``vec(x z^T)``."""
+    rng = np.random.default_rng(seed)
+    tri = rng.normal(size=(3, 2))
+    x0 = np.vstack([tri, rng.dirichlet(np.ones(3)) @ tri])
+    x1 = rng.normal(size=(3, 2))
+    z0, z1 = rng.normal(size=2), small * rng.normal(size=2)
+    K0, K1 = np.einsum("ta,b->tab", x0, z0).reshape(4, 4), np.einsum("ta,b->tab", x1, z1).reshape(3, 4)
+    return np.vstack([K0[3] - K0[:3], K1[0] - K1[1:]])
+
+
+def _exact_gordan(D: np.ndarray, support) -> bool:
+    """Whether rows ``support`` (``k + 1`` of them, in ``k`` dimensions) are positively dependent in exact rational
+    arithmetic on the float64 entries: the null vector ``u_j = (-1)^j det(D_S^T without column j)`` of one sign,
+    which proves ``D x >= 1`` infeasible (Gordan)."""
+    from fractions import Fraction
+
+    def det(M):
+        M, out = [row[:] for row in M], Fraction(1)
+        for c in range(len(M)):
+            p = next((r for r in range(c, len(M)) if M[r][c] != 0), None)
+            if p is None:
+                return Fraction(0)
+            if p != c:
+                M[c], M[p], out = M[p], M[c], -out
+            out *= M[c][c]
+            for r in range(c + 1, len(M)):
+                f = M[r][c] / M[c][c]
+                M[r] = [a - f * b for a, b in zip(M[r], M[c])]
+        return out
+
+    A = [[Fraction(float(D[j, i])) for j in support] for i in range(D.shape[1])]  # D_S^T, k x (k + 1)
+    u = [(-1) ** j * det([row[:j] + row[j + 1 :] for row in A]) for j in range(len(support))]
+    return all(v > 0 for v in u) or all(v < 0 for v in u)
+
+
+@pytest.mark.parametrize("D", [CH14_ROWS, _inside_hull_rows()], ids=["chapter 14", "drawn"])
+def test_certificate_resting_on_long_rows_is_at_its_own_rounding(D):
+    """NNLS's certificate is as exact as float64 allows; its bound's rounding is that of ``G^T u`` over ``h^T u``,
+    so an infeasible problem is certified (it was SolverFailed: 'neither resolves a point nor certifies')."""
+    from scipy.optimize import linprog
+
+    b = np.ones(len(D))
+    lp = linprog(np.zeros(D.shape[1]), A_ub=-D, b_ub=-b, bounds=[(None, None)] * D.shape[1], method="highs")
+    assert lp.status == 2  # independent: HiGHS finds D x >= 1 infeasible
+    with pytest.raises(svm.InfeasibleSVM, match="certificate"):
+        svm_solvers.min_norm_nnls(D, b)
+
+
+def test_chapter_14_rows_are_exactly_infeasible():
+    """The stored rows are infeasible in exact arithmetic, not only to HiGHS's tolerances."""
+    assert _exact_gordan(CH14_ROWS, (0, 2, 3, 4, 8))

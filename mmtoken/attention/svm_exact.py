@@ -8,8 +8,8 @@ No threshold here is on the margin's size. A vertex a relative ``1e-15`` above t
 has a margin of ``1e-15`` and multipliers of ``1e30``; NNLS alone reads it as infeasible and ``pinv`` cuts the small
 singular value that carries it, so the rounds rescale to the margin and the vertex is solved with its columns
 scaled by powers of two. Infeasibility is certified only at rounding (:func:`certified`): the margin bound of the
-Farkas multipliers at most :data:`CERTIFICATE_TOL` times the rows' own rounding (a row formed as a difference of
-keys far larger than itself carries their rounding, not its own).
+Farkas multipliers at most :data:`CERTIFICATE_TOL` times the rounding it carries (a row formed as a difference of
+keys far larger than itself carries their rounding, not its own; multipliers far above ``h^T u`` carry theirs).
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ import numpy as np
 from scipy.optimize import nnls
 
 CERTIFICATE_TOL = 16 * np.finfo(float).eps
-"""Farkas multipliers certify infeasibility when they bound the margin (of unit rows) below this times the rows'
-rounding (:func:`certified`). NNLS's own certificates of infeasible problems bound it by 1 to 8 ``eps``; a feasible
-apex a relative ``1e-15`` above a segment has the bound ``2e-15`` and is solved before any verdict."""
+"""Farkas multipliers certify infeasibility when they bound the margin (of unit rows) below this times the rounding
+the bound carries: the rows' own, or that of ``G^T u`` over ``h^T u`` (:func:`certified`). NNLS's own certificates
+of infeasible problems bound it by 1 to 8 ``eps`` (``||G^T u||`` below ``eps sum u_j``); a feasible apex a
+relative ``1e-15`` above a segment has the bound ``2e-15`` and is solved before any verdict."""
 LDP_RESOLVED = 1e-6
 """An NNLS residual ``-1/(1 + ||y||^2)`` at most ``-LDP_RESOLVED`` resolves ``y`` (``||y|| <= 1e3`` in the units
 of its round)."""
@@ -110,14 +111,30 @@ def ldp_rounds(G: np.ndarray, h: np.ndarray):
     return point, *best
 
 
-def certified(u: np.ndarray, bound: float, rounding=None) -> bool:
-    """Whether Farkas multipliers ``u`` with margin bound ``bound`` certify infeasibility: ``bound`` at most
-    :data:`CERTIFICATE_TOL` times the largest ``rounding`` (``(N,)``, ``>= 1``, default 1) of the rows they use."""
-    if not np.isfinite(bound):
+def certified(u: np.ndarray, bound: float, rounding=None, *, h: np.ndarray) -> bool:
+    """Whether Farkas multipliers ``u`` of ``G y >= h`` (unit rows ``G``) with margin bound ``bound`` certify
+    infeasibility: ``bound`` at most :data:`CERTIFICATE_TOL` times the rounding it carries, the larger of
+
+    * the largest ``rounding`` (``(N,)``, ``>= 1``, default 1) of the rows ``u`` uses, and
+    * ``sum_j u_j rounding_j / h^T u``: the rows are known to a relative ``rounding_j eps``, so ``G^T u`` only to
+      about ``eps sum_j u_j rounding_j`` and the bound ``||G^T u|| / h^T u`` only to that over ``h^T u``. A bound
+      within :data:`CERTIFICATE_TOL` of it is a backward error: the rows lie within ``16 rounding_j eps``
+      (relative) of rows for which ``u`` is an exact certificate (as
+      :meth:`~mmtoken.attention.svm_solvers.SVMSolution.kkt_relative` measures stationarity against the
+      multipliers' own size).
+
+    The second exceeds the first where the certificate rests on rows of small ``h_j`` (rows far longer than the
+    one that sets the normalisation): an input whose selected token lies inside its other tokens' hull, beside an
+    input of small query, certifies with ``sum u_j / h^T u`` near 50 and ``||G^T u||`` at ``0.6 eps sum u_j``: a
+    bound of ``7e-15`` that the first alone left undecided (chapter 14 at paper scale, ``d = 2``).
+    """
+    if not np.isfinite(bound) or u.max(initial=0.0) <= 0:
         return False
-    scale = 1.0
-    if rounding is not None and u.max(initial=0.0) > 0:
-        scale = max(1.0, float(np.max(np.asarray(rounding)[u > 1e-6 * u.max()])))
+    rho = np.ones(len(u)) if rounding is None else np.maximum(np.asarray(rounding, dtype=float), 1.0)
+    scale = float(np.max(rho[u > 1e-6 * u.max()]))
+    beta = float(h @ u)
+    if beta > 0:
+        scale = max(scale, float(u @ rho) / beta)
     return bound <= CERTIFICATE_TOL * scale
 
 

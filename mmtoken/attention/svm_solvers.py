@@ -19,7 +19,8 @@ Two errors, never confused:
 
 :class:`InfeasibleSVM` (a ``ValueError``)
     no direction meets the constraints: reported only with an independent certificate (Farkas multipliers from
-    the NNLS route) that every feasible point would have norm above ``1 / CERTIFICATE_TOL`` in normalised units;
+    the NNLS route) that bound the margin of every feasible point at rounding (``CERTIFICATE_TOL`` times the rounding
+    the bound carries, :func:`~mmtoken.attention.svm_exact.certified`);
     the message names the inputs to blame.
 :class:`SolverFailed` (a ``RuntimeError``)
     neither a point that passes the check nor a certificate of infeasibility: the problem is too ill-conditioned.
@@ -271,7 +272,7 @@ def solve_min_norm(D: np.ndarray, b: np.ndarray, rows: list, what: str, data: st
                 break
     if exact is None:
         kept = None if rounding is None else np.asarray(rounding, dtype=float)[keep]
-        if certified(u, bound, kept):
+        if certified(u, bound, kept, h=h):
             raise InfeasibleSVM(
                 f"{what}: no solution (Clarabel: {status}; certified by NNLS Farkas multipliers, "
                 f"margin bound {bound:.1e}). " + _blame(G, h, [rows[j] for j in np.flatnonzero(keep)], kept)
@@ -311,7 +312,7 @@ def _blame(G, h, rows, rounding=None) -> str:
     for i in inputs:
         own = [j for j, q in enumerate(rows) if q[0] == i]
         kind, u, bound = least_distance(G[own], h[own])
-        if kind != "feasible" and certified(u, bound, None if rounding is None else rounding[own]):
+        if kind != "feasible" and certified(u, bound, None if rounding is None else rounding[own], h=h[own]):
             bad.append(i)
     if bad:
         return f"input(s) {bad} cannot be separated on their own (their selected token is not a vertex the keys can single out)"
@@ -362,7 +363,7 @@ def min_norm_nnls(D, b, data: str = "D and b", rounding=None) -> np.ndarray:
     for y, _ in exact_points(G, h, None, u):  # a margin so small that NNLS reads the problem as infeasible
         if y is not None and ((G @ y - h) / np.maximum(h, h.max()) >= -KKT_TOL).all():
             return c * y
-    if certified(u, bound, None if rounding is None else np.asarray(rounding, dtype=float)[keep]):
+    if certified(u, bound, None if rounding is None else np.asarray(rounding, dtype=float)[keep], h=h):
         raise InfeasibleSVM(f"least-distance problem is infeasible (certificate bounds the margin by {bound:.1e})")
     raise SolverFailed(
         f"least-distance problem on {data}: NNLS neither resolves a point nor certifies infeasibility (the "
