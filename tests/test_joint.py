@@ -257,6 +257,26 @@ def test_padding_does_not_change_training():
         assert np.allclose(h.p[-1].numpy(), out["p"][j], atol=1e-12)
 
 
+def test_batches_in_workers_are_the_batches_trained_here():
+    """train_batches / continue_batches in worker processes give the very bits of train_batch / continue_batch here
+    (the chapter's paper scale spreads its batches over the cores), in the order of the batches."""
+    grid = ch08_random.Settings(n=(1, 3), T=(2, 4), d=(2, 3, 5), count=2, steps=30, lr=0.2, cross_check=0)
+    bs = [ch08_random.padded_batch(grid, d) for d in grid.d]
+    here = [random_batch.train_batch(b["K"], b["gamma"], b["mask"], grid.steps, grid.lr) for b in bs]
+    there = random_batch.train_batches([(b["K"], b["gamma"], b["mask"]) for b in bs], grid.steps, grid.lr, workers=2)
+    assert random_batch.train_batches([], 3, 0.1) == []
+    for a, b in zip(here, there):
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    more = [(b["K"], b["gamma"], b["mask"], o["p"]) for b, o in zip(bs, here)]
+    ends = random_batch.continue_batches(more, grid.steps, grid.lr, workers=2)
+    for (K, g, m, p), e in zip(more, ends):
+        assert np.array_equal(e, random_batch.continue_batch(K, g, m, p, grid.steps, grid.lr))
+    two = random_batch.train_batch(bs[0]["K"], bs[0]["gamma"], bs[0]["mask"], 2 * grid.steps, grid.lr)
+    assert np.array_equal(two["p"], random_batch.continue_batch(*more[0], grid.steps, grid.lr))  # continuing
+    with pytest.raises(ValueError, match="workers"):
+        random_batch.train_batches([more[0][:3]], 3, 0.1, workers=0)
+
+
 def test_settings_one_size_is_a_grid_of_one_and_bad_values_are_named():
     s = ch08_random.Settings(d=20)
     assert (

@@ -32,6 +32,10 @@ def log_neg_deriv(u, loss_id):
 
 
 SAFE_LO, SAFE_HI = 2.0**-500, 2.0**500  # as mmtoken.attention.grad.SAFE_RANGE
+EXP_ZERO = -746.0
+"""``math.exp(x)`` is exactly ``0.0`` for ``x <= EXP_ZERO`` (``e^-746`` is below half the least subnormal). The
+gradient skips such terms: adding ``+0.0`` or ``-0.0`` (``0`` times a finite number) to a sum that starts at ``+0.0``
+never changes it, so the skip keeps every bit, and spares the slow underflowing ``exp`` of saturated runs."""
 
 
 @njit(cache=True)
@@ -88,14 +92,20 @@ def gradient(K, gamma, mask, q, loss_id, logw, sgn, top, G):
     M = -np.inf
     for i in range(n):
         best, zbest = -1, -np.inf
+        real = 0
         for t in range(T):
             if mask[i, t]:
+                real += 1
                 z = 0.0
                 for j in range(m):
                     z += K[i, t, j] * q[j]
                 if z > zbest:
                     best, zbest = t, z
         top[i] = best
+        if real == 1:  # an input of one real token (padding) carries no term: the same G, fewer operations
+            for t in range(T):
+                logw[i, t] = -np.inf
+            continue
         total = 0.0
         for t in range(T):
             logw[i, t] = -np.inf
@@ -104,13 +114,15 @@ def gradient(K, gamma, mask, q, loss_id, logw, sgn, top, G):
                 for j in range(m):
                     d += (K[i, t, j] - K[i, best, j]) * q[j]  # logit gap from key differences
                 logw[i, t] = d
-                total += math.exp(d)
+                if not d <= EXP_ZERO:  # below, exp is exactly 0 and adds nothing (NaN still goes through)
+                    total += math.exp(d)
         lse = math.log1p(total)
         umt = 0.0  # u - gamma_top from small probabilities
         for t in range(T):
             if logw[i, t] > -np.inf:
                 logw[i, t] -= lse
-                umt += math.exp(logw[i, t]) * (gamma[i, t] - gamma[i, best])
+                if not logw[i, t] <= EXP_ZERO:
+                    umt += math.exp(logw[i, t]) * (gamma[i, t] - gamma[i, best])
         lnd = log_neg_deriv(gamma[i, best] + umt, loss_id)
         for t in range(T):
             if logw[i, t] > -np.inf:
@@ -129,7 +141,7 @@ def gradient(K, gamma, mask, q, loss_id, logw, sgn, top, G):
     for i in range(n):
         b = top[i]
         for t in range(T):
-            if logw[i, t] > -np.inf:
+            if logw[i, t] > -np.inf and not logw[i, t] - M <= EXP_ZERO:
                 w = sgn[i, t] * math.exp(logw[i, t] - M)
                 for j in range(m):
                     G[j] += w * (K[i, t, j] - K[i, b, j])
