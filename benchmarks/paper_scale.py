@@ -160,7 +160,8 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"  {row['status']}: {row['wall_s']:.0f} s wall, "
             + (f"{row['cpu_s']:.0f} s CPU; " if row["cpu_s"] is not None else "CPU not measured; ")
-            + f"{len(row.get('claims', {}))} claims" + (f", not passing: {bad}" if bad else ""),
+            + f"{len(row.get('claims', {}))} claims"
+            + (f", not passing: {bad}" if bad else ""),
             flush=True,
         )
         RESULTS.parent.mkdir(exist_ok=True)

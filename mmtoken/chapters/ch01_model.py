@@ -7,7 +7,6 @@ __all__ = ['CHAPTER', 'EQ_MIN_STEPS', 'EQ_LOGIT_TOL', 'EQ_SV_RATIO', 'E2', 'W_DI
            'normalized_gd_on_w', 'WDirectionRun', 'w_direction', 'plot_w_direction']
 
 # %% book/part1/01_model.ipynb #67191a3c
-import dataclasses
 import functools
 from dataclasses import dataclass
 
