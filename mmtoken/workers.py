@@ -20,7 +20,7 @@ that dies (killed for memory) raises it too. Nothing is recomputed behind the ca
 
 from __future__ import annotations
 
-__all__ = ["WATCH_SECONDS", "WorkerError", "default_workers", "map_jobs"]
+__all__ = ["WATCH_SECONDS", "WorkerError", "cores", "default_workers", "map_jobs"]
 
 import ctypes
 import multiprocessing
@@ -40,9 +40,17 @@ class WorkerError(RuntimeError):
     """A job failed in a worker process (its traceback is in the message), or a worker died."""
 
 
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system tells it, else every core)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def default_workers() -> int:
     """One more worker than the cores (single-threaded runs that wait on memory cost little)."""
-    return (os.cpu_count() or 1) + 1
+    return cores() + 1
 
 
 def _die_with_parent(parent: int) -> None:

@@ -267,6 +267,8 @@ def test_batches_in_workers_are_the_batches_trained_here():
     assert random_batch.train_batches([], 3, 0.1) == []
     for a, b in zip(here, there):
         assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    one = random_batch.train_batches([(bs[2]["K"], bs[2]["gamma"], bs[2]["mask"])], grid.steps, grid.lr, workers=2)
+    assert all(np.array_equal(one[0][k], here[2][k]) for k in here[2])  # one batch, cut into pieces for two workers
     more = [(b["K"], b["gamma"], b["mask"], o["p"]) for b, o in zip(bs, here)]
     ends = random_batch.continue_batches(more, grid.steps, grid.lr, workers=2)
     for (K, g, m, p), e in zip(more, ends):

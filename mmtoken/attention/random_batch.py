@@ -4,8 +4,9 @@ Shared by the random-instance studies (chapter 8, ``A.random.*``; chapter 14, ``
 :func:`train_batch` trains a padded batch of instances in one call (:func:`train_one_by_one`, its reference, one
 instance at a time) and :func:`analyse` classifies the selection reached. :func:`train_batches` and
 :func:`continue_batches` train several batches, on every core when the work is large (the package's worker pool,
-:func:`mmtoken.workers.map_jobs`): each batch is trained by the same call in a worker as in the caller, so the
-results do not depend on where it ran, bit for bit.
+:func:`mmtoken.workers.map_jobs`), the batches cut into pieces of rows there: each row is its own run, trained by
+the same call in a worker as in the caller, so the results do not depend on where or in which piece it ran, bit
+for bit.
 """
 
 from __future__ import annotations
@@ -22,11 +23,10 @@ __all__ = [
     "analyse",
 ]
 
-import os
-
 import numpy as np
 import torch
 
+from mmtoken import workers as pool
 from mmtoken.attention import geometry, grad, svm, train
 from mmtoken.attention.model import AttentionProblem
 
@@ -109,45 +109,33 @@ PARALLEL_WORK = 50_000_000
 about a minute of one core's training at ``(n, T, m) = (8, 8, 16)``)."""
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def _run_group(func, jobs: list) -> list:
     """``[func(*args) for args in jobs]``: one worker's share of :func:`_map`."""
     return [func(*args) for args in jobs]
 
 
 def _groups(jobs: list, steps: int, workers: int | None) -> int:
-    """How many worker processes :func:`_map` starts for ``jobs`` (``1``: none, the jobs run here)."""
+    """How many worker processes :func:`_in_pieces` starts for ``jobs`` (``1``: none, the jobs run here)."""
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers must be None or a positive integer, got {workers!r}")
     rows = sum(np.shape(args[0])[0] for args in jobs)
     if workers is None and rows * steps < PARALLEL_WORK:
         return 1
-    return min(len(jobs), workers or _cores())
+    return max(1, min(rows, workers or pool.cores()))
 
 
-def _map(func, jobs: list, steps: int, workers: int | None) -> list:
-    """``[func(*args) for args in jobs]`` (``args[0]`` the keys ``(I, n, T, m)`` of a batch), in ``workers``
-    processes (default: the cores) when the work reaches :data:`PARALLEL_WORK`, else here. The jobs go to the
-    workers longest first, each to the least loaded (cost: rows times tokens times ``m + 32``), one worker process
-    per group of jobs; the results come back in the jobs' order."""
-    from mmtoken import workers as pool
-
-    groups = _groups(jobs, steps, workers)
-    if groups <= 1:
-        return [func(*args) for args in jobs]
+def _map(func, jobs: list, groups: int) -> list:
+    """``[func(*args) for args in jobs]`` (``args[0]`` the keys ``(I, n, T, m)`` of a batch) in ``groups`` worker
+    processes. The jobs go to the workers longest first, each to the least loaded (cost: rows times tokens times
+    ``m + 32``), one worker process per group of jobs; the results come back in the jobs' order."""
     cost = [np.prod(np.shape(args[0])[:3]) * (np.shape(args[0])[3] + 32) for args in jobs]
     load, share = [0.0] * groups, [[] for _ in range(groups)]
     for i in sorted(range(len(jobs)), key=lambda i: -cost[i]):
         g = load.index(min(load))
         load[g] += cost[i]
         share[g].append(i)
-    done = pool.map_jobs(_run_group, [(func, [jobs[i] for i in idx]) for idx in share], groups)
+    share = [idx for idx in share if idx]
+    done = pool.map_jobs(_run_group, [(func, [jobs[i] for i in idx]) for idx in share], len(share))
     out = [None] * len(jobs)
     for idx, results in zip(share, done):
         for i, res in zip(idx, results):
@@ -155,26 +143,39 @@ def _map(func, jobs: list, steps: int, workers: int | None) -> list:
     return out
 
 
+def _in_pieces(func, jobs: list, arrays: int, join, steps: int, workers: int | None) -> list:
+    """``[func(*args) for args in jobs]`` (the first ``arrays`` of each ``args`` indexed by row), spread as in
+    :func:`_map`. Each row is its own run (the kernel trains the rows one by one), so in workers the batches are
+    cut into pieces of rows, about four a worker, which balance the cores better than whole batches (one batch can
+    hold most of the work); ``join`` puts a batch's pieces back together."""
+    groups = _groups(jobs, steps, workers)
+    if groups <= 1:
+        return [func(*args) for args in jobs]
+    per = -(-sum(len(args[0]) for args in jobs) // (4 * groups))  # rows per piece
+    cuts = [range(0, len(args[0]), per) for args in jobs]
+    pieces = [tuple(a[i : i + per] for a in args[:arrays]) + args[arrays:] for args, c in zip(jobs, cuts) for i in c]
+    ends = iter(_map(func, pieces, groups))
+    return [join([next(ends) for _ in c]) for c in cuts]
+
+
+def _join_dicts(parts: list[dict]) -> dict:
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
 def train_batches(batches, steps: int, lr: float, workers: int | None = None) -> list[dict]:
     """:func:`train_batch` on each ``(K, gamma, mask)`` of ``batches``; on ``workers`` processes (default: every core
-    when the work reaches :data:`PARALLEL_WORK`, else in this process; a number: always that many). Returns the
-    list of :func:`train_batch`'s results, in the order of ``batches``."""
-    return _map(train_batch, [(K, g, m, steps, lr) for K, g, m in batches], steps, workers)
+    when the work reaches :data:`PARALLEL_WORK`, else in this process; a number: always that many), the batches cut
+    into pieces of rows there. Returns the list of :func:`train_batch`'s results, in the order of ``batches``: the
+    same bits wherever they ran."""
+    jobs = [(K, g, m, steps, lr) for K, g, m in batches]
+    return _in_pieces(train_batch, jobs, 3, _join_dicts, steps, workers)
 
 
 def continue_batches(batches, steps: int, lr: float, workers: int | None = None) -> list[np.ndarray]:
     """:func:`continue_batch` on each ``(K, gamma, mask, p)`` of ``batches``, spread as in :func:`train_batches`;
-    returns the final iterates of each, in the order of ``batches``. Each row is its own run (the kernel trains
-    the rows one by one), so in workers the batches are cut into pieces of rows, which balance the cores better."""
+    returns the final iterates of each, in the order of ``batches``."""
     jobs = [(K, g, m, p, steps, lr) for K, g, m, p in batches]
-    groups = _groups(jobs, steps, workers)
-    if groups <= 1:
-        return [continue_batch(*args) for args in jobs]
-    per = -(-sum(len(args[0]) for args in jobs) // (4 * groups))  # rows per piece: about four pieces per worker
-    cuts = [range(0, len(args[0]), per) for args in jobs]
-    pieces = [tuple(a[i : i + per] for a in args[:4]) + (steps, lr) for args, c in zip(jobs, cuts) for i in c]
-    ends = iter(_map(continue_batch, pieces, steps, groups))
-    return [np.concatenate([next(ends) for _ in c]) for c in cuts]
+    return _in_pieces(continue_batch, jobs, 4, np.concatenate, steps, workers)
 
 
 def train_one_by_one(K, gamma, mask, steps: int, lr: float) -> np.ndarray:
