@@ -9,6 +9,8 @@ a temporary folder: about a minute) and reads the ``.tex``.
 
 from __future__ import annotations
 
+import ast
+import json
 import re
 import shutil
 import subprocess
@@ -21,7 +23,7 @@ import pytest
 from IPython.core.formatters import format_display_data
 from markdown_it import MarkdownIt
 
-from mmtoken.book import html_tables, report, text_tables
+from mmtoken.book import html_tables, pages, report, scale_runs, text_tables
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted(p for p in (ROOT / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
@@ -78,14 +80,64 @@ def test_every_stored_claim_is_one_row_of_its_chapters_markdown_table():
     rows = stored_ledger_rows()
     seen = []
     for group in html_tables.ledger_groups(rows, ROOT):
-        (table,) = parsed_tables(text_tables.group_markdown(group))
+        md = text_tables.group_markdown(group)
+        (table,) = parsed_tables(md)
         assert table[0] == list(text_tables.LEDGER_HEADER)
-        assert all(len(r) == 4 for r in table), group.title
+        assert all(len(r) == 5 for r in table), group.title
         assert [r[0] for r in table[1:]] == [report.status(d) for d in group.rows]
         for cells, d in zip(table[1:], group.rows):
-            assert f"`{d['id']}`" in cells[1] and d["threshold"].split()[0] in cells[3]
+            assert cells[1].startswith(group.paper.verdict(d["id"])), "the paper-scale verdict beside the status"
+            assert f"`{d['id']}`" in cells[2] and d["threshold"].split()[0] in cells[4]
+        assert md.startswith(text_tables.escape(group.paper.line())), "the table says when its paper run was made"
         seen += [d["id"] for d in group.rows]
     assert sorted(seen) == sorted(r["id"] for r in rows) and len(rows) > 50
+
+
+def test_the_markdown_ledger_shows_the_paper_scale_verdicts(tmp_path):
+    meta = {"date": "2026-01-02", "commit": "abc1234"}
+    runs = {
+        "paper": {
+            "tour": {"status": "finished", "wall_s": 3.0, "claims": {"a.one": "pass", "a.two": "FAIL"}, "meta": meta},
+            "part1/02_global": {"status": "timeout", "wall_s": 601.0, "cpu_s": None, "limit_s": 600, "meta": meta},
+        }
+    }
+    (tmp_path / f"{scale_runs.FILE}.json").write_text(json.dumps(runs))
+    rows = [
+        {
+            "id": cid,
+            "statement": "s",
+            "checks": "c",
+            "kind": "theorem",
+            "chapter": chapter,
+            "threshold": "t < 1",
+            "measured": 0.5,
+            "passed": True,
+        }
+        for cid, chapter in (("a.one", "tour"), ("a.two", "tour"), ("b.one", "02_global"), ("c.one", "09_vit_sparsity"))
+    ]
+    groups = html_tables.ledger_groups(rows, ROOT, tmp_path)
+    tables = [parsed_tables(text_tables.group_markdown(g))[0] for g in groups]
+    assert [[r[1] for r in t[1:]] for t in tables] == [
+        ["pass", f"FAIL {scale_runs.DIFFERS}"],
+        ["not measured (stopped at 600 s)"],
+        ["not measured (needs a GPU at paper scale)"],
+    ]
+    assert text_tables.group_markdown(groups[0]).startswith("Paper scale: measured 2026-01-02 at commit abc1234\n\n")
+
+
+def test_every_chapter_is_run_at_paper_scale_or_says_why_not():
+    """``scale_runs.NOT_RUN`` names the chapters with claims that ``benchmarks/paper_scale.py`` leaves out."""
+    script = ast.parse((ROOT / "benchmarks" / "paper_scale.py").read_text(encoding="utf-8"))
+    (run,) = [
+        ast.literal_eval(n.value)
+        for n in script.body
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "CHAPTERS"
+    ]
+    docs = {p.stem: p.doc.removeprefix("book/") for p in pages.book_order(ROOT)}
+    with_claims = {docs[d["chapter"]] for d in stored_ledger_rows() if d.get("chapter") in docs}
+    assert not set(run) & set(scale_runs.NOT_RUN)
+    assert with_claims <= set(run) | set(scale_runs.NOT_RUN), with_claims - set(run)
+    assert set(scale_runs.NOT_RUN) <= with_claims
 
 
 def test_a_benchmark_table_displays_as_html_markdown_and_text():
@@ -180,8 +232,10 @@ def test_the_latex_build_holds_every_table(tmp_path):
     assert len(ours) == len(groups)
     for section, group in zip(ours, groups):
         assert r"\begin{longtable}" in section, group.title
+        assert "paper scale" in section and group.paper.line() in section, group.title  # the column, its date
         for d in group.rows:
             assert f"\\sphinxupquote{{{d['id']}}}" in section, d["id"]
+            assert group.paper.verdict(d["id"]) in section, d["id"]
 
     bench = latex_section(tex, r"\chapter{Benchmarks}", r"\chapter{")
     assert len(re.findall(r"\\begin\{(tabulary|longtable|tabular)\}", bench)) == len(BENCHMARKS)

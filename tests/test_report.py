@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mmtoken.book import html_tables, pages, report
+from mmtoken.book import html_tables, pages, report, scale_runs
 from mmtoken.book.ledger import Result
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,7 +184,7 @@ def test_group_html_anchors_and_links_back(mini):
     p = _Rows()
     p.feed(html)
     assert p.rows == ["claim-A.a.one", "claim-A.b.two", "claim-A.c.none"]
-    assert p.heads == ["status", "claim", "what it checks", "measured / threshold"]
+    assert p.heads == ["status", "paper scale", "claim", "what it checks", "measured / threshold"]
     assert ("claim-A.a.one", "claim-back", "../part1/02_b.html#stmt-A.a.one") in p.links, (
         "a claim stated in its own chapter links there, even if an earlier page also marks it"
     )
@@ -193,6 +193,90 @@ def test_group_html_anchors_and_links_back(mini):
     assert html.index("ledger-badge-pass") < html.index("<code"), "status is the first column"
     assert "known miss: why" in html and "ledger-badge-fail" in html
     assert "threshold: corr &gt;= 0.999" in html
+
+
+def paper_runs(folder: Path) -> Path:
+    """A results folder whose paper-scale file holds a finished chapter (01_a) and a stopped one (02_b)."""
+    meta = {"date": "2026-01-02", "commit": "abc1234", "cores": 2}
+    runs = {
+        "quick": {"part1/01_a": {"status": "finished", "wall_s": 1.0, "cpu_s": 1.0, "claims": {}, "meta": meta}},
+        "paper": {
+            "part1/01_a": {
+                "status": "finished",
+                "wall_s": 30.0,
+                "cpu_s": 50.0,
+                "claims": {"A.a.one": "pass", "A.a.two": "FAIL", "A.a.miss": "known miss"},
+                "meta": meta,
+            },
+            "part1/02_b": {
+                "status": "timeout",
+                "wall_s": 901.3,
+                "cpu_s": None,
+                "limit_s": 900.0,
+                "meta": dict(meta, commit="def5678", date="2026-01-03"),
+            },
+        },
+    }
+    folder.mkdir(exist_ok=True)
+    (folder / f"{scale_runs.FILE}.json").write_text(json.dumps(runs))
+    return folder
+
+
+def paper_cells(html: str) -> dict[str, str]:
+    """Row id -> the text of its paper-scale cell (tags dropped)."""
+    cells = re.findall(r'<tr id="([^"]+)"[^>]*>.*?<td class="ledger-paper">(.*?)</td>', html)
+    # the verdict is the cell's first span; the mark of a difference, a second one
+    return {
+        rid: re.match(r"<span[^>]*>([^<]+)</span>", c)[1] + (" ≠" if "ledger-differs" in c else "") for rid, c in cells
+    }
+
+
+def test_each_row_shows_its_paper_scale_verdict_beside_its_status(mini, tmp_path):
+    rs = [
+        result("A.a.one", "01_a"),
+        result("A.a.two", "01_a"),  # passes here, failed at paper scale: marked
+        result("A.a.miss", "01_a", passed=False, kind="observation", known_miss="why"),  # the same at both
+        result("A.a.new", "01_a"),  # a claim the paper run did not print (added since)
+        result("A.b.two", "02_b"),  # its chapter was stopped at the limit
+        result("A.sat.x", "sat"),  # its chapter was not run at paper scale
+        result("z.none", "nowhere"),
+    ]
+    rows = report.rows_from_payload(report.ledger_payload(rs))
+    groups = html_tables.ledger_groups(rows, mini, paper_runs(tmp_path / "results"))
+    html = "".join(html_tables.group_html(g, "book/appendix/claims", {}) for g in groups)
+    assert paper_cells(html) == {
+        "claim-A.a.one": "pass",
+        "claim-A.a.two": "FAIL ≠",
+        "claim-A.a.miss": "known miss",
+        "claim-A.a.new": "not measured (not printed)",
+        "claim-A.b.two": "not measured (stopped at 900 s)",
+        "claim-A.sat.x": "not measured (not run by make scale-times)",
+        "claim-z.none": "not measured (no chapter)",
+    }
+    assert html.count("ledger-differs") == 1 and scale_runs.DIFFERS in html
+    assert html.index('<td class="ledger-status">') < html.index('<td class="ledger-paper">') < html.index("<code")
+    # each chapter's table says when and at which commit its paper run was made (they differ by chapter)
+    assert [g.paper.line() for g in groups] == [
+        "Paper scale: measured 2026-01-02 at commit abc1234",
+        "Paper scale: not measured, stopped at its 900 s limit (2026-01-03 at commit def5678)",
+        "Paper scale: not measured (not run by make scale-times)",
+        "Paper scale: not measured (no chapter)",
+    ]
+    assert all(f'<p class="ledger-paper-run">{g.paper.line()}</p>' in html for g in groups)
+
+
+def test_a_chapter_left_out_of_the_paper_runs_says_why():
+    runs = {"paper": {"part1/08_random": {"status": "error", "wall_s": 3.0, "cpu_s": 3.0, "claims": {"a.b": "FAIL"}}}}
+    gpu = scale_runs.chapter_run(runs, "book/part1/09_vit_sparsity")
+    assert gpu.verdict("A.vit.learns") == "not measured (needs a GPU at paper scale)"
+    failed = scale_runs.chapter_run(runs, "book/part1/08_random")
+    assert (failed.verdict("a.b"), failed.verdict("c.d")) == ("FAIL", "not measured (the run failed)")
+    assert failed.line() == "Paper scale: the run failed (date and commit not recorded)"
+    assert failed.differs("a.b", "pass") and not failed.differs("a.b", "FAIL")
+    assert not failed.differs("c.d", "pass"), "no verdict, nothing to compare"
+    assert not failed.differs("a.b", "data missing"), "no status to compare with"
+    assert scale_runs.chapter_run(None, "book/tour").verdict("x") == "not measured (not run by make scale-times)"
+    assert html_tables.row_html(result("x.y", "tour").to_dict(), None, None).count("not measured") == 1
 
 
 def test_claims_html_has_one_heading_per_group(mini):

@@ -8,7 +8,10 @@ the chapter says what the claim checks (the "What we check" note of a theorem bo
 On the ledger page, ``claims-ledger`` renders the rows that the page's notebook glued
 under the given key (``glue(key, report.ledger_payload(results), display=False)``)
 as one section per chapter, in book order, under the chapter's title: real headings, so
-each group is in the page's contents sidebar. The tables come from
+each group is in the page's contents sidebar. Beside each claim's status a column shows its
+verdict at paper scale, read from the measurement ``make scale-times`` stored with the repository
+(``benchmarks/results/paper_scale.json``, :mod:`mmtoken.book.scale_runs`); the directive recomputes
+nothing. The tables come from
 :mod:`mmtoken.book.html_tables`; the builders that show no HTML (the PDF) get the same
 tables as Markdown from :mod:`mmtoken.book.text_tables`, parsed into real tables.
 
@@ -81,7 +84,7 @@ class ClaimsLedger(SphinxDirective):
     has_content = False
 
     def run(self) -> list[nodes.Node]:
-        from mmtoken.book import html_tables, pages, report, text_tables  # the book's package renders the tables
+        from mmtoken.book import html_tables, pages, report, scale_runs, text_tables  # the package renders them
         from myst_nb.ext.glue.utils import RetrievalError, retrieve_glue_data
 
         key = self.arguments[0]
@@ -101,6 +104,8 @@ class ClaimsLedger(SphinxDirective):
         places = pages.statement_places(root)
         for p in sorted(root.glob("book/**/*.md")):         # the back links depend on these pages
             self.env.note_dependency(str(p))
+        # and so does the paper-scale column: a new measurement rebuilds the page
+        self.env.note_dependency(str(html_tables.benchmark_results(root) / f"{scale_runs.FILE}.json"))
         out: list[nodes.Node] = []
         for group in html_tables.ledger_groups(rows, root):
             section = nodes.section(ids=[group.anchor], names=[nodes.fully_normalize_name(group.title)])
@@ -112,7 +117,7 @@ class ClaimsLedger(SphinxDirective):
             text += self.parse_text_to_nodes(text_tables.group_markdown(group))
             for table in text.findall(nodes.table):  # may break across pages; columns as wide as the web page's
                 table["classes"] += ["longtable", "colwidths-given"]
-                for spec, width in zip(table.findall(nodes.colspec), (12, 22, 38, 28)):
+                for spec, width in zip(table.findall(nodes.colspec), (10, 12, 20, 34, 24)):
                     spec["colwidth"] = width
             section += text
             self.state.document.note_implicit_target(section, section)

@@ -4,7 +4,9 @@ The ledger is grouped by chapter, in book order, under the chapter's title as th
 (:mod:`mmtoken.book.pages`). Each row carries the anchor ``claim-<id>`` and links back to the place its
 chapter states the claim, marked with the role ``{claim}`<id>``` (see ``CONTRIBUTING.md``). The book
 renders the rows the claims appendix stores (:func:`mmtoken.book.report.ledger_payload`) with the
-``claims-ledger`` directive (``book/_ext/claims.py``).
+``claims-ledger`` directive (``book/_ext/claims.py``). Beside each claim's status a row shows its verdict at
+paper scale, as ``benchmarks/paper_scale.py`` measured it (:mod:`mmtoken.book.scale_runs`), and each chapter's
+table says when and at which commit that run was made.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ __all__ = [
     "KIND_LABELS",
     "Group",
     "ledger_groups",
+    "paper_html",
     "row_html",
     "TABLE_HEAD",
     "group_html",
     "claims_html",
     "benchmark_results",
+    "benchmark_file",
     "benchmark_tables",
     "table_html",
 ]
@@ -36,6 +40,8 @@ from typing import Any
 from mmtoken.book.ledger import Result
 from mmtoken.book.pages import BOOK_DATA, ROOT, Page, book_order, relative_url, statement_places
 from mmtoken.book.report import measured_items, row_dict, status
+from mmtoken.book.scale_runs import DIFFERS, ChapterRun, chapter_run, stopped
+from mmtoken.book.scale_runs import FILE as SCALE_FILE
 
 LEDGER_DOC = "book/appendix/claims"
 CLAIM_ANCHOR = "claim-"  # ledger row:            claims.html#claim-A.global.gd
@@ -46,28 +52,40 @@ KIND_LABELS = {"theorem": "theorem", "observation": "observation", "consistency"
 # --- the ledger -----------------------------------------------------------------------------
 
 
+_NO_RUN = ChapterRun("", None)  # a row rendered outside a chapter's group: not measured at paper scale
+
+
 @dataclass(frozen=True)
 class Group:
-    """The ledger rows of one chapter."""
+    """The ledger rows of one chapter, and the chapter's run at paper scale."""
 
     page: Page | None
     anchor: str
     title: str
     rows: tuple
+    paper: ChapterRun = _NO_RUN
 
 
-def ledger_groups(results: Iterable[Result | dict], root: Path = ROOT) -> list[Group]:
-    """Rows grouped by chapter, in book order; claims of no page of the book come last."""
+def ledger_groups(results: Iterable[Result | dict], root: Path = ROOT, results_dir: Path | None = None) -> list[Group]:
+    """Rows grouped by chapter, in book order; claims of no page of the book come last.
+
+    Each group carries its chapter's paper-scale run from the benchmark results in ``results_dir``
+    (default :func:`benchmark_results` of ``root``): a measurement stored with the repository, read, never
+    recomputed.
+    """
+    runs = benchmark_file(benchmark_results(root) if results_dir is None else results_dir, SCALE_FILE)
     rows: dict[str, list[dict]] = {}
     for r in results:
         d = row_dict(r)
         rows.setdefault(d.get("chapter") or "", []).append(d)
     groups = [
-        Group(p, f"ledger-{p.stem}", p.heading, tuple(rows.pop(p.stem))) for p in book_order(root) if p.stem in rows
+        Group(p, f"ledger-{p.stem}", p.heading, tuple(rows.pop(p.stem)), chapter_run(runs, p.doc))
+        for p in book_order(root)
+        if p.stem in rows
     ]
     rest = [d for k in sorted(rows) for d in rows[k]]
     if rest:
-        groups.append(Group(None, "ledger-other", "Claims of no chapter", tuple(rest)))
+        groups.append(Group(None, "ledger-other", "Claims of no chapter", tuple(rest), chapter_run(runs, None)))
     return groups
 
 
@@ -77,10 +95,28 @@ def _code(text: str) -> str:
     return f'<code class="docutils literal notranslate">{body}</code>'
 
 
-def row_html(d: dict, back: str | None, chapter_url: str | None) -> str:
-    """One ledger row: status | claim, kind and link back | what it checks | measured vs threshold."""
+_BADGE = {"pass": "pass", "known miss": "miss", "data missing": "miss", "not yet computed": "miss", "FAIL": "fail"}
+
+
+def paper_html(d: dict, paper: ChapterRun, st: str) -> str:
+    """The paper-scale cell of a row: the verdict as a badge (or why there is none), marked where it differs
+    from the row's status ``st``."""
+    verdict = paper.verdict(d["id"])
+    cell = (
+        f'<span class="ledger-badge ledger-badge-{_BADGE[verdict]}">{html.escape(verdict)}</span>'
+        if verdict in _BADGE
+        else f'<span class="ledger-sub">{html.escape(verdict)}</span>'
+    )
+    if paper.differs(d["id"], st):
+        cell += f'<span class="ledger-differs" title="differs from the status column">{html.escape(DIFFERS)}</span>'
+    return cell
+
+
+def row_html(d: dict, back: str | None, chapter_url: str | None, paper: ChapterRun | None = None) -> str:
+    """One ledger row: status | paper scale | claim, kind and link back | what it checks | measured vs threshold.
+    Without ``paper`` (the chapter's run at paper scale) the paper-scale cell says it was not measured."""
     st = status(d)
-    cls = {"pass": "pass", "known miss": "miss", "data missing": "miss", "not yet computed": "miss", "FAIL": "fail"}[st]
+    cls = _BADGE[st]
     if back:
         where = f'<a class="claim-back" href="{html.escape(back)}" title="where the chapter states it">stated here</a>'
     elif chapter_url:
@@ -103,30 +139,32 @@ def row_html(d: dict, back: str | None, chapter_url: str | None) -> str:
     return (
         f'<tr id="{CLAIM_ANCHOR}{html.escape(d["id"])}" class="ledger-{cls}">'
         f'<td class="ledger-status"><span class="ledger-badge ledger-badge-{cls}">{st}</span></td>'
+        f'<td class="ledger-paper">{paper_html(d, paper or _NO_RUN, st)}</td>'
         f'<td class="ledger-claim">{claim}</td><td class="ledger-checks">{checks}</td>'
         f'<td class="ledger-result">{result}</td></tr>'
     )
 
 
 TABLE_HEAD = (
-    '<table class="ledger"><colgroup><col class="ledger-col-status"><col class="ledger-col-claim">'
-    '<col class="ledger-col-checks"><col class="ledger-col-result"></colgroup>'
-    "<thead><tr><th>status</th><th>claim</th><th>what it checks</th><th>measured / threshold</th>"
+    '<table class="ledger"><colgroup><col class="ledger-col-status"><col class="ledger-col-paper">'
+    '<col class="ledger-col-claim"><col class="ledger-col-checks"><col class="ledger-col-result"></colgroup>'
+    "<thead><tr><th>status</th><th>paper scale</th><th>claim</th><th>what it checks</th><th>measured / threshold</th>"
     "</tr></thead><tbody>"
 )
 
 
 def group_html(group: Group, from_doc: str = LEDGER_DOC, places: dict[str, list[str]] | None = None) -> str:
-    """The table of one group, with links relative to the page of ``from_doc``."""
+    """The table of one group, with links relative to the page of ``from_doc``, under the line that dates the
+    chapter's paper-scale run."""
     places = statement_places() if places is None else places
-    out = [TABLE_HEAD]
+    out = [f'<p class="ledger-paper-run">{html.escape(group.paper.line())}</p>', TABLE_HEAD]
     for d in group.rows:
         docs = places.get(d["id"], [])
         own = group.page.doc if group.page else None
         target = own if own in docs else (docs[0] if docs else None)
         back = f"{relative_url(from_doc, target)}#{STATEMENT_ANCHOR}{d['id']}" if target else None
         chapter = relative_url(from_doc, own) if own else None
-        out.append(row_html(d, back, chapter))
+        out.append(row_html(d, back, chapter, group.paper))
     out.append("</tbody></table>")
     return "".join(out)
 
@@ -154,6 +192,12 @@ def benchmark_results(root: Path = ROOT) -> Path:
     return here if here.is_dir() else BOOK_DATA / "benchmarks"
 
 
+def benchmark_file(results_dir: Path, name: str) -> dict | None:
+    """The contents of the benchmark results file ``<results_dir>/<name>.json``, or None where there is none."""
+    f = results_dir / f"{name}.json"
+    return json.loads(f.read_text()) if f.is_file() else None
+
+
 def _meta_line(meta: dict | None) -> str:
     """``measured 2026-11-29 on <cpu> (2 cores); torch 2.13.0; torch threads 2; Python 3.11.7``."""
     if not meta:
@@ -179,12 +223,8 @@ def benchmark_tables(results_dir: Path, root: Path = ROOT) -> dict[str, tuple[st
     """
     import pandas as pd
 
-    def load(name: str) -> dict | None:
-        f = results_dir / f"{name}.json"
-        return json.loads(f.read_text()) if f.is_file() else None
-
     out: dict[str, tuple[str, Any]] = {}
-    if (data := load("figures")) is not None:
+    if (data := benchmark_file(results_dir, "figures")) is not None:
         rows = [
             {
                 "published figure (paper A)": r["figure"],
@@ -199,7 +239,7 @@ def benchmark_tables(results_dir: Path, root: Path = ROOT) -> dict[str, tuple[st
         meta = data.get("meta", {})
         steps = f"; {meta['steps']} steps" if meta.get("steps") else ""
         out["figures"] = (_meta_line(meta) + steps, pd.DataFrame(rows))
-    if (data := load("whole_process")) is not None:
+    if (data := benchmark_file(results_dir, "whole_process")) is not None:
         meta = data.get("meta", {})
         base = data["rows"].get(meta.get("baseline", ""), {}).get("cpu_s_median")
         floor = next((r["cpu_s_median"] for k, r in data["rows"].items() if k.startswith("floor")), None)
@@ -217,7 +257,7 @@ def benchmark_tables(results_dir: Path, root: Path = ROOT) -> dict[str, tuple[st
         ]
         runs = f"; {meta['repeat']} runs each" if meta.get("repeat") else ""
         out["whole_process"] = (_meta_line(meta) + runs, pd.DataFrame(rows))
-    if (data := load("random")) is not None:
+    if (data := benchmark_file(results_dir, "random")) is not None:
         measures = {
             "batched (instances/s)": lambda r: f"{r['batched_inst_per_s']:,.0f}",
             "one at a time (instances/s)": lambda r: f"{r['loop_inst_per_s']:,.0f}",
@@ -233,7 +273,7 @@ def benchmark_tables(results_dir: Path, root: Path = ROOT) -> dict[str, tuple[st
         rows = [{"measure": m, **{name: f(r) for name, r in trainers.items()}} for m, f in measures.items()]
         cfg = f"scale {data.get('scale')}, d = {data.get('d')}, {data.get('steps')} steps"
         out["random"] = (_meta_line(data.get("meta")) + f"; {cfg}", pd.DataFrame(rows))
-    if (data := load("book")) is not None:
+    if (data := benchmark_file(results_dir, "book")) is not None:
         chapters = {nb.removesuffix(".ipynb"): s for nb, s in data["chapters"].items()}
         rows = [
             {"page": p.heading, "execution (s)": chapters.pop(p.doc)} for p in book_order(root) if p.doc in chapters
@@ -241,7 +281,7 @@ def benchmark_tables(results_dir: Path, root: Path = ROOT) -> dict[str, tuple[st
         rows += [{"page": doc, "execution (s)": s} for doc, s in chapters.items()]
         rows.append({"page": "whole book", "execution (s)": data["total_s"]})
         out["book"] = (_meta_line(data.get("meta")), pd.DataFrame(rows))
-    if (data := load("paper_scale")) is not None:
+    if (data := benchmark_file(results_dir, SCALE_FILE)) is not None:
         out["paper_scale"] = _scale_table(data, root)
     return out
 
@@ -250,7 +290,7 @@ def _time_cell(row: dict | None, key: str) -> str:
     """A measured time, a lower bound where the run was stopped, or why there is none."""
     if row is None:
         return "not measured"
-    if row["status"] == "timeout":  # stopped at the script's limit: the wall is a lower bound, the CPU unknown
+    if stopped(row):  # stopped at the script's limit: the wall is a lower bound, the CPU unknown
         return "not measured (stopped)" if row.get(key) is None else f"> {row[key]:.0f} (stopped)"
     if row["status"] == "error":
         return "failed"

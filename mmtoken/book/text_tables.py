@@ -17,6 +17,7 @@ from typing import Any
 
 from mmtoken.book.html_tables import KIND_LABELS, Group, table_html
 from mmtoken.book.report import measured_items, status
+from mmtoken.book.scale_runs import DIFFERS
 
 # What Markdown (MyST, with the book's extensions) could read as syntax inside a table cell: a column rule, an
 # emphasis, a code span, a link, HTML or an entity, math ($...$), a substitution ({{...}}), a strike-through.
@@ -47,21 +48,26 @@ def markdown_table(header: Sequence[Any], rows: Iterable[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-LEDGER_HEADER = ("status", "claim", "what it checks", "measured / threshold")
+LEDGER_HEADER = ("status", "paper scale", "claim", "what it checks", "measured / threshold")
 
 
 def group_markdown(group: Group) -> str:
-    """The ledger table of one chapter as Markdown: the columns of :func:`mmtoken.book.html_tables.group_html`
-    (status, claim and kind, what it checks, measured value against threshold), one line per claim."""
+    """The ledger table of one chapter as Markdown, under the line that dates its paper-scale run: the columns of
+    :func:`mmtoken.book.html_tables.group_html` (status, paper-scale verdict, claim and kind, what it checks,
+    measured value against threshold), one line per claim."""
     rows = []
     for d in group.rows:
+        st = status(d)
+        paper = escape(group.paper.verdict(d["id"]))
+        if group.paper.differs(d["id"], st):
+            paper += f" {escape(DIFFERS)}"
         claim = f"{_code(d['id'])} ({escape(KIND_LABELS.get(d['kind'], d['kind']))})"
         checks = f"{escape(d['statement'])} *checks:* {escape(d['checks'])}"
         result = "; ".join(escape(x) for x in measured_items(d)) + f"; *threshold:* {escape(d['threshold'])}"
         if d.get("known_miss"):
             result += f"; *known miss:* {escape(d['known_miss'])}"
-        rows.append((escape(status(d)), claim, checks, result))
-    return markdown_table(LEDGER_HEADER, rows)
+        rows.append((escape(st), paper, claim, checks, result))
+    return f"{escape(group.paper.line())}\n\n{markdown_table(LEDGER_HEADER, rows)}"
 
 
 class Table:
