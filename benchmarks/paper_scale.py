@@ -62,8 +62,9 @@ VERDICT = re.compile(r"^(pass|known miss|FAIL|data missing|not yet computed|not 
 """A claim's line as a chapter prints it (``report.chapter_claims``): its verdict, then its id."""
 
 
-def verdicts(executed: Path) -> dict[str, str]:
-    """``{claim id: verdict}`` from the stream outputs of an executed notebook."""
+def claim_lines(executed: Path) -> dict[str, str]:
+    """``{claim id: the line the chapter printed for it}`` (verdict, id, measured value) from the stream outputs of
+    an executed notebook: what explains a verdict, kept because the executed notebook is not."""
     out = {}
     for cell in json.loads(executed.read_text(encoding="utf-8"))["cells"]:
         for o in cell.get("outputs", []):
@@ -72,8 +73,13 @@ def verdicts(executed: Path) -> dict[str, str]:
             for line in "".join(o["text"]).splitlines():
                 m = VERDICT.match(line.strip())
                 if m:
-                    out[m.group(2)] = m.group(1)
+                    out[m.group(2)] = line.strip()
     return out
+
+
+def verdicts(executed: Path) -> dict[str, str]:
+    """``{claim id: verdict}`` from the stream outputs of an executed notebook."""
+    return {i: VERDICT.match(line).group(1) for i, line in claim_lines(executed).items()}
 
 
 def _children_cpu() -> float:
@@ -127,6 +133,7 @@ def time_chapter(name: str, scale: str, timeout: float) -> dict:
         row["error"] = (log or "").strip().splitlines()[-5:]
     if executed.is_file():
         row["claims"] = verdicts(executed)
+        row["claim_lines"] = claim_lines(executed)
     shutil.rmtree(work, ignore_errors=True)
     return row
 
