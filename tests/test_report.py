@@ -250,7 +250,7 @@ def test_each_row_shows_its_paper_scale_verdict_beside_its_status(mini, tmp_path
         "claim-A.a.miss": "known miss",
         "claim-A.a.new": "not measured (not printed)",
         "claim-A.b.two": "not measured (stopped at 900 s)",
-        "claim-A.sat.x": "not measured (not run by make scale-times)",
+        "claim-A.sat.x": "not measured (not in the paper-scale runs)",
         "claim-z.none": "not measured (no chapter)",
     }
     assert html.count("ledger-differs") == 1 and scale_runs.DIFFERS in html
@@ -259,7 +259,7 @@ def test_each_row_shows_its_paper_scale_verdict_beside_its_status(mini, tmp_path
     assert [g.paper.line() for g in groups] == [
         "Paper scale: measured 2026-01-02 at commit abc1234",
         "Paper scale: not measured, stopped at its 900 s limit (2026-01-03 at commit def5678)",
-        "Paper scale: not measured (not run by make scale-times)",
+        "Paper scale: not measured (not in the paper-scale runs)",
         "Paper scale: not measured (no chapter)",
     ]
     assert all(f'<p class="ledger-paper-run">{g.paper.line()}</p>' in html for g in groups)
@@ -275,7 +275,7 @@ def test_a_chapter_left_out_of_the_paper_runs_says_why():
     assert failed.differs("a.b", "pass") and not failed.differs("a.b", "FAIL")
     assert not failed.differs("c.d", "pass"), "no verdict, nothing to compare"
     assert not failed.differs("a.b", "data missing"), "no status to compare with"
-    assert scale_runs.chapter_run(None, "book/tour").verdict("x") == "not measured (not run by make scale-times)"
+    assert scale_runs.chapter_run(None, "book/tour").verdict("x") == "not measured (not in the paper-scale runs)"
     assert html_tables.row_html(result("x.y", "tour").to_dict(), None, None).count("not measured") == 1
 
 

@@ -65,7 +65,7 @@ class ChapterRun:
             return ""
         if not self.chapter:
             return "no chapter"
-        return NOT_RUN.get(self.chapter, "not run by make scale-times")
+        return NOT_RUN.get(self.chapter, "not in the paper-scale runs")
 
     def verdict(self, claim_id: str) -> str:
         """``pass``, ``known miss``, ``FAIL``, ... as the run printed it for ``claim_id``, or ``not measured (why)``."""

@@ -165,18 +165,24 @@ def train_method(problem: AttentionProblem, p0, method: str, s: Settings):
         return h.steps, h.p.numpy()
 
 
-def rates(problem: AttentionProblem, K, p0, method: str, s: Settings) -> Rates:
+def rates(problem: AttentionProblem, K, p0, method: str, s: Settings, svms: dict | None = None) -> Rates:
     """Train, find the selection each run reaches, solve its Att-SVM and measure against it.
 
     ``K (I, n, T, m)`` the problem's keys; ``p0 (S, I, m)``. A run that left the floats (PS from a start going to a
-    local selection) is marked not finite and measured against the optimal tokens' SVM."""
+    local selection) is marked not finite and measured against the optimal tokens' SVM. ``svms``: the Att-SVM
+    directions already solved, by ``(instance, selection)``, filled here (a case shares one among its methods, so
+    each instance's Att-SVM of a selection is solved once, however many runs reach it)."""
     steps, P = train_method(problem, p0, method, s)
     final = P[-1]  # (S, I, m)
     finite = np.isfinite(P).all(axis=(0, -1))
     logits = np.einsum("sintm,sim->sint", np.broadcast_to(K, (*final.shape[:2], *K.shape[1:])), np.nan_to_num(final))
     opt = problem.gamma.numpy().argmax(-1)  # (I, n)
     alpha = np.where(finite[..., None], logits.argmax(-1), opt)
-    ref = np.array([[svm.att_svm(K[i], alpha[j, i]).x for i in range(K.shape[0])] for j in range(len(alpha))])
+    svms = {} if svms is None else svms
+    for key in {(i, tuple(int(x) for x in alpha[j, i])) for j in range(len(alpha)) for i in range(K.shape[0])}:
+        if key not in svms:
+            svms[key] = svm.att_svm(K[key[0]], np.array(key[1])).x
+    ref = np.array([[svms[i, tuple(int(x) for x in alpha[j, i])] for i in range(K.shape[0])] for j in range(len(alpha))])
     lr = {"plain": s.plain_lr, "ngd": s.ngd_lr, "ps": s.ps_lr}[method]
     nrm = np.linalg.norm(P, axis=-1)
     with np.errstate(invalid="ignore"):
@@ -210,7 +216,8 @@ class Case:
 def case(name: str, K, gamma, p0, s: Settings, methods=METHODS) -> Case:
     problem = AttentionProblem(K, gamma)
     inv_L = np.array([1.0 / smoothness.smoothness_bound(K[i], gamma[i]) for i in range(len(K))])
-    return Case(name, {m: rates(problem, K, p0, m, s) for m in methods}, inv_L)
+    svms: dict = {}  # the Att-SVMs the methods' runs reach, each solved once
+    return Case(name, {m: rates(problem, K, p0, m, s, svms) for m in methods}, inv_L)
 
 
 def random_case(name: str, seeds, s: Settings) -> Case:
