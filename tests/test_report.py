@@ -393,6 +393,10 @@ def test_paper_scale_table(tmp_path):
     failed = frame[frame["chapter"].str.startswith("4")].iloc[0]
     assert failed["paper: wall (s)"] == "failed"
     assert failed["paper: claims"] == "1 pass, 1 known miss; c.d: FAIL", "a verdict other than pass is named"
+    runs["paper"]["tour"]["meta"] = dict(meta, date="2026-01-05", commit="def5678")  # a run on a later day
+    (tmp_path / "paper_scale.json").write_text(json.dumps(runs))
+    caption, _ = html_tables.benchmark_tables(tmp_path, ROOT)["paper_scale"]
+    assert caption.startswith("measured 2026-01-02 to 2026-01-05 on Some CPU") and "abc1234, def5678" in caption
 
 
 def test_real_benchmark_results_are_dated():

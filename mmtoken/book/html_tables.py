@@ -325,7 +325,11 @@ def _scale_table(data: dict, root: Path) -> tuple[str, Any]:
     ]
     metas = [r["meta"] for runs in (quick, paper) for r in runs.values() if "meta" in r]
     commits = sorted({m.get("commit", "?") for m in metas})
-    caption = _meta_line(metas[-1] if metas else None) + f"; commit {', '.join(commits)}; empty data folder each"
+    dates = sorted({m["date"] for m in metas if m.get("date")})
+    last = dict(metas[-1]) if metas else None
+    if last and len(dates) > 1:  # the runs span several days: say so, not the last run's date alone
+        last["date"] = f"{dates[0]} to {dates[-1]}"
+    caption = _meta_line(last) + f"; commit {', '.join(commits)}; empty data folder each"
     return caption, pd.DataFrame(rows)
 
 
